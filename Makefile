@@ -1,0 +1,34 @@
+# The two commands of the quick start: `make bench` and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+DATASET ?= datasets/demo
+
+.PHONY: install bootstrap images bench test clean-images
+
+# A venv keeps the harness off the system Python (Debian refuses pip there).
+$(BIN)/ssebench: pyproject.toml sdk/pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]' -e ./sdk
+	touch $@
+
+install: $(BIN)/ssebench
+
+# The OS image: pulled if a registry answers, else debootstrap (needs root).
+bootstrap: install
+	$(BIN)/ssebench images bootstrap || $(SUDO) $(BIN)/ssebench images bootstrap
+
+images: bootstrap
+	$(BIN)/ssebench images build $(DATASET) --agent reference --agent dummy
+
+bench: images
+
+# pytest's exit status 5 means it collected nothing: a failure, said plainly.
+test: bootstrap
+	@$(BIN)/python -m pytest $(PYTEST_ARGS); status=$$?; \
+	  if [ $$status = 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$status
+
+clean-images:
+	docker images --filter label=ssebench.layer -q | xargs -r docker rmi -f

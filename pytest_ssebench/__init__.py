@@ -1,0 +1,1 @@
+"""The SSEBench pytest plugin: every run is a test item."""

@@ -1,0 +1,67 @@
+"""Agents: `agents/<name>/agent.yaml` plus a Dockerfile built on the tool image."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import field_validator
+
+from ssebench.errors import ConfigError
+from ssebench.schema import Strict, load
+from ssebench.task import TASK_ID_PATTERN
+
+# Agents that need no model: their runs record the model as "none".
+MODEL_FREE_AGENTS = frozenset({"dummy", "reference"})
+
+
+class AgentConfig(Strict):
+    """`agent.yaml`."""
+
+    name: str
+    version: str = "0"
+    description: str | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not TASK_ID_PATTERN.match(value) or value != value.lower():
+            raise ValueError(f"'{value}' must be lower-case letters and digits separated by '.', '_' or '-'")
+        return value
+
+
+@dataclass(frozen=True)
+class Agent:
+    path: Path
+    config: AgentConfig
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
+    def needs_model(self) -> bool:
+        return self.name not in MODEL_FREE_AGENTS
+
+    @property
+    def gets_reference_patch(self) -> bool:
+        """Only the reference agent ever sees the answer."""
+        return self.name == "reference"
+
+
+def available_agents(agents_dir: Path) -> list[str]:
+    return sorted(p.name for p in agents_dir.iterdir() if (p / "agent.yaml").is_file()) if agents_dir.is_dir() else []
+
+
+def load_agent(agents_dir: Path, name: str) -> Agent:
+    """Load `agents_dir/name`; an unknown name lists the agents there."""
+    path = agents_dir / name
+    if not (path / "agent.yaml").is_file():
+        known = ", ".join(available_agents(agents_dir)) or "none"
+        raise ConfigError(path, "", f"no agent '{name}' here (agents available: {known})")
+    config = load(AgentConfig, path / "agent.yaml")
+    if config.name != name:
+        raise ConfigError(path / "agent.yaml", "name", f"'{config.name}' differs from the folder name '{name}'")
+    if not (path / "Dockerfile").is_file():
+        raise ConfigError(path / "Dockerfile", "", "file not found; an agent image is built from it FROM ${SSEBENCH_TOOL}")
+    return Agent(path=path, config=config)

@@ -1,0 +1,90 @@
+"""Building the images a set of tasks needs: the OS image, then each task's plan."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ssebench.agent import Agent
+from ssebench.bootstrap import ensure_os_image
+from ssebench.engine import client, docker_errors
+from ssebench.errors import ImageBuildError, SSEBenchError
+from ssebench.image import RUNTIME_SOURCES, BuildReport, Layer, ensure_layers, plan
+from ssebench.settings import Settings
+from ssebench.task import Task
+from ssebench.wheelhouse import ensure_wheelhouse
+
+Say = Callable[[str], None]
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def probe_python(image: str) -> tuple[str, str]:
+    """(major.minor, machine) of the python3 in `image`."""
+    code = "import platform,sys; print('%d.%d' % sys.version_info[:2], platform.machine())"
+    with docker_errors(f"asking {image} for its Python"):
+        out = client().containers.run(image, ["python3", "-c", code], remove=True, network_disabled=True)
+    python, machine = out.decode().split()
+    return python, machine
+
+
+def runtime_stager(settings: Settings, base_image: str) -> Callable[[Path], None]:
+    """Fill the runtime layer's build context: wheels for the base's Python, and the sources."""
+
+    def stage(context: Path) -> None:
+        python, machine = probe_python(base_image)
+        wheels = ensure_wheelhouse(settings, python, machine)
+        shutil.copytree(wheels, context / "wheels", copy_function=_link_or_copy)
+        runtime, sdk = RUNTIME_SOURCES
+        ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+        shutil.copytree(runtime, context / "lib" / "ssebench" / "runtime", ignore=ignore)
+        shutil.copytree(sdk, context / "lib" / "sse", ignore=ignore)
+        shutil.copy(settings.images_dir / "runtime" / "Dockerfile", context / "Dockerfile")
+
+    return stage
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        Path(dst).hardlink_to(src)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+@dataclass
+class BuildOutcome:
+    report: BuildReport = field(default_factory=BuildReport)
+    failures: dict[str, ImageBuildError] = field(default_factory=dict)
+
+
+def task_plan(settings: Settings, task: Task, os_id: str, agent: Agent | None = None) -> list[Layer]:
+    base_image = f"{settings.prefix}/base-{task.language}:{settings.base_version}"
+    return plan(settings, task, os_id, agent, runtime_stager(settings, base_image))
+
+
+def build_images(
+    settings: Settings,
+    tasks: Iterable[Task],
+    agent: Agent | None = None,
+    *,
+    force: bool = False,
+    say: Say = _stderr,
+) -> BuildOutcome:
+    """Make every layer of every task current; a task whose build fails does not stop the others."""
+    outcome = BuildOutcome()
+    os_id = ensure_os_image(settings)
+    forced: set[str] = set()
+    for task in tasks:
+        try:
+            ensure_layers(settings, task_plan(settings, task, os_id, agent), force=force,
+                          report=outcome.report, say=say, forced=forced)
+        except ImageBuildError as exc:
+            outcome.failures[task.id] = exc
+        except SSEBenchError:
+            raise
+    return outcome

@@ -1,0 +1,194 @@
+"""The `ssebench` command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from ssebench.errors import ConfigError, ConfigErrors, SSEBenchError
+from ssebench.version import __version__
+
+DEFAULT_PATH = Path("datasets")
+
+
+def _problems(exc: BaseException) -> list[str]:
+    if isinstance(exc, ConfigErrors):
+        return [str(e) for e in exc.errors]
+    return [str(exc)]
+
+
+def cmd_tasks_list(args: argparse.Namespace) -> int:
+    from ssebench.dataset import load_tasks
+
+    tasks = load_tasks(args.path, check_files=False)
+    if args.json:
+        rows = [
+            {"id": t.id, "dataset": t.dataset, "language": t.language, "project": t.config.project,
+             "path": str(t.path), "checks": t.checks(), "originality": t.config.originality}
+            for t in tasks
+        ]
+        print(json.dumps(rows, indent=2))
+        return 0
+    width = max((len(t.id) for t in tasks), default=4)
+    print(f"{'TASK':<{width}}  {'DATASET':<10} {'LANG':<5} {'PROJECT':<20} CHECKS")
+    for t in tasks:
+        print(f"{t.id:<{width}}  {t.dataset:<10} {t.language:<5} {t.config.project:<20} {','.join(t.checks())}")
+    print(f"{len(tasks)} task(s)")
+    return 0
+
+
+def cmd_dataset_validate(args: argparse.Namespace) -> int:
+    from ssebench.dataset import load_tasks
+
+    try:
+        tasks = load_tasks(args.path)
+    except (ConfigError, ConfigErrors) as exc:
+        problems = _problems(exc)
+        for line in problems:
+            print(line)
+        print(f"{len(problems)} problem(s) found", file=sys.stderr)
+        return 1
+    print(f"{len(tasks)} task(s): config.yaml and files OK")
+    if args.no_build:
+        return 0
+    from ssebench.build import build_images
+    from ssebench.settings import get_settings
+
+    outcome = build_images(get_settings(), tasks)
+    for task_id, failure in outcome.failures.items():
+        last = failure.tail.strip().splitlines()[-1] if failure.tail.strip() else "no output"
+        print(f"{task_id}: the {failure.layer} layer does not build: {last} (full log: {failure.log_path})")
+    if outcome.failures:
+        print(f"{len(outcome.failures)} of {len(tasks)} task(s) do not build", file=sys.stderr)
+        return 1
+    print(f"{len(tasks)} task(s): images build")
+    return 0
+
+
+def cmd_images_build(args: argparse.Namespace) -> int:
+    from ssebench.agent import load_agent
+    from ssebench.build import build_images
+    from ssebench.dataset import load_tasks
+    from ssebench.settings import get_settings
+
+    started = time.monotonic()
+    settings = get_settings()
+    tasks = load_tasks(args.path)
+    agents = [load_agent(settings.agents_dir, name) for name in args.agent] or [None]
+    failures = 0
+    built: list[str] = []
+    reused: set[str] = set()
+    for agent in agents:
+        outcome = build_images(settings, tasks, agent, force=args.force)
+        built += outcome.report.built
+        reused |= set(outcome.report.reused)
+        for failure in outcome.failures.values():
+            print(f"error: {failure}", file=sys.stderr)
+        failures += len(outcome.failures)
+    elapsed = time.monotonic() - started
+    if failures:
+        print(f"{failures} task(s) failed to build; built {len(built)} image(s) ({elapsed:.0f}s)")
+    elif not built:
+        print(f"nothing to build: all {len(reused)} images are current ({elapsed:.1f}s)")
+    else:
+        print(f"built {len(built)} image(s), reused {len(reused - set(built))} ({elapsed:.0f}s)")
+    return 1 if failures else 0
+
+
+def cmd_images_bootstrap(args: argparse.Namespace) -> int:
+    from ssebench.bootstrap import ensure_os_image
+    from ssebench.settings import get_settings
+
+    settings = get_settings()
+    image = ensure_os_image(settings, force=args.force)
+    print(f"{settings.os_image} is present ({image[:19]})")
+    return 0
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from ssebench.doctor import run_checks
+
+    failed = 0
+    for check in run_checks():
+        print(f"{'OK  ' if check.ok else 'FAIL'} {check.name}: {check.detail}")
+        failed += not check.ok
+    return 1 if failed else 0
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(
+        prog="ssebench",
+        description="SSEBench: run AI coding agents on real vulnerabilities and grade their patches.",
+        epilog="Runs themselves are pytest items: pytest datasets/demo --agent reference",
+    )
+    top.add_argument("--version", action="version", version=f"ssebench {__version__}")
+    sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    tasks = sub.add_parser("tasks", help="list tasks", description="Look at the tasks of datasets.")
+    tasks_sub = tasks.add_subparsers(dest="action", required=True, metavar="ACTION")
+    listing = tasks_sub.add_parser("list", help="list the tasks under PATH",
+                                   description="List the tasks under PATH (a task, a dataset, or a folder above datasets).")
+    listing.add_argument("path", nargs="?", type=Path, default=DEFAULT_PATH, help="default: ./datasets")
+    listing.add_argument("--json", action="store_true", help="print a JSON array instead of a table")
+    listing.set_defaults(func=cmd_tasks_list)
+
+    dataset = sub.add_parser("dataset", help="check datasets", description="Check datasets.")
+    dataset_sub = dataset.add_subparsers(dest="action", required=True, metavar="ACTION")
+    validate = dataset_sub.add_parser(
+        "validate", help="check every task's config, files and image build",
+        description="Check every task under PATH: config.yaml against the task format, the files it names, "
+        "and that its images build. Prints one line per problem; exits 1 if there is any.",
+    )
+    validate.add_argument("path", nargs="?", type=Path, default=DEFAULT_PATH, help="default: ./datasets")
+    validate.add_argument("--no-build", action="store_true", help="check files only; do not build images")
+    validate.set_defaults(func=cmd_dataset_validate)
+
+    images = sub.add_parser("images", help="build images", description="Build and bootstrap images.")
+    images_sub = images.add_subparsers(dest="action", required=True, metavar="ACTION")
+    build = images_sub.add_parser(
+        "build", help="build the images of the tasks under PATH",
+        description="Build the base, runtime, case and tool images of every task under PATH (and the agent "
+        "images with --agent). Images whose inputs are unchanged are reused.",
+    )
+    build.add_argument("path", nargs="?", type=Path, default=DEFAULT_PATH, help="default: ./datasets")
+    build.add_argument("--agent", action="append", default=[], metavar="NAME",
+                       help="also build agents/NAME on each task (repeatable)")
+    build.add_argument("--force", action="store_true", help="rebuild every layer, ignoring Docker's cache")
+    build.set_defaults(func=cmd_images_build)
+    boot = images_sub.add_parser(
+        "bootstrap", help="make the OS image without a registry",
+        description="Make the OS image (default debian:bookworm-slim): pull it if a registry answers, "
+        "else build it with debootstrap and docker import (needs root and debootstrap).",
+    )
+    boot.add_argument("--force", action="store_true", help="bootstrap again even if the image is present")
+    boot.set_defaults(func=cmd_images_bootstrap)
+
+    doctor = sub.add_parser("doctor", help="check this machine",
+                            description="Check Docker, disk, the OS and base images and debootstrap; "
+                            "print OK or the fix for each.")
+    doctor.set_defaults(func=cmd_doctor)
+    return top
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except (ConfigError, ConfigErrors) as exc:
+        for line in _problems(exc):
+            print(f"error: {line}", file=sys.stderr)
+        return 1
+    except SSEBenchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,149 @@
+"""Datasets: folders of tasks with a `dataset.yaml`, and finding them on disk."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pydantic import field_validator
+
+from ssebench.errors import ConfigError, ConfigErrors
+from ssebench.schema import Strict, load
+from ssebench.task import TASK_ID_PATTERN, Task, load_task
+
+DATASET_FILE = "dataset.yaml"
+# Folders never searched for datasets: results, caches and VCS metadata.
+_SKIP_DIRS = {"results", "node_modules", "__pycache__", "build", "dist"}
+
+
+class DatasetConfig(Strict):
+    """`dataset.yaml`."""
+
+    version: str
+    description: str | None = None
+
+    @field_validator("version", mode="before")
+    @classmethod
+    def _version(cls, value: object) -> str:
+        if value is None or not str(value).strip():
+            raise ValueError("must not be empty; bump it whenever results could change, e.g. pilot-v1")
+        return str(value).strip()
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A dataset folder and its tasks (loaded and validated)."""
+
+    path: Path
+    config: DatasetConfig
+    tasks: list[Task] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.path.resolve().name
+
+    @property
+    def version(self) -> str:
+        return self.config.version
+
+
+def is_task_dir(path: Path) -> bool:
+    return (path / "sse").is_dir() and not path.name.startswith(".")
+
+
+def task_dirs(dataset_dir: Path) -> list[Path]:
+    """Task folders of a dataset, sorted by name."""
+    return sorted((p for p in dataset_dir.iterdir() if p.is_dir() and is_task_dir(p)), key=lambda p: p.name)
+
+
+def load_dataset_config(dataset_dir: Path) -> DatasetConfig:
+    return load(DatasetConfig, dataset_dir / DATASET_FILE)
+
+
+def check_dataset_name(dataset_dir: Path) -> None:
+    name = dataset_dir.resolve().name
+    if not TASK_ID_PATTERN.match(name):
+        raise ConfigError(dataset_dir, "", f"dataset folder name '{name}' must be letters and digits separated by '.', '_' or '-'")
+
+
+def load_dataset(dataset_dir: Path, *, check_files: bool = True) -> Dataset:
+    """Load a dataset and every task in it; raise ConfigErrors listing every problem."""
+    dataset_dir = Path(dataset_dir)
+    problems: list[ConfigError] = []
+    config: DatasetConfig | None = None
+    try:
+        check_dataset_name(dataset_dir)
+        config = load_dataset_config(dataset_dir)
+    except ConfigError as exc:
+        problems.append(exc)
+    except ConfigErrors as exc:
+        problems.extend(exc.errors)
+    tasks: list[Task] = []
+    seen: dict[str, Path] = {}
+    for task_dir in task_dirs(dataset_dir):
+        try:
+            task = load_task(task_dir, dataset_dir.resolve().name, check_files=check_files)
+        except ConfigErrors as exc:
+            problems.extend(exc.errors)
+            continue
+        except ConfigError as exc:
+            problems.append(exc)
+            continue
+        other = seen.get(task.id.lower())
+        if other is not None:
+            problems.append(
+                ConfigError(task.config_path, "id", f"'{task.id}' clashes with {other.name} (ids are unique case-insensitively)")
+            )
+            continue
+        seen[task.id.lower()] = task_dir
+        tasks.append(task)
+    if problems:
+        raise ConfigErrors(problems)
+    assert config is not None
+    return Dataset(path=dataset_dir, config=config, tasks=tasks)
+
+
+def _walk_datasets(root: Path) -> Iterator[Path]:
+    for dirpath, dirnames, filenames in os.walk(root):
+        if DATASET_FILE in filenames:
+            yield Path(dirpath)
+            dirnames[:] = []  # tasks live directly below; no nested datasets
+            continue
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d not in _SKIP_DIRS)
+
+
+def find_datasets(path: Path) -> list[Path]:
+    """Dataset folders at or below `path`."""
+    path = Path(path)
+    if (path / DATASET_FILE).is_file():
+        return [path]
+    return list(_walk_datasets(path))
+
+
+def load_tasks(path: Path, *, check_files: bool = True) -> list[Task]:
+    """Every task at `path`: a task folder, a dataset folder, or any folder above datasets.
+
+    A task folder outside a dataset is loaded on its own, its dataset named
+    after the parent folder.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(path, "", "no such file or directory")
+    if is_task_dir(path):
+        dataset_dir = path.resolve().parent
+        return [load_task(path, dataset_dir.name, check_files=check_files)]
+    datasets = find_datasets(path)
+    if not datasets:
+        raise ConfigError(path, "", f"holds no task folder (a folder with sse/config.yaml) and no {DATASET_FILE}")
+    tasks: list[Task] = []
+    problems: list[ConfigError] = []
+    for dataset_dir in datasets:
+        try:
+            tasks.extend(load_dataset(dataset_dir, check_files=check_files).tasks)
+        except ConfigErrors as exc:
+            problems.extend(exc.errors)
+    if problems:
+        raise ConfigErrors(problems)
+    return tasks

@@ -1,0 +1,82 @@
+"""The Docker engine: the one place where the docker client is made and its errors translated.
+
+Everything else in the harness asks this module for a client and gets
+`SSEBenchError`s, never `docker.errors.*`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
+
+from ssebench.errors import DockerUnavailableError, SSEBenchError
+
+if TYPE_CHECKING:
+    import docker
+
+_HINT = "start the Docker engine (systemctl start docker) or point DOCKER_HOST at one, then run `ssebench doctor`"
+
+
+@contextmanager
+def docker_errors(doing: str) -> Iterator[None]:
+    """Translate docker SDK errors raised while `doing` something into SSEBenchErrors."""
+    import docker.errors
+    import requests.exceptions
+
+    try:
+        yield
+    except (requests.exceptions.ConnectionError, ConnectionError) as exc:
+        raise DockerUnavailableError(f"cannot reach the Docker engine while {doing}: {exc}; {_HINT}") from exc
+    except docker.errors.APIError as exc:
+        raise SSEBenchError(f"Docker refused {doing}: {exc.explanation or exc}") from exc
+    except docker.errors.DockerException as exc:
+        raise DockerUnavailableError(f"Docker failed while {doing}: {exc}; {_HINT}") from exc
+
+
+@lru_cache(maxsize=1)
+def client() -> docker.DockerClient:
+    """A client of the local engine, checked once per process."""
+    import docker
+
+    with docker_errors("connecting"):
+        c = docker.from_env(timeout=600)
+        c.ping()
+    return c
+
+
+def image_attrs(ref: str) -> dict[str, Any] | None:
+    """The engine's inspect data of an image, or None when there is no such image."""
+    import docker.errors
+
+    try:
+        with docker_errors(f"inspecting image {ref}"):
+            return client().api.inspect_image(ref)  # type: ignore[no-any-return]
+    except SSEBenchError as exc:
+        if isinstance(exc.__cause__, docker.errors.ImageNotFound):
+            return None
+        raise
+
+
+def image_labels(ref: str) -> dict[str, str] | None:
+    attrs = image_attrs(ref)
+    if attrs is None:
+        return None
+    return dict((attrs.get("Config") or {}).get("Labels") or {})
+
+
+def image_id(ref: str) -> str | None:
+    attrs = image_attrs(ref)
+    return None if attrs is None else str(attrs["Id"])
+
+
+def tag_image(ref: str, target: str) -> None:
+    repository, _, tag = target.rpartition(":")
+    with docker_errors(f"tagging {ref} as {target}"):
+        client().api.tag(ref, repository, tag)
+
+
+def engine_version() -> str:
+    with docker_errors("asking the engine its version"):
+        return str(client().version().get("Version", "unknown"))

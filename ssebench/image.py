@@ -1,0 +1,336 @@
+"""The images of a run, as a plan of layers, and building the plan.
+
+    os  ->  base-<lang>  ->  case/<dataset>/<task>  ->  tool/<dataset>/<task>  ->  agent-<name>/<dataset>/<task>
+            runtime-<lang> (the venv, once per language) --COPY--^
+
+Each layer's *digest* hashes everything that goes into it, its parent's
+digest included, so a change anywhere rebuilds exactly the layers above it.
+A layer whose image carries its digest (label `ssebench.hash`) is reused.
+Planning needs no Docker; building does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import sys
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from filelock import FileLock
+
+from ssebench.agent import Agent
+from ssebench.engine import client, docker_errors, image_id, image_labels, tag_image
+from ssebench.errors import ImageBuildError, SSEBenchError
+from ssebench.settings import PROJECT_ROOT, Settings
+from ssebench.task import Task
+from ssebench.version import __version__
+
+LABEL_LAYER = "ssebench.layer"
+LABEL_VERSION = "ssebench.version"
+LABEL_HASH = "ssebench.hash"
+LABEL_TASK = "ssebench.task"
+LABEL_DATASET = "ssebench.dataset"
+
+RUNTIME_SOURCES = (PROJECT_ROOT / "ssebench" / "runtime", PROJECT_ROOT / "sdk" / "sse")
+_BASE_REF = re.compile(r"base-generic-(c|go|rust):([A-Za-z0-9_][A-Za-z0-9_.-]*)")
+_IGNORED = {"__pycache__", ".pytest_cache", ".mypy_cache"}
+
+
+def hash_tree(path: Path, h: hashlib._Hash | None = None) -> str:
+    """Digest of a file or folder: relative paths, executable bits, contents, link targets."""
+    h = h or hashlib.sha256()
+    path = Path(path)
+    entries = [path] if path.is_file() else sorted(_walk(path))
+    for entry in entries:
+        rel = "." if entry == path else entry.relative_to(path).as_posix()
+        if entry.is_symlink():
+            h.update(f"L {rel} -> {os.readlink(entry)}\0".encode())
+        elif entry.is_file():
+            mode = "x" if os.access(entry, os.X_OK) else "-"
+            h.update(f"F {rel} {mode} {entry.stat().st_size}\0".encode())
+            with entry.open("rb") as f:
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    h.update(chunk)
+        else:
+            h.update(f"D {rel}\0".encode())
+    return h.hexdigest()
+
+
+def _walk(root: Path) -> Iterable[Path]:
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d not in _IGNORED]
+        base = Path(dirpath)
+        for name in dirnames + [f for f in filenames if not f.endswith(".pyc")]:
+            yield base / name
+
+
+def digest(*parts: str) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One image to build: where from, with what, and the digest of its inputs."""
+
+    kind: str
+    image: str
+    dockerfile: Path
+    context: Path
+    buildargs: dict[str, str]
+    digest: str
+    task: Task | None = None
+    aliases: tuple[str, ...] = ()
+    # Fills a staging context just before the build (the runtime layer).
+    stage: Callable[[Path], None] | None = field(default=None, compare=False)
+
+    @property
+    def labels(self) -> dict[str, str]:
+        labels = {LABEL_LAYER: self.kind, LABEL_VERSION: __version__, LABEL_HASH: self.digest}
+        if self.task is not None:
+            labels[LABEL_TASK] = self.task.id
+            labels[LABEL_DATASET] = self.task.dataset
+        return labels
+
+
+def _slug(name: str) -> str:
+    return name.lower()
+
+
+def image_names(settings: Settings, task: Task, agent: str | None = None) -> dict[str, str]:
+    """Image references of a task's layers (Docker names are lower case)."""
+    p, ds, tid, v = settings.prefix, _slug(task.dataset), _slug(task.id), __version__
+    names = {
+        "base": f"{p}/base-{task.language}:{settings.base_version}",
+        "runtime": f"{p}/runtime-{task.language}:{v}",
+        "case": f"{p}/case/{ds}/{tid}:latest",
+        "tool": f"{p}/tool/{ds}/{tid}:{v}",
+    }
+    if agent is not None:
+        names["agent"] = f"{p}/agent-{agent}/{ds}/{tid}:{v}"
+    return names
+
+
+def base_aliases(settings: Settings, task: Task) -> tuple[str, ...]:
+    """Upstream names of the base a task's Dockerfile asks for (`base-generic-<lang>:<ver>`)."""
+    wanted = {settings.base_version}
+    try:
+        text = task.dockerfile.read_text(errors="replace")
+    except OSError:
+        text = ""
+    wanted |= {ver for lang, ver in _BASE_REF.findall(text) if lang == task.language}
+    return tuple(f"{settings.prefix}/base-generic-{task.language}:{ver}" for ver in sorted(wanted))
+
+
+def base_layer(settings: Settings, language: str, os_id: str, aliases: tuple[str, ...] = ()) -> Layer:
+    folder = settings.images_dir / "base" / language
+    return Layer(
+        kind="base",
+        image=f"{settings.prefix}/base-{language}:{settings.base_version}",
+        dockerfile=folder / "Dockerfile",
+        context=folder,
+        buildargs={"SSEBENCH_OS": settings.os_image},
+        digest=digest("base", language, settings.os_image, os_id, hash_tree(folder)),
+        aliases=aliases,
+    )
+
+
+def runtime_layer(settings: Settings, language: str, base: Layer, stage: Callable[[Path], None] | None) -> Layer:
+    folder = settings.images_dir / "runtime"
+    return Layer(
+        kind="runtime",
+        image=f"{settings.prefix}/runtime-{language}:{__version__}",
+        dockerfile=folder / "Dockerfile",
+        context=settings.cache_dir / "contexts" / f"runtime-{language}",
+        buildargs={"SSEBENCH_BASE": base.image},
+        digest=digest("runtime", base.digest, hash_tree(folder), *(hash_tree(p) for p in RUNTIME_SOURCES)),
+        stage=stage,
+    )
+
+
+def plan(
+    settings: Settings,
+    task: Task,
+    os_id: str,
+    agent: Agent | None = None,
+    stage_runtime: Callable[[Path], None] | None = None,
+) -> list[Layer]:
+    """The layers of a task (and agent), parents first. Needs no Docker."""
+    names = image_names(settings, task, agent.name if agent else None)
+    base = base_layer(settings, task.language, os_id, base_aliases(settings, task))
+    runtime = runtime_layer(settings, task.language, base, stage_runtime)
+    case = Layer(
+        kind="case",
+        image=names["case"],
+        dockerfile=task.dockerfile,
+        context=task.path,
+        buildargs={"SSEBENCH_REGISTRY": settings.prefix},
+        digest=digest("case", base.digest, settings.prefix, hash_tree(task.path)),
+        task=task,
+    )
+    tool_dir = settings.images_dir / "tool"
+    tool = Layer(
+        kind="tool",
+        image=names["tool"],
+        dockerfile=tool_dir / "Dockerfile",
+        context=tool_dir,
+        buildargs={"SSEBENCH_CASE": case.image, "SSEBENCH_RUNTIME": runtime.image},
+        digest=digest("tool", case.digest, runtime.digest, hash_tree(tool_dir)),
+        task=task,
+    )
+    layers = [base, runtime, case, tool]
+    if agent is not None:
+        layers.append(
+            Layer(
+                kind="agent",
+                image=names["agent"],
+                dockerfile=agent.path / "Dockerfile",
+                context=agent.path,
+                buildargs={"SSEBENCH_TOOL": tool.image},
+                digest=digest("agent", tool.digest, hash_tree(agent.path)),
+                task=task,
+            )
+        )
+    return layers
+
+
+def is_current(layer: Layer) -> bool:
+    labels = image_labels(layer.image)
+    return labels is not None and labels.get(LABEL_HASH) == layer.digest
+
+
+def _lock_path(settings: Settings, image: str) -> Path:
+    locks = settings.cache_dir / "locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    return locks / (re.sub(r"[^A-Za-z0-9_.-]+", "_", image) + ".lock")
+
+
+def log_path(settings: Settings, image: str) -> Path:
+    logs = settings.cache_dir / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    return logs / (re.sub(r"[^A-Za-z0-9_.-]+", "_", image) + ".log")
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def labelled_dockerfile(settings: Settings, layer: Layer) -> Path:
+    """The layer's Dockerfile with one LABEL instruction appended.
+
+    The legacy builder turns every label given through the API into a step of
+    its own (a container and a commit each, seconds apiece on some storage
+    drivers); one appended instruction labels the image in a single step. It
+    lives outside the build context, so the task folder is never written to.
+    """
+    pairs = " ".join(f'{key}="{value}"' for key, value in sorted(layer.labels.items()))
+    text = layer.dockerfile.read_text(encoding="utf-8")
+    folder = settings.cache_dir / "dockerfiles"
+    folder.mkdir(parents=True, exist_ok=True)
+    out = folder / (re.sub(r"[^A-Za-z0-9_.-]+", "_", layer.image) + ".Dockerfile")
+    out.write_text(f"{text.rstrip()}\nLABEL {pairs}\n", encoding="utf-8")
+    return out
+
+
+def build_layer(settings: Settings, layer: Layer, *, nocache: bool = False) -> None:
+    """Build one layer, its output to a log file; raise ImageBuildError on failure."""
+    log = log_path(settings, layer.image)
+    if layer.stage is not None:
+        if layer.context.exists():
+            shutil.rmtree(layer.context)
+        layer.context.mkdir(parents=True)
+        layer.stage(layer.context)
+    dockerfile = labelled_dockerfile(settings, layer)
+    with log.open("w", encoding="utf-8") as out:
+        out.write(f"# {layer.kind} layer {layer.image}\n# digest {layer.digest}\n# build args {layer.buildargs}\n")
+        failure: str | None = None
+        try:
+            with docker_errors(f"building {layer.image}"):
+                stream = client().api.build(
+                    path=str(layer.context),
+                    dockerfile=str(dockerfile),
+                    tag=layer.image,
+                    buildargs=layer.buildargs,
+                    rm=True,
+                    forcerm=True,
+                    pull=False,
+                    nocache=nocache,
+                    decode=True,
+                )
+                for chunk in stream:
+                    if "stream" in chunk:
+                        out.write(chunk["stream"])
+                    elif "error" in chunk:
+                        failure = str(chunk["error"])
+                        out.write(f"ERROR: {failure}\n")
+                    elif "status" in chunk:
+                        out.write(f"{chunk['status']}\n")
+                    out.flush()
+        except SSEBenchError as exc:
+            failure = str(exc)
+            out.write(f"ERROR: {failure}\n")
+    task_id = layer.task.id if layer.task else None
+    if failure is not None:
+        raise ImageBuildError(layer.image, layer.kind, log, _tail(log), task=task_id)
+    labels = image_labels(layer.image)
+    if labels is None or labels.get(LABEL_HASH) != layer.digest:
+        raise ImageBuildError(layer.image, layer.kind, log, _tail(log) + "\n(the build ended without tagging the image)", task=task_id)
+
+
+@dataclass
+class BuildReport:
+    """What `ensure` did with each layer."""
+
+    built: list[str] = field(default_factory=list)
+    reused: list[str] = field(default_factory=list)
+
+    def merge(self, other: BuildReport) -> None:
+        self.built += [i for i in other.built if i not in self.built]
+        self.reused += [i for i in other.reused if i not in self.reused and i not in self.built]
+
+
+def ensure_layers(
+    settings: Settings, layers: Iterable[Layer], *, force: bool = False, report: BuildReport | None = None,
+    say: Callable[[str], None] = lambda m: print(m, file=sys.stderr, flush=True),
+    forced: set[str] | None = None,
+) -> BuildReport:
+    """Reuse each layer whose image carries its digest; build the others, parents first.
+
+    A per-image file lock makes concurrent builders (xdist workers, several
+    pytest processes) wait for each other instead of building twice.
+    `forced` remembers images already rebuilt by this `--force` call.
+    """
+    report = report if report is not None else BuildReport()
+    forced = forced if forced is not None else set()
+    for layer in layers:
+        if layer.image in report.built or (layer.image in report.reused and not force):
+            continue
+        must = force and layer.image not in forced
+        if not must and is_current(layer):
+            report.reused.append(layer.image)
+        else:
+            with FileLock(str(_lock_path(settings, layer.image))):
+                if not must and is_current(layer):
+                    report.reused.append(layer.image)
+                else:
+                    started = time.monotonic()
+                    say(f"building {layer.kind:7} {layer.image} (log: {log_path(settings, layer.image)})")
+                    build_layer(settings, layer, nocache=must)
+                    say(f"built    {layer.kind:7} {layer.image} in {time.monotonic() - started:.0f}s")
+                    report.built.append(layer.image)
+                    forced.add(layer.image)
+        for alias in layer.aliases:
+            if image_id(alias) != image_id(layer.image):
+                tag_image(layer.image, alias)
+    return report

@@ -1,0 +1,20 @@
+"""Fixed paths and users inside a task container (SPEC §4)."""
+
+from __future__ import annotations
+
+MODEL = "model"
+RUNNER = "sse-runner"
+
+TASK_DIR = "/ssebench"
+REPO = "/ssebench-repo"
+STATE_DIR = "/var/lib/ssebench"
+RESULTS = "/var/lib/ssebench/results"
+RUNNER_DIR = "/var/lib/ssebench-runner"
+ADMIN_DIR = "/run/ssebench"
+ADMIN_SOCKET = "/run/ssebench/admin.sock"
+AGENT_SOCKET = "/tmp/sse.sock"
+ARCHIVE = "/tmp/sse-archive"
+HTTP_PORT = 4263
+MCP_PORT = 3000
+RUNTIME_HOME = "/opt/ssebench"
+REFERENCE_PATCH = "/reference/patch.diff"

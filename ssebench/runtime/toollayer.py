@@ -1,0 +1,171 @@
+"""Build-time setup of the tool layer (run as root by images/tool/Dockerfile).
+
+It turns a case image into a task image whose answer the agent cannot reach:
+
+1. users `model` (uid 1000, no supplementary groups) and `sse-runner`;
+2. the source tree moved to /ssebench-repo (root, 0700) and copied back,
+   owned by model, with every `.git` removed and one commit, `buggy commit`;
+3. /ssebench root-only, except the build and test scripts and their support
+   directories, which sse-runner's group may read and execute;
+4. no world-writable path that is not sticky;
+5. the run-time directories with their owners and modes.
+
+It reads only /ssebench/config.yaml and imports nothing of the host side.
+"""
+
+from __future__ import annotations
+
+import grp
+import os
+import pwd
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+from ssebench.runtime import layout
+from ssebench.runtime.taskfile import TaskFile, load_taskfile
+
+MODEL_UID = 1000
+# A fixed date makes the `buggy commit` of a tree the same commit every build.
+_COMMIT_DATE = "2000-01-01T00:00:00Z"
+
+
+def _run(*argv: str, **kwargs: object) -> None:
+    subprocess.run(list(argv), check=True, **kwargs)  # type: ignore[call-overload]
+
+
+def create_users() -> None:
+    """Create model and sse-runner afresh, whatever the base image had."""
+    for entry in pwd.getpwall():
+        if entry.pw_uid == MODEL_UID or entry.pw_name in (layout.MODEL, layout.RUNNER):
+            _run("userdel", "--force", entry.pw_name)
+    for group in grp.getgrall():
+        if group.gr_gid == MODEL_UID or group.gr_name in (layout.MODEL, layout.RUNNER):
+            _run("groupdel", group.gr_name)
+    _run("groupadd", "--gid", str(MODEL_UID), layout.MODEL)
+    _run("useradd", "--uid", str(MODEL_UID), "--gid", layout.MODEL, "--create-home", "--home-dir", f"/home/{layout.MODEL}", "--shell", "/bin/bash", layout.MODEL)
+    _run("useradd", "--system", "--user-group", "--no-create-home",
+         "--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin", layout.RUNNER)
+
+
+def _remove_git_dirs(tree: Path) -> None:
+    for dirpath, dirnames, filenames in os.walk(tree):
+        for name in list(dirnames):
+            if name == ".git":
+                shutil.rmtree(Path(dirpath) / name)
+                dirnames.remove(name)
+        if ".git" in filenames:  # a submodule's gitdir link
+            (Path(dirpath) / ".git").unlink()
+
+
+def replace_source(task: TaskFile) -> None:
+    """Keep the original in /ssebench-repo; give model a copy with one commit."""
+    source, repo = Path(task.source), Path(layout.REPO)
+    if not source.is_dir():
+        raise SystemExit(f"toollayer: config.yaml: source: {source} is not a directory in the case image")
+    if repo.exists():
+        shutil.rmtree(repo)
+    shutil.move(str(source), repo)
+    os.chmod(repo, 0o700)
+    shutil.copytree(repo, source, symlinks=True)
+    _remove_git_dirs(source)
+    model = pwd.getpwnam(layout.MODEL)
+    for dirpath, dirnames, filenames in os.walk(source):
+        for name in [*dirnames, *filenames, "."]:
+            os.lchown(os.path.join(dirpath, name), model.pw_uid, model.pw_gid)
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": model.pw_dir,
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_CONFIG_GLOBAL": "/dev/null",
+        "GIT_AUTHOR_NAME": "ssebench", "GIT_AUTHOR_EMAIL": "ssebench@localhost",
+        "GIT_COMMITTER_NAME": "ssebench", "GIT_COMMITTER_EMAIL": "ssebench@localhost",
+        "GIT_AUTHOR_DATE": _COMMIT_DATE, "GIT_COMMITTER_DATE": _COMMIT_DATE,
+    }
+    as_model = ["runuser", "-u", layout.MODEL, "--"]
+    for argv in (
+        ["git", "init", "--quiet", "--initial-branch=main"],
+        ["git", "add", "--all"],
+        ["git", "commit", "--quiet", "--allow-empty", "--no-verify", "-m", "buggy commit"],
+    ):
+        _run(*as_model, *argv, cwd=source, env=env)
+
+
+def _chmod_tree(path: Path, *, group_readable: bool, runner_gid: int) -> None:
+    """Root-owned; group sse-runner may read (and traverse) only when asked."""
+    paths = [path] if not path.is_dir() else [path, *path.rglob("*")]
+    for p in paths:
+        if p.is_symlink():
+            os.lchown(p, 0, runner_gid if group_readable else 0)
+            continue
+        mode = p.stat().st_mode
+        executable = p.is_dir() or mode & 0o111
+        os.chown(p, 0, runner_gid if group_readable else 0)
+        own = 0o700 if executable else 0o600
+        group = (0o050 if executable else 0o040) if group_readable else 0
+        os.chmod(p, own | group)
+
+
+def protect_task_files(task: TaskFile) -> None:
+    """/ssebench: root-only but for what the runner must execute in place."""
+    root = Path(layout.TASK_DIR)
+    runner_gid = grp.getgrnam(layout.RUNNER).gr_gid
+    secret = {root / p for p in task.secret_paths()}
+    _chmod_tree(root, group_readable=True, runner_gid=runner_gid)
+    for path in sorted(secret):
+        if path.exists() or path.is_symlink():
+            _chmod_tree(path, group_readable=False, runner_gid=runner_gid)
+    # The top is traversable by the runner's group but not listable by it.
+    os.chown(root, 0, runner_gid)
+    os.chmod(root, 0o710)
+
+
+def strip_world_writable() -> None:
+    """No path anyone may write, unless sticky (like /tmp)."""
+    out = subprocess.run(
+        ["find", "/", "-xdev", "-perm", "-o+w", "!", "-type", "l", "!", "-perm", "-1000", "-print0"],
+        check=False, capture_output=True,
+    ).stdout
+    for raw in filter(None, out.split(b"\0")):
+        path = raw.decode(errors="surrogateescape")
+        mode = os.lstat(path).st_mode
+        os.chmod(path, stat.S_IMODE(mode) & ~0o002)
+
+
+def make_runtime_dirs() -> None:
+    runner_gid = grp.getgrnam(layout.RUNNER).gr_gid
+    for path, gid, mode in (
+        (layout.STATE_DIR, 0, 0o700),
+        (layout.RUNNER_DIR, runner_gid, 0o710),
+        (layout.ADMIN_DIR, 0, 0o700),
+    ):
+        Path(path).mkdir(parents=True, exist_ok=True)
+        os.chown(path, 0, gid)
+        os.chmod(path, mode)
+
+
+def lock_runtime() -> None:
+    """The runtime venv and library: root's, writable by nobody else."""
+    for dirpath, dirnames, filenames in os.walk(layout.RUNTIME_HOME):
+        for name in [*dirnames, *filenames, "."]:
+            p = os.path.join(dirpath, name)
+            os.lchown(p, 0, 0)
+            if not os.path.islink(p):
+                os.chmod(p, stat.S_IMODE(os.lstat(p).st_mode) & ~0o022)
+
+
+def main() -> None:
+    task = load_taskfile(Path(layout.TASK_DIR) / "config.yaml")
+    create_users()
+    replace_source(task)
+    protect_task_files(task)
+    make_runtime_dirs()
+    lock_runtime()
+    strip_world_writable()
+    print(f"toollayer: {task.id} ready: source {task.source}, original in {layout.REPO}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,55 @@
+"""Host-side settings, declared once, read from `SSEBENCH_*` environment variables."""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from ssebench.errors import SSEBenchError
+
+# The checkout this package runs from: images/, agents/ and datasets/ live here.
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _default_cache() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ssebench"
+
+
+class Settings(BaseSettings):
+    """Every knob of the harness. Each field `x` is read from `SSEBENCH_X`."""
+
+    model_config = SettingsConfigDict(env_prefix="SSEBENCH_", extra="ignore", frozen=True)
+
+    # Image names are `<prefix>/<name>`; upstream Dockerfiles name their base
+    # as `${SSEBENCH_REGISTRY}/base-generic-<lang>`, and get this prefix.
+    prefix: str = "ssebench"
+    os_image: str = "debian:bookworm-slim"
+    debian_suite: str = "bookworm"
+    debian_mirror: str = "http://deb.debian.org/debian"
+    base_version: str = "1.0.0"
+    cache_dir: Path = _default_cache()
+    images_dir: Path = PROJECT_ROOT / "images"
+    agents_dir: Path = PROJECT_ROOT / "agents"
+
+    @field_validator("prefix")
+    @classmethod
+    def _prefix(cls, value: str) -> str:
+        value = value.rstrip("/")
+        if not value or value != value.lower():
+            raise ValueError("must be a non-empty, lower-case image name prefix such as 'ssebench'")
+        return value
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The settings of this process; a bad value names its variable."""
+    try:
+        return Settings()
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        name = "SSEBENCH_" + str(first["loc"][0]).upper()
+        raise SSEBenchError(f"{name}: {str(first['msg']).removeprefix('Value error, ')}") from None

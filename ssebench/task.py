@@ -1,0 +1,289 @@
+"""A task: one disclosed bug, its upstream fix and how to check a patch.
+
+A task folder is in the upstream SSEBench format (`Dockerfile` plus `sse/`),
+so upstream folders load unchanged. `config.yaml` is validated by pydantic
+models that reject unknown keys; every problem becomes a one-line
+`ConfigError` naming the file, the field and what is wrong.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator, Field, field_validator, model_validator
+
+from ssebench.errors import ConfigError, ConfigErrors
+from ssebench.schema import Strict, read_yaml, validate
+
+TASK_ID_PATTERN = re.compile(r"^[A-Za-z0-9]+(?:(?:[._]|__|-+)[A-Za-z0-9]+)*$")
+TASK_ID_MAX = 128
+
+# Where the files named in config.yaml (paths inside /ssebench) live in the
+# task folder. Scripts are the one directory the upstream layout flattens.
+_SCRIPT_DIR = "scripts"
+
+
+def _is_none(value: Any) -> bool:
+    return value is None or (isinstance(value, str) and value.strip().lower() in ("", "none"))
+
+
+def _relative_path(value: Any) -> str | None:
+    """A path inside /ssebench: relative, normalised, never leaving the folder."""
+    if _is_none(value):
+        return None
+    if not isinstance(value, str):
+        raise ValueError(f"must be a path (a string), not {type(value).__name__}")
+    path = PurePosixPath(value.strip())
+    if path.is_absolute():
+        raise ValueError(f"'{value}' is absolute; give it relative to /ssebench, e.g. scripts/build.sh")
+    if ".." in path.parts:
+        raise ValueError(f"'{value}' leaves /ssebench ('..' is not allowed)")
+    return str(path)
+
+
+def _as_list(value: Any) -> list[Any]:
+    """A list field: missing or 'none' is empty, one string is a list of one."""
+    if _is_none(value):
+        return []
+    if isinstance(value, str):
+        return [value]
+    if not isinstance(value, list):
+        raise ValueError("must be a list")
+    return [item for item in value if not _is_none(item)]
+
+
+def _required_path(value: Any) -> str:
+    path = _relative_path(value)
+    if path is None:
+        raise ValueError("must not be empty")
+    return path
+
+
+# A path relative to /ssebench, checked one list item at a time so an error
+# names its index (files.poc[1]).
+RelPath = Annotated[str, BeforeValidator(_required_path)]
+
+
+class TaskDescription(Strict):
+    """What the agent is told. At least one field must be non-empty."""
+
+    issue: str | None = None
+    crash_report: list[RelPath] = Field(default_factory=list)
+    bug_description: str | None = None
+
+    @field_validator("issue", "bug_description", mode="before")
+    @classmethod
+    def _text(cls, value: Any) -> str | None:
+        if _is_none(value):
+            return None
+        if not isinstance(value, str):
+            raise ValueError("must be text")
+        return value
+
+    @field_validator("crash_report", mode="before")
+    @classmethod
+    def _reports(cls, value: Any) -> list[Any]:
+        return _as_list(value)
+
+    @model_validator(mode="after")
+    def _not_empty(self) -> TaskDescription:
+        if not (self.issue or self.crash_report or self.bug_description):
+            raise ValueError("give at least one of issue, crash_report, bug_description ('none' counts as empty)")
+        return self
+
+
+class Scripts(Strict):
+    build: str | None = None
+    run: str | None = None
+    test: str | None = None
+
+    @field_validator("build", "run", "test", mode="before")
+    @classmethod
+    def _path(cls, value: Any) -> str | None:
+        return _relative_path(value)
+
+
+class Files(Strict):
+    patch: str | None = None
+    poc: list[RelPath] = Field(default_factory=list)
+    future_test: str | None = None
+    # Legacy keys of older upstream tasks: accepted, ignored.
+    security_test: Any = None
+    intent_test: Any = None
+
+    @field_validator("patch", "future_test", mode="before")
+    @classmethod
+    def _path(cls, value: Any) -> str | None:
+        return _relative_path(value)
+
+    @field_validator("poc", mode="before")
+    @classmethod
+    def _pocs(cls, value: Any) -> list[Any]:
+        return _as_list(value)
+
+
+class TaskConfig(Strict):
+    """`sse/config.yaml`, the upstream SSEBench schema."""
+
+    id: str
+    project: str
+    repository: str
+    language: Literal["c", "go", "rust"]
+    source: str
+    task_description: TaskDescription
+    scripts: Scripts
+    files: Files
+    sanitizer: str | None = None
+    type: str | None = None
+    binary: str | None = None
+    trigger_commit: str | None = None
+    patch_commit: str | None = None
+    reference: list[str] = Field(default_factory=list)
+    originality: Literal["public", "crafted"] | None = None
+
+    @field_validator("id")
+    @classmethod
+    def _id(cls, value: str) -> str:
+        check_task_id(value)
+        return value
+
+    @field_validator("project")
+    @classmethod
+    def _project(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must not be empty")
+        return value
+
+    @field_validator("repository")
+    @classmethod
+    def _repository(cls, value: str) -> str:
+        if not value.startswith("https://"):
+            raise ValueError(f"'{value}' must be an https:// URL")
+        return value.strip()
+
+    @field_validator("source")
+    @classmethod
+    def _source(cls, value: str) -> str:
+        path = PurePosixPath(value.strip())
+        if not path.is_absolute() or len(path.parts) < 2 or ".." in path.parts:
+            raise ValueError(f"'{value}' must be the absolute path of the source tree in the image, e.g. /src/gjson")
+        return str(path)
+
+    @field_validator("sanitizer", "type", "binary", "trigger_commit", "patch_commit", "originality", mode="before")
+    @classmethod
+    def _optional_text(cls, value: Any) -> Any:
+        return None if _is_none(value) else value
+
+    @field_validator("reference", mode="before")
+    @classmethod
+    def _urls(cls, value: Any) -> list[str]:
+        value = _as_list(value)
+        if not all(isinstance(v, str) for v in value):
+            raise ValueError("must be a list of URLs")
+        return [v.strip() for v in value]
+
+
+def check_task_id(value: str) -> None:
+    """Raise ValueError unless `value` is a valid task id."""
+    if len(value) > TASK_ID_MAX:
+        raise ValueError(f"'{value[:40]}…' is longer than {TASK_ID_MAX} characters")
+    if not TASK_ID_PATTERN.match(value):
+        raise ValueError(
+            f"'{value}' is not a valid task id: use letters and digits separated by '.', '_', '__' or '-'"
+        )
+
+
+def task_file(task_dir: Path, inside: str) -> Path:
+    """Where a path inside /ssebench comes from in the task folder.
+
+    `scripts/build.sh` is `sse/build.sh`; everything else keeps its path
+    under `sse/` (`pocs/x` is `sse/pocs/x`).
+    """
+    parts = PurePosixPath(inside).parts
+    if len(parts) == 2 and parts[0] == _SCRIPT_DIR:
+        return task_dir / "sse" / parts[1]
+    return task_dir / "sse" / inside
+
+
+@dataclass(frozen=True)
+class Task:
+    """A loaded task folder."""
+
+    path: Path
+    config: TaskConfig
+    dataset: str
+
+    @property
+    def id(self) -> str:
+        return self.config.id
+
+    @property
+    def language(self) -> str:
+        return self.config.language
+
+    @property
+    def config_path(self) -> Path:
+        return self.path / "sse" / "config.yaml"
+
+    @property
+    def dockerfile(self) -> Path:
+        return self.path / "Dockerfile"
+
+    def checks(self) -> list[str]:
+        """The checks this task supports, in grading order."""
+        scripts, files = self.config.scripts, self.config.files
+        checks = []
+        if scripts.build:
+            checks.append("build")
+        if scripts.run and files.poc:
+            checks.append("poc")
+        if scripts.test:
+            checks.append("function_test")
+            if files.future_test:
+                checks.append("intent_test")
+        return checks
+
+    def referenced_files(self) -> list[tuple[str, str]]:
+        """(field, path inside /ssebench) for every file config.yaml names."""
+        c = self.config
+        refs: list[tuple[str, str | None]] = [
+            ("scripts.build", c.scripts.build),
+            ("scripts.run", c.scripts.run),
+            ("scripts.test", c.scripts.test),
+            ("files.patch", c.files.patch),
+            ("files.future_test", c.files.future_test),
+        ]
+        refs += [(f"files.poc[{i}]", p) for i, p in enumerate(c.files.poc)]
+        refs += [(f"task_description.crash_report[{i}]", p) for i, p in enumerate(c.task_description.crash_report)]
+        return [(field, path) for field, path in refs if path is not None]
+
+
+def load_task(task_dir: Path, dataset: str | None = None, *, check_files: bool = True) -> Task:
+    """Load and validate a task folder.
+
+    Raises ConfigErrors listing every problem: schema errors, an id that
+    differs from the folder name, files the config names that do not exist,
+    a missing Dockerfile.
+    """
+    task_dir = Path(task_dir)
+    config_path = task_dir / "sse" / "config.yaml"
+    config = validate(TaskConfig, config_path, read_yaml(config_path))
+    task = Task(path=task_dir, config=config, dataset=dataset or task_dir.resolve().parent.name)
+    problems: list[ConfigError] = []
+    if config.id != task_dir.name:
+        problems.append(ConfigError(config_path, "id", f"'{config.id}' differs from the folder name '{task_dir.name}'"))
+    if check_files:
+        if not task.dockerfile.is_file():
+            problems.append(ConfigError(task.dockerfile, "", "file not found; every task builds its case image from it"))
+        for field, inside in task.referenced_files():
+            where = task_file(task_dir, inside)
+            if not where.exists():
+                problems.append(
+                    ConfigError(config_path, field, f"'{inside}' does not exist (looked for {where.relative_to(task_dir)})")
+                )
+    if problems:
+        raise ConfigErrors(problems)
+    return task

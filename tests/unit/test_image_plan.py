@@ -1,0 +1,121 @@
+"""The image plan: names, digests and what a change rebuilds. No Docker."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ssebench import image
+from ssebench.agent import load_agent
+from ssebench.settings import Settings
+from ssebench.task import load_task
+from tests.helpers import task_config, write_dataset, write_task
+
+OS_ID = "sha256:" + "0" * 64
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    return Settings(cache_dir=tmp_path / "cache")
+
+
+def _digests(settings: Settings, dataset: Path, agent_name: str | None = "dummy") -> dict[tuple[str, str], str]:
+    agent = load_agent(settings.agents_dir, agent_name) if agent_name else None
+    out = {}
+    for folder in sorted(p for p in dataset.iterdir() if p.is_dir()):
+        for layer in image.plan(settings, load_task(folder), OS_ID, agent):
+            out[(folder.name, layer.kind)] = layer.digest
+    return out
+
+
+def test_layers_parents_first_with_lower_case_names(settings: Settings, tmp_path: Path) -> None:
+    dataset = write_dataset(tmp_path, name="MixedCase", tasks=())
+    write_task(dataset, "RUSTSEC-2019-0009", config=task_config("RUSTSEC-2019-0009", language="rust"))
+    task = load_task(dataset / "RUSTSEC-2019-0009")
+    layers = image.plan(settings, task, OS_ID, load_agent(settings.agents_dir, "dummy"))
+    assert [layer.kind for layer in layers] == ["base", "runtime", "case", "tool", "agent"]
+    assert [layer.image for layer in layers] == [
+        "ssebench/base-rust:1.0.0",
+        "ssebench/runtime-rust:0.1.0",
+        "ssebench/case/mixedcase/rustsec-2019-0009:latest",
+        "ssebench/tool/mixedcase/rustsec-2019-0009:0.1.0",
+        "ssebench/agent-dummy/mixedcase/rustsec-2019-0009:0.1.0",
+    ]
+    tool, agent = layers[3], layers[4]
+    assert tool.buildargs == {"SSEBENCH_CASE": layers[2].image, "SSEBENCH_RUNTIME": layers[1].image}
+    assert agent.buildargs == {"SSEBENCH_TOOL": tool.image}
+    assert layers[2].buildargs == {"SSEBENCH_REGISTRY": "ssebench"}
+    assert tool.labels["ssebench.task"] == "RUSTSEC-2019-0009" and tool.labels["ssebench.hash"] == tool.digest
+
+
+def test_digests_are_stable(settings: Settings, tmp_path: Path) -> None:
+    dataset = write_dataset(tmp_path, tasks=("one", "two"))
+    assert _digests(settings, dataset) == _digests(settings, dataset)
+
+
+def test_changing_one_run_script_changes_only_that_tasks_case_tool_agent(settings: Settings, tmp_path: Path) -> None:
+    dataset = write_dataset(tmp_path, tasks=("one", "two"))
+    before = _digests(settings, dataset)
+    run = dataset / "one" / "sse" / "run.sh"
+    run.write_text(run.read_text() + "# changed\n")
+    after = _digests(settings, dataset)
+    changed = {key for key in before if before[key] != after[key]}
+    assert changed == {("one", "case"), ("one", "tool"), ("one", "agent")}
+
+
+def test_mode_change_alone_changes_the_digest(settings: Settings, tmp_path: Path) -> None:
+    dataset = write_dataset(tmp_path, tasks=("one",))
+    before = _digests(settings, dataset)
+    (dataset / "one" / "sse" / "run.sh").chmod(0o644)
+    assert _digests(settings, dataset)[("one", "case")] != before[("one", "case")]
+
+
+def test_runtime_change_rebuilds_runtime_and_everything_above(settings: Settings, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_runtime, fake_sdk = tmp_path / "runtime", tmp_path / "sdk"
+    for d in (fake_runtime, fake_sdk):
+        d.mkdir()
+        (d / "__init__.py").write_text("")
+    monkeypatch.setattr(image, "RUNTIME_SOURCES", (fake_runtime, fake_sdk))
+    dataset = write_dataset(tmp_path, tasks=("one",))
+    before = _digests(settings, dataset)
+    (fake_sdk / "new.py").write_text("x = 1\n")
+    after = _digests(settings, dataset)
+    assert {k for k in before if before[k] != after[k]} == {("one", k) for k in ("runtime", "tool", "agent")}
+
+
+def test_os_image_change_rebuilds_everything(settings: Settings, tmp_path: Path) -> None:
+    dataset = write_dataset(tmp_path, tasks=("one",))
+    task = load_task(dataset / "one")
+    a = image.plan(settings, task, OS_ID)
+    b = image.plan(settings, task, "sha256:" + "1" * 64)
+    assert all(x.digest != y.digest for x, y in zip(a, b))
+
+
+def test_base_aliases_cover_every_version_the_dockerfile_names(settings: Settings, tmp_path: Path) -> None:
+    dockerfile = "ARG SSEBENCH_REGISTRY=ghcr.io/x\nFROM ${SSEBENCH_REGISTRY}/base-generic-c:0.9.1\n"
+    folder = write_task(tmp_path, "t", config=task_config("t"), dockerfile=dockerfile)
+    base = image.plan(settings, load_task(folder), OS_ID)[0]
+    assert base.aliases == ("ssebench/base-generic-c:0.9.1", "ssebench/base-generic-c:1.0.0")
+
+
+def test_agent_change_rebuilds_only_agent_layers(settings: Settings, tmp_path: Path) -> None:
+    agents = tmp_path / "agents"
+    (agents / "mine").mkdir(parents=True)
+    (agents / "mine" / "agent.yaml").write_text("name: mine\n")
+    (agents / "mine" / "Dockerfile").write_text("ARG SSEBENCH_TOOL\nFROM ${SSEBENCH_TOOL}\n")
+    settings = Settings(cache_dir=tmp_path / "cache", agents_dir=agents)
+    dataset = write_dataset(tmp_path, tasks=("one", "two"))
+    before = _digests(settings, dataset, "mine")
+    (agents / "mine" / "agent.py").write_text("print('hi')\n")
+    after = _digests(settings, dataset, "mine")
+    assert {k for k in before if before[k] != after[k]} == {("one", "agent"), ("two", "agent")}
+
+
+def test_hash_tree_ignores_bytecode_caches(tmp_path: Path) -> None:
+    (tmp_path / "m.py").write_text("x = 1\n")
+    before = image.hash_tree(tmp_path)
+    (tmp_path / "__pycache__").mkdir()
+    (tmp_path / "__pycache__" / "m.cpython-311.pyc").write_bytes(b"junk")
+    assert image.hash_tree(tmp_path) == before
