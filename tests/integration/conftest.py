@@ -1,0 +1,32 @@
+"""Fixtures of the container tests: real images of the demo dataset."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from ssebench.agent import load_agent
+from ssebench.build import build_images
+from ssebench.dataset import load_tasks
+from ssebench.settings import Settings, get_settings
+from ssebench.task import Task
+from tests.helpers import DEMO
+
+
+@pytest.fixture(scope="session")
+def settings() -> Settings:
+    return get_settings()
+
+
+@pytest.fixture(scope="session")
+def demo_tasks() -> list[Task]:
+    return load_tasks(DEMO)
+
+
+@pytest.fixture(scope="session")
+def demo_images(settings: Settings, demo_tasks: list[Task]) -> Iterator[list[Task]]:
+    """Every layer of the demo tasks with the dummy agent, built or reused."""
+    outcome = build_images(settings, demo_tasks, load_agent(settings.agents_dir, "dummy"))
+    assert not outcome.failures, {k: str(v) for k, v in outcome.failures.items()}
+    yield demo_tasks
