@@ -1,0 +1,3 @@
+module example.invalid/kvrec
+
+go 1.19
