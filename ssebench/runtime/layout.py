@@ -18,3 +18,4 @@ HTTP_PORT = 4263
 MCP_PORT = 3000
 RUNTIME_HOME = "/opt/ssebench"
 REFERENCE_PATCH = "/reference/patch.diff"
+CAPTURE_DIR = "/var/lib/ssebench-capture"

@@ -1,0 +1,233 @@
+"""The task container's entrypoint (sandbox mode), as root.
+
+1. results (0755 in its 0700 parent) and archive (model's) prepared;
+2. the daemon started and awaited (SSE_DAEMON_TIMEOUT);
+3. the MCP server started and awaited (SSE_MCP_TIMEOUT);
+4. the agent command (the image's CMD) run as model, in its own session,
+   stdin /dev/null, output to agent.log, killed with its whole process group
+   at TIMEOUT seconds (exit status 124);
+5. POST /admin/agent_exited on the admin socket;
+6. the evaluator, with SSE_DAEMON_SOCKET set to the admin socket;
+7. exit with the agent's status; SSE_KEEP_ALIVE=1 keeps the container up.
+
+Every component logs to its own file in the results directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import IO
+
+from ssebench.runtime import layout
+from ssebench.runtime.mcp_server import LOG_DIR
+from ssebench.runtime.process import User
+from ssebench.runtime.service import write_atomic
+from ssebench.runtime.settings import RuntimeSettings, SettingsError, load_settings
+
+TIMED_OUT = 124
+PYTHON = sys.executable
+# Shared scratch directories: model's alone, so nothing sse-runner runs can
+# leave a file there for the agent to pick up.
+SHARED_TMP = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
+
+
+def say(message: str) -> None:
+    print(f"[ssebench-entrypoint {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def prepare_dirs(settings: RuntimeSettings, model: User) -> None:
+    results = Path(settings.results)
+    results.parent.mkdir(parents=True, exist_ok=True)
+    os.chown(results.parent, 0, 0)
+    os.chmod(results.parent, 0o700)
+    results.mkdir(exist_ok=True)
+    os.chmod(results, 0o755)
+    archive = Path(settings.archive)
+    if archive.is_symlink():
+        archive.unlink()
+    archive.mkdir(parents=True, exist_ok=True)
+    os.chown(archive, model.uid, model.gid)
+    os.chmod(archive, 0o755)
+    for shared in SHARED_TMP:
+        if os.path.isdir(shared) and not os.path.islink(shared):
+            os.chown(shared, 0, model.gid)
+            os.chmod(shared, 0o1770)
+    if not LOG_DIR.is_dir() or LOG_DIR.is_symlink():
+        LOG_DIR.unlink(missing_ok=True)
+        LOG_DIR.mkdir(mode=0o755)
+    os.chown(LOG_DIR, 0, 0)
+    os.chmod(LOG_DIR, 0o755)
+
+
+def start(module: str, log: IO[bytes], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([PYTHON, "-m", module], stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env)
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def wait_for(what: str, ready: object, process: subprocess.Popen[bytes], timeout: float, log: Path) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the {what} exited with status {process.returncode} while starting:\n{_tail(log)}")
+        if ready():  # type: ignore[operator]
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"the {what} did not become ready within {timeout:.0f} s:\n{_tail(log)}")
+
+
+def admin_post(settings: RuntimeSettings, path: str) -> None:
+    from sse.daemon import Daemon
+
+    admin = Daemon(settings.admin_socket)
+    try:
+        admin.post(path, {})
+    finally:
+        admin.close()
+
+
+def daemon_ready(settings: RuntimeSettings) -> bool:
+    if not os.path.exists(settings.agent_socket) or not os.path.exists(settings.admin_socket):
+        return False
+    try:
+        import httpx
+
+        with httpx.Client(transport=httpx.HTTPTransport(uds=settings.admin_socket), timeout=2) as client:
+            return client.get("http://daemon/version").status_code == 200
+    except Exception:
+        return False
+
+
+def mcp_ready() -> bool:
+    try:
+        urllib.request.urlopen("http://127.0.0.1:3000/mcp", timeout=2)
+    except urllib.error.HTTPError:
+        return True  # it answered; a bare GET is not an MCP request
+    except OSError:
+        return False
+    return True
+
+
+def agent_env(settings: RuntimeSettings, model: User) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "SSE_ADMIN_SOCKET"}
+    env.update(
+        HOME=model.home, USER=model.name, LOGNAME=model.name, SHELL="/bin/bash",
+        SSE_DAEMON_SOCKET=settings.agent_socket, SSE_ARCHIVE=settings.archive,
+        SSE_DIFFICULTY=str(settings.difficulty), TIMEOUT=str(int(settings.agent_timeout)),
+        SSE_MCP_URL="http://localhost:3000/mcp",
+    )
+    return env
+
+
+def run_agent(command: list[str], settings: RuntimeSettings, model: User, cwd: str, log: IO[bytes]) -> tuple[int, float, bool]:
+    """(exit status, seconds, timed out)."""
+    started = time.monotonic()
+    try:
+        agent = subprocess.Popen(command, cwd=cwd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                 env=agent_env(settings, model), start_new_session=True,
+                                 **model.popen_kwargs())  # type: ignore[call-overload]
+    except OSError as exc:
+        log.write(f"[ssebench] cannot start the agent command {command}: {exc}\n".encode())
+        return 127, time.monotonic() - started, False
+    try:
+        status = agent.wait(timeout=settings.agent_timeout)
+        return status, time.monotonic() - started, False
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(agent.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        agent.wait()
+        return TIMED_OUT, time.monotonic() - started, True
+
+
+def write_error(settings: RuntimeSettings, message: str) -> None:
+    from ssebench.runtime.evaluator import error_result, runtime_result
+
+    result = {"patch_result": error_result(message), "runtime_result": runtime_result({}, False)}
+    write_atomic(Path(settings.results), "result.json", json.dumps(result, indent=2) + "\n")
+
+
+def main(argv: list[str]) -> int:
+    try:
+        settings = load_settings()
+    except SettingsError as exc:
+        say(f"refusing to start: {exc}")
+        return 2
+    from ssebench.runtime.taskfile import load_taskfile
+
+    model = User.named(layout.MODEL)
+    task = load_taskfile(Path(layout.TASK_DIR) / "config.yaml")
+    prepare_dirs(settings, model)
+    results = Path(settings.results)
+    command = argv or ["true"]
+    children: list[subprocess.Popen[bytes]] = []
+    env = {**os.environ, "SSE_RESULTS": settings.results}
+    try:
+        daemon_log = (results / "daemon.log").open("ab")
+        daemon = start("ssebench.runtime.daemon", daemon_log, env)
+        children.append(daemon)
+        wait_for("daemon", lambda: daemon_ready(settings), daemon, settings.daemon_timeout, results / "daemon.log")
+        say("daemon ready")
+        mcp_log = (results / "mcp.log").open("ab")
+        mcp = start("ssebench.runtime.mcp_server", mcp_log, {**env, "SSE_DAEMON_SOCKET": settings.agent_socket})
+        children.append(mcp)
+        wait_for("MCP server", mcp_ready, mcp, settings.mcp_timeout, results / "mcp.log")
+        say("MCP server ready")
+    except (RuntimeError, OSError) as exc:
+        say(f"infrastructure failure: {exc}")
+        write_error(settings, f"the runtime failed to start: {exc}")
+        for child in children:
+            child.kill()
+        return 1
+
+    say(f"agent: {' '.join(command)} (timeout {settings.agent_timeout:.0f} s, difficulty {settings.difficulty})")
+    with (results / "agent.log").open("ab") as agent_log:
+        status, duration, timed_out = run_agent(command, settings, model, task.source, agent_log)
+    say(f"agent exited with status {status} after {duration:.1f} s" + (" (timed out)" if timed_out else ""))
+
+    try:
+        admin_post(settings, "/admin/agent_exited")
+    except Exception as exc:
+        say(f"agent_exited failed: {exc}")
+    mcp.terminate()
+
+    evaluator_env = {**env, "SSE_DAEMON_SOCKET": settings.admin_socket, "AGENT_DURATION": f"{duration:.3f}",
+                     "AGENT_EXIT_STATUS": str(status), "SSE_METRIC_AGENT_TIMEOUT": "true" if timed_out else "false"}
+    with (results / "evaluator.log").open("ab") as evaluator_log:
+        evaluation = start("ssebench.runtime.evaluator", evaluator_log, evaluator_env)
+        try:
+            evaluation.wait(timeout=settings.grading_timeout + 120)
+        except subprocess.TimeoutExpired:
+            evaluation.kill()
+            write_error(settings, "the evaluator did not exit")
+    say("graded: " + _tail(results / "evaluator.log", 1))
+
+    if settings.keep_alive:
+        say("SSE_KEEP_ALIVE=1: the container stays up (the daemon still answers)")
+        stop = {signal.SIGTERM, signal.SIGINT}
+        signal.pthread_sigmask(signal.SIG_BLOCK, stop)
+        signal.sigwait(stop)
+    daemon.terminate()
+    try:
+        daemon.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        daemon.kill()
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

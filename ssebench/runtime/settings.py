@@ -1,0 +1,90 @@
+"""Run-time settings inside a task container, declared once, read from the environment.
+
+A bad value stops the process at start with the name of the variable.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from ssebench.runtime import layout
+
+DIFFICULTY_NAMES = {
+    0: "FULL_ASSISTANCE",
+    1: "NO_INTENT_TEST",
+    2: "NO_FUTURE_TEST",
+    3: "BUILD_ONLY",
+    4: "NO_BUILD",
+}
+
+# Field name -> environment variable.
+ENV = {
+    "difficulty": "SSE_DIFFICULTY",
+    "results": "SSE_RESULTS",
+    "archive": "SSE_ARCHIVE",
+    "agent_socket": "SSE_DAEMON_SOCKET",
+    "admin_socket": "SSE_ADMIN_SOCKET",
+    "http_port": "SSE_HTTP_PORT",
+    "agent_timeout": "TIMEOUT",
+    "daemon_timeout": "SSE_DAEMON_TIMEOUT",
+    "mcp_timeout": "SSE_MCP_TIMEOUT",
+    "script_timeout": "SSE_SCRIPT_TIMEOUT",
+    "bash_timeout": "SSE_BASH_TIMEOUT",
+    "grading_timeout": "SSE_GRADING_TIMEOUT",
+    "output_cap": "SSE_OUTPUT_CAP",
+    "keep_alive": "SSE_KEEP_ALIVE",
+}
+
+
+class SettingsError(Exception):
+    """A setting's value is invalid; the message names the variable."""
+
+
+class RuntimeSettings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    difficulty: int = Field(2, ge=0, le=4)
+    results: str = layout.RESULTS
+    archive: str = layout.ARCHIVE
+    agent_socket: str = layout.AGENT_SOCKET
+    admin_socket: str = layout.ADMIN_SOCKET
+    http_port: int = Field(layout.HTTP_PORT, ge=1, le=65535)
+    agent_timeout: float = Field(3600.0, gt=0)
+    daemon_timeout: float = Field(300.0, gt=0)
+    mcp_timeout: float = Field(300.0, gt=0)
+    script_timeout: float = Field(1800.0, gt=0)
+    bash_timeout: float = Field(600.0, gt=0)
+    grading_timeout: float = Field(7200.0, gt=0)
+    output_cap: int = Field(256 * 1024, ge=1024)
+    keep_alive: bool = False
+
+    @field_validator("difficulty", mode="before")
+    @classmethod
+    def _difficulty(cls, value: object) -> object:
+        text = str(value).strip()
+        if not text.isdigit() or int(text) not in DIFFICULTY_NAMES:
+            raise ValueError(f"must be one of 0, 1, 2, 3, 4 (got {value!r})")
+        return int(text)
+
+    @property
+    def difficulty_name(self) -> str:
+        return DIFFICULTY_NAMES[self.difficulty]
+
+
+def load_settings(environ: Mapping[str, str] | None = None) -> RuntimeSettings:
+    """Settings from the environment; unset variables take their defaults."""
+    environ = os.environ if environ is None else environ
+    values = {field: environ[var] for field, var in ENV.items() if var in environ}
+    if "difficulty" in values and values["difficulty"] == "":
+        values["difficulty"] = "(empty)"
+    if "keep_alive" in values:
+        values["keep_alive"] = values["keep_alive"].strip().lower() in ("1", "true", "yes")
+    try:
+        return RuntimeSettings.model_validate(values)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        var = ENV.get(str(first["loc"][0]), str(first["loc"][0]))
+        raise SettingsError(f"{var}: {str(first['msg']).removeprefix('Value error, ')}") from None

@@ -1,0 +1,196 @@
+"""The sse SDK against the real daemon app, in-process, through its transport seam."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sse
+import sse.daemon
+from sse.daemon import Daemon, same_version
+from sse.error import SDKError
+from sse.grading import PatchResult, grade
+from sse.helper import ScriptResult
+from sse.metadata import Metadata, TaskDescription, parse_metadata
+from sse.prompt import build_prompt
+from sse.tools import bash, bencher
+
+from ssebench.runtime.bencher import BencherError
+from ssebench.runtime.daemon import ADMIN, AGENT, create_app, listener_app
+from ssebench.runtime.service import TaskService
+from tests.inprocess import InProcessTransport
+from tests.unit.test_daemon import FakeBencher, service  # noqa: F401  (fixture)
+
+
+class ScriptedBencher(FakeBencher):
+    """Answers each check with a chosen exit code."""
+
+    def __init__(self, codes: dict[str, int]) -> None:
+        super().__init__()
+        self.codes = codes
+
+    def _ran(self, name: str, arg: object) -> ScriptResult:
+        self.calls.append((name, arg))
+        if self.codes.get(name) == -999:
+            raise BencherError(500, "git apply failed: patch does not apply")
+        code = self.codes.get(name, 0)
+        return ScriptResult(code=code, stdout=f"{name} out", stderr=f"{name} err" if code else "")
+
+
+@pytest.fixture
+def connect(service: TaskService) -> Iterator[object]:  # noqa: F811
+    opened: list[tuple[Daemon, InProcessTransport]] = []
+
+    def make(kind: str = AGENT, difficulty: int = 2) -> Daemon:
+        transport = InProcessTransport(listener_app(create_app(service, difficulty), kind))
+        daemon = Daemon(transport=transport)
+        opened.append((daemon, transport))
+        sse.daemon._instance = daemon
+        return daemon
+
+    yield make
+    sse.daemon._instance = None
+    for daemon, transport in opened:
+        daemon.close()
+        transport.close()
+
+
+def test_project_fetches_the_task_on_import(connect, service: TaskService) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+    connect(AGENT)
+    sys.modules.pop("sse.project", None)
+    project = importlib.import_module("sse.project")
+    assert project.metadata.id == "t1" and project.source == Path("/src/tiny")
+    assert project.all_poc == [service.task_dir / "pocs/crash.bin"]
+    assert project.capabilities.poc_count == 1
+    assert project.build().is_success()
+    with pytest.raises(SDKError, match="withholds run_poc"):
+        project.run_poc(project.all_poc[0])
+
+
+def test_bash_and_bencher_results(connect) -> None:  # type: ignore[no-untyped-def]
+    connect(AGENT, 0)
+    assert bash.execute("echo hi") == ScriptResult(0, "ran: echo hi", "")
+    assert bencher.function_test().stdout == "function_test ran"
+
+
+@pytest.mark.parametrize("codes, status, message", [
+    ({}, "passed", None),
+    ({"build": 2}, "failed", "Build failed"),
+    ({"run_poc": 1}, "failed", "PoC failed: "),
+    ({"function_test": 1}, "failed", "Function test failed"),
+    ({"intent_test": 1}, "failed", "Intent test failed"),
+    ({"intent_test": -999}, "failed", "Intent test failed"),
+])
+def test_grade_walks_the_checks(connect, service: TaskService, codes: dict[str, int], status: str,  # noqa: F811
+                                message: str | None) -> None:  # type: ignore[no-untyped-def]
+    service.bencher = ScriptedBencher(codes)
+    connect(ADMIN)
+    result = grade()
+    assert result.status() == status
+    assert (result.error_msg or "").startswith(message or "")
+    if codes.get("build"):
+        assert result.pov_total is None and result.func_test_success is None  # nothing ran after the build
+    else:
+        assert result.pov_total == 1 and result.func_test_success is (codes.get("function_test", 0) == 0)
+
+
+def test_grade_is_refused_on_the_agent_socket(connect) -> None:  # type: ignore[no-untyped-def]
+    connect(AGENT)
+    with pytest.raises(SDKError, match="admin socket only"):
+        grade()
+
+
+def test_patch_result_rules() -> None:
+    assert PatchResult().status() == "error" and not PatchResult().checks_ran()
+    result = PatchResult(build_success=True, pov_passed=1, pov_total=1)
+    assert result.status() == "passed" and result.is_fully_successful()
+    result.mark_failure("first", "log1")
+    result.mark_failure("second", "log2")
+    assert (result.error_msg, result.error_log, result.status()) == ("first", "log1", "failed")
+    assert PatchResult(build_success=True, pov_passed=0, pov_total=2).status() == "failed"
+
+
+def test_patch_apply_failure_is_failed_not_error() -> None:
+    result = PatchResult()
+    result.mark_failure("Patch apply failed", "does not apply")
+    assert result.status() == "failed"
+
+
+def test_versions() -> None:
+    assert same_version("1.0.0rc1", "1.0.0-rc.1")
+    assert same_version("1.2.0", "1.2.0")
+    assert not same_version("1.1.0", "1.2.0")
+    assert not same_version("1.1.0", None)
+
+
+def test_version_mismatch_warns(connect, service: TaskService, caplog: pytest.LogCaptureFixture) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+    service.version = "9.9.9"
+    with caplog.at_level(logging.WARNING, logger="sse"):
+        connect(AGENT)
+    assert f"SDK version ({sse.__version__}) does not match daemon version (9.9.9)" in caplog.text
+
+
+def test_no_daemon_configured(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SSE_DAEMON_SOCKET", raising=False)
+    monkeypatch.delenv("SSE_AGENT_DOCKER", raising=False)
+    with pytest.raises(Exception, match="SSE_DAEMON_SOCKET"):
+        Daemon()
+
+
+def test_daemon_not_answering(tmp_path: Path) -> None:
+    with pytest.raises(RuntimeError, match="does not answer"):
+        Daemon(str(tmp_path / "no.sock"))
+
+
+def test_reference_patch_only_through_the_admin_socket(connect, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    from sse import reference
+    from tests.unit.test_daemon import PATCH
+
+    admin = connect(ADMIN)
+    monkeypatch.setattr(reference, "Daemon", lambda socket: admin)
+    assert reference.get_reference_patch() == PATCH
+    agent = connect(AGENT)
+    monkeypatch.setattr(reference, "Daemon", lambda socket: agent)
+    with pytest.raises(SDKError):
+        reference.get_reference_patch()
+
+
+def test_old_name_warns(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sse import cheating
+
+    monkeypatch.setattr(cheating, "get_reference_patch", lambda: "diff")
+    with pytest.warns(DeprecationWarning, match="get_reference_patch"):
+        assert cheating.get_ground_truth() == "diff"
+
+
+def _metadata(**description: object) -> Metadata:
+    return Metadata(id="t", project="tlvkit", language="c", source=Path("/src/tlvkit"),
+                    task_description=TaskDescription(**{"issue": None, "crash_report": None,  # type: ignore[arg-type]
+                                                        "bug_description": None, **description}),
+                    poc=[Path("/ssebench/pocs/x")], build_script="make", test_script=None)
+
+
+def test_prompt_is_deterministic_and_skips_empty_fields() -> None:
+    meta = _metadata(bug_description="overflow in tlv_parse", issue="none", crash_report=["ASan report", ""])
+    text = build_prompt(meta)
+    assert text == build_prompt(meta)
+    assert text.startswith("# Task: tlvkit (C)")
+    assert "## Bug description\n\noverflow in tlv_parse" in text and "## Report 1\n\nASan report" in text
+    assert "## Issue" not in text and "## Report 2" not in text and "## Test script" not in text
+    assert "/src/tlvkit" in text and "```sh\nmake\n```" in text
+    assert "/ssebench/pocs" not in text
+
+
+def test_parse_metadata_round_trip(service: TaskService) -> None:  # noqa: F811
+    meta = parse_metadata(service.project())
+    assert meta.task_description.crash_report == ["It crashes on long input.\n"]
+    assert meta.build_script == "make\n"
+
+
+def test_import_sse_contacts_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert {"ai", "grading", "reference", "tools"} <= set(sse.__all__)
+    assert "sse.project" not in sse.__all__
