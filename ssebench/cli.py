@@ -109,6 +109,56 @@ def cmd_images_bootstrap(args: argparse.Namespace) -> int:
     return 0
 
 
+def _find_task(spec: str, search: Path) -> Path:
+    from ssebench.dataset import load_tasks
+
+    path = Path(spec)
+    if path.exists():
+        return path
+    matches = [t.path for t in load_tasks(search, check_files=False) if t.id.lower() == spec.lower()]
+    if not matches:
+        raise ConfigError(search, "", f"--task {spec}: no task folder at that path and no task with that id here")
+    if len(matches) > 1:
+        raise ConfigError(search, "", f"--task {spec}: several datasets have it ({', '.join(map(str, matches))}); give the path")
+    return matches[0]
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from ssebench.agent import load_agent
+    from ssebench.backend import DockerBackend
+    from ssebench.reaper import Session, reap_orphans, reap_session
+    from ssebench.run import RunConfig, execute
+    from ssebench.settings import get_settings
+    from ssebench.task import load_task
+
+    settings = get_settings()
+    task = load_task(_find_task(args.task, args.datasets))
+    agent = load_agent(settings.agents_dir, args.agent)
+    if agent.needs_model and not args.model:
+        print(f"error: --model: agent {agent.name} needs a model", file=sys.stderr)
+        return 2
+    model = args.model if agent.needs_model else "none"
+    config = RunConfig(task=task, agent=agent, model=model, difficulty=args.difficulty, timeout=args.timeout,
+                       egress=args.egress, keep_container=args.keep_container)
+    session = Session.new()
+    reap_orphans()
+    try:
+        record = execute(config, settings, DockerBackend(), session, args.results.resolve())
+    finally:
+        if not args.keep_container:
+            reap_session(session.id)
+    grade = record.patch_result
+    if record.infra_error:
+        print(f"grade: error ({record.infra_error})")
+    else:
+        detail = f" ({grade.get('error_msg')})" if grade.get("error_msg") else ""
+        print(f"grade: {record.grade}{detail}")
+    print(f"run directory: {record.run_dir}")
+    if args.require_pass:
+        return 0 if record.grade == "passed" else 1
+    return 0 if record.infra_error is None else 1
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     from ssebench.doctor import run_checks
 
@@ -166,6 +216,23 @@ def parser() -> argparse.ArgumentParser:
     )
     boot.add_argument("--force", action="store_true", help="bootstrap again even if the image is present")
     boot.set_defaults(func=cmd_images_bootstrap)
+
+    run = sub.add_parser(
+        "run", help="one run outside pytest",
+        description="Run one agent on one task through the same code as the pytest plugin; print the grade "
+        "and the run directory.",
+    )
+    run.add_argument("--task", required=True, metavar="PATH|ID", help="a task folder, or a task id under --datasets")
+    run.add_argument("--agent", required=True, metavar="NAME", help="an agent under agents/")
+    run.add_argument("--model", metavar="NAME", help="the model, for agents that need one")
+    run.add_argument("--difficulty", type=int, default=2, choices=range(5), metavar="0-4", help="default 2")
+    run.add_argument("--timeout", type=float, default=3600.0, metavar="SECONDS", help="the agent's time limit")
+    run.add_argument("--egress", choices=("restricted", "open"), default="restricted")
+    run.add_argument("--results", type=Path, default=Path("results"), metavar="DIR", help="default ./results")
+    run.add_argument("--datasets", type=Path, default=DEFAULT_PATH, metavar="DIR", help="where to look up a task id")
+    run.add_argument("--keep-container", action="store_true", help="leave the container in place afterwards")
+    run.add_argument("--require-pass", action="store_true", help="exit 1 unless the grade is passed")
+    run.set_defaults(func=cmd_run)
 
     doctor = sub.add_parser("doctor", help="check this machine",
                             description="Check Docker, disk, the OS and base images and debootstrap; "

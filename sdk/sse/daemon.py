@@ -68,6 +68,8 @@ class Daemon:
         else:
             socket = socket or os.environ.get("SSE_DAEMON_SOCKET")
             if socket:
+                if not os.path.exists(socket):
+                    raise RuntimeError(f"the daemon does not answer: there is no socket at {socket}")
                 transport = httpx.HTTPTransport(uds=socket)
                 base_url = "http://daemon"
             elif tcp := os.environ.get("SSE_AGENT_DOCKER"):

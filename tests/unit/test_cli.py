@@ -11,7 +11,8 @@ import yaml
 from ssebench.cli import main
 from tests.helpers import DEMO, write_dataset
 
-COMMANDS = [["tasks", "list"], ["dataset", "validate"], ["images", "build"], ["images", "bootstrap"], ["doctor"]]
+COMMANDS = [["tasks", "list"], ["dataset", "validate"], ["images", "build"], ["images", "bootstrap"], ["run"],
+            ["doctor"]]
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=" ".join)

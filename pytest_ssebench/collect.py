@@ -1,0 +1,149 @@
+"""Task folders collected as nodes, and one item per run.
+
+    datasets/demo/c-demo::reference[none-d2-sandbox]
+
+A run's heavy work happens in the item's setup, so an infrastructure
+failure (image build, Docker, the whole run timing out) is an *error*; the
+call phase only reads the grade, so a failed grade is a *failure*.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from ssebench.errors import ConfigError, ConfigErrors
+from ssebench.result import read_safely
+from ssebench.run import RunConfig, RunRecord
+from ssebench.task import Task, load_task
+
+if TYPE_CHECKING:
+    from pytest_ssebench.session import SSEBenchSession
+
+RECORD = pytest.StashKey[RunRecord]()
+CONFIG = pytest.StashKey[RunConfig]()
+
+# What error_msg says first -> a sentence about it.
+_SENTENCES = [
+    ("Patch apply failed", "The agent's patch does not apply to the original tree."),
+    ("Build failed", "The build failed with the agent's patch."),
+    ("PoC failed: ", "A proof of concept still reproduces: {rest}."),
+    ("Function test failed", "The project's own tests fail with the agent's patch."),
+    ("Intent test failed", "The hidden upstream tests of the fix fail with the agent's patch."),
+]
+LOG_LINES = 40
+
+
+def dataset_marker(name: str) -> str:
+    return "dataset_" + re.sub(r"\W", "_", name.lower())
+
+
+class GradeFailed(Exception):
+    """The run was graded `failed`."""
+
+    def __init__(self, record: RunRecord) -> None:
+        super().__init__(record.patch_result.get("error_msg") or "failed")
+        self.record = record
+
+
+def _mark(value: Any) -> str:
+    return {True: "passed", False: "FAILED", None: "not run"}.get(value, str(value))
+
+
+def grade_line(grade: dict[str, Any]) -> str:
+    pocs = "not run" if grade.get("pov_total") is None else f"{grade.get('pov_passed')}/{grade.get('pov_total')} fixed"
+    return (f"build {_mark(grade.get('build_success'))}; PoCs {pocs}; function test "
+            f"{_mark(grade.get('func_test_success'))}; intent test {_mark(grade.get('intent_test_success'))}")
+
+
+def failure_text(record: RunRecord) -> str:
+    """A sentence naming the first failed check, the checks, then the tail of its log."""
+    grade = record.patch_result
+    message = str(grade.get("error_msg") or "The run was graded failed.")
+    sentence = message
+    for prefix, template in _SENTENCES:
+        if message.startswith(prefix):
+            sentence = template.format(rest=message[len(prefix):])
+            break
+    log = str(grade.get("error_log") or "").rstrip().splitlines()[-LOG_LINES:]
+    lines = [sentence, f"Checks: {grade_line(grade)}.", f"Run directory: {record.run_dir}"]
+    if log:
+        lines += ["", f"Last {len(log)} lines of its log:", *log]
+    return "\n".join(lines)
+
+
+def error_text(record: RunRecord) -> str:
+    lines = [f"Infrastructure error, not a grade: {record.infra_error}", f"Run directory: {record.run_dir}"]
+    tail = read_safely(record.run_dir, "container.log", limit=8 * 1024)
+    if tail:
+        lines += ["", "Last lines of the container's log:", *tail.rstrip().splitlines()[-LOG_LINES:]]
+    return "\n".join(lines)
+
+
+class RunItem(pytest.Item):
+    """One run: task x agent x model x difficulty x mode."""
+
+    def __init__(self, *, run: RunConfig, plugin: SSEBenchSession, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.stash[CONFIG] = run
+        self.session_plugin = plugin
+        task = run.task
+        for marker in (task.language, run.mode, "ssebench", dataset_marker(task.dataset)):
+            self.add_marker(marker)
+
+    @property
+    def run(self) -> RunConfig:
+        return self.stash[CONFIG]
+
+    def setup(self) -> None:
+        record = self.session_plugin.execute(self)
+        self.stash[RECORD] = record
+        if record.infra_error is not None:
+            pytest.fail(error_text(record), pytrace=False)
+
+    def runtest(self) -> None:
+        record = self.stash[RECORD]
+        if record.grade != "passed":
+            raise GradeFailed(record)
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
+        if isinstance(excinfo.value, GradeFailed):
+            return failure_text(excinfo.value.record)
+        return str(super().repr_failure(excinfo, style))
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        return self.run.task.config_path, None, f"{self.run.task.id}::{self.name}"
+
+
+class TaskDirectory(pytest.Directory):
+    """A task folder: its runs are its children; nothing inside it is collected as tests."""
+
+    def __init__(self, *, session_plugin: SSEBenchSession, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.session_plugin = session_plugin
+
+    def _task(self) -> Task:
+        try:
+            return load_task(self.path, self.path.resolve().parent.name)
+        except ConfigErrors as exc:
+            raise self.CollectError("\n".join(str(e) for e in exc.errors)) from None
+        except ConfigError as exc:
+            raise self.CollectError(str(exc)) from None
+
+    def collect(self) -> Iterator[pytest.Item]:
+        task = self._task()
+        for run in self.session_plugin.runs_of(task):
+            name = f"{run.agent.name}[{run.model}-d{run.difficulty}-{run.mode}]"
+            yield RunItem.from_parent(self, name=name, run=run, plugin=self.session_plugin)
+
+    class CollectError(Exception):
+        pass
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException]) -> Any:  # type: ignore[override]
+        if isinstance(excinfo.value, self.CollectError):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo)

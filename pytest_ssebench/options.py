@@ -1,0 +1,111 @@
+"""The plugin's options: declared once, validated once, with usage errors that name the option."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from ssebench.run import EGRESS
+
+DIFFICULTIES = range(0, 5)
+
+
+def add_options(parser: pytest.Parser) -> None:
+    group = parser.getgroup("ssebench", "SSEBench runs (every run is a test item)")
+    group.addoption("--agent", action="append", default=[], metavar="NAME",
+                    help="agent to run on each collected task; repeatable (ini: ssebench_agents)")
+    group.addoption("--model", action="append", default=[], metavar="NAME",
+                    help="model for the agents that need one; repeatable. dummy and reference record 'none'")
+    group.addoption("--difficulty", default=None, metavar="LEVELS",
+                    help="comma-separated levels 0-4 (default 2; ini: ssebench_difficulty)")
+    group.addoption("--mode", default=None, metavar="MODES", help="comma-separated modes: sandbox (default)")
+    group.addoption("--timeout", dest="ssebench_timeout", default=None, metavar="SECONDS", type=float,
+                    help="the agent's time limit per run (default 3600; env SSEBENCH_TIMEOUT)")
+    group.addoption("--egress", default=None, choices=EGRESS,
+                    help="restricted (default): an internal network with no route out; open: a normal bridge")
+    group.addoption("--results", default=None, metavar="DIR",
+                    help="where run directories go (default results/; env SSEBENCH_RESULTS)")
+    group.addoption("--retries", default=None, metavar="N", type=int,
+                    help="retry a run N times after an infrastructure error (never after a failed grade)")
+    group.addoption("--keep-containers", action="store_true", default=False,
+                    help="leave each run's container in place after it ends (for debugging)")
+    group.addoption("--rebuild", action="store_true", default=False,
+                    help="rebuild every image of the collected tasks before running, ignoring Docker's cache")
+    parser.addini("ssebench_agents", "default --agent values", type="args", default=[])
+    parser.addini("ssebench_models", "default --model values", type="args", default=[])
+    parser.addini("ssebench_difficulty", "default --difficulty", default="2")
+    parser.addini("ssebench_results", "default --results", default="results")
+    parser.addini("ssebench_retries", "default --retries", default="0")
+
+
+@dataclass(frozen=True)
+class Options:
+    agents: tuple[str, ...]
+    models: tuple[str, ...]
+    difficulties: tuple[int, ...]
+    modes: tuple[str, ...]
+    timeout: float
+    egress: str
+    results: Path
+    retries: int
+    keep_containers: bool
+    rebuild: bool
+
+
+def _csv(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def parse_options(config: pytest.Config) -> Options:
+    """Read and check every option; a bad value raises pytest.UsageError naming it."""
+    opt = config.option
+    agents = tuple(opt.agent or config.getini("ssebench_agents"))
+    models = tuple(opt.model or config.getini("ssebench_models"))
+
+    raw = opt.difficulty or os.environ.get("SSEBENCH_DIFFICULTY") or config.getini("ssebench_difficulty")
+    try:
+        levels = tuple(dict.fromkeys(int(x) for x in _csv(str(raw))))
+    except ValueError:
+        levels = ()
+    if not levels or any(level not in DIFFICULTIES for level in levels):
+        raise pytest.UsageError(f"--difficulty {raw!r}: give levels 0-4 separated by commas, e.g. --difficulty 0,2,4")
+
+    modes = tuple(dict.fromkeys(_csv(opt.mode or "sandbox")))
+    for mode in modes:
+        if mode == "sidecar":
+            raise pytest.UsageError("--mode sidecar: sidecar mode is not available yet; use --mode sandbox")
+        if mode != "sandbox":
+            raise pytest.UsageError(f"--mode {mode!r}: the accepted mode is sandbox")
+
+    timeout_raw = opt.ssebench_timeout if opt.ssebench_timeout is not None else os.environ.get("SSEBENCH_TIMEOUT", 3600)
+    try:
+        timeout = float(timeout_raw)
+    except ValueError:
+        timeout = -1
+    if timeout <= 0:
+        raise pytest.UsageError(f"--timeout {timeout_raw!r}: give the agent's time limit in seconds, e.g. --timeout 1800")
+
+    egress = opt.egress or os.environ.get("SSEBENCH_EGRESS") or "restricted"
+    if egress not in EGRESS:
+        raise pytest.UsageError(f"SSEBENCH_EGRESS {egress!r}: use restricted or open")
+
+    retries_raw = opt.retries if opt.retries is not None else os.environ.get("SSEBENCH_RETRIES") or config.getini("ssebench_retries")
+    try:
+        retries = int(retries_raw)
+    except ValueError:
+        retries = -1
+    if retries < 0:
+        raise pytest.UsageError(f"--retries {retries_raw!r}: give a whole number of retries, e.g. --retries 1")
+
+    results = Path(opt.results or os.environ.get("SSEBENCH_RESULTS") or config.getini("ssebench_results"))
+    if not results.is_absolute():
+        results = config.invocation_params.dir / results
+    if results.exists() and not results.is_dir():
+        raise pytest.UsageError(f"--results {results}: not a directory")
+
+    return Options(agents=agents, models=models, difficulties=levels, modes=modes, timeout=timeout,
+                   egress=egress, results=results, retries=retries, keep_containers=bool(opt.keep_containers),
+                   rebuild=bool(opt.rebuild))

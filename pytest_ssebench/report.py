@@ -1,0 +1,132 @@
+"""What a run adds to pytest's reports: junit-xml properties, pytest-html extras, the score table."""
+
+from __future__ import annotations
+
+import html
+import json
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ssebench.result import read_safely
+from ssebench.run import RunRecord
+
+PREFIX = "ssebench."
+PATCH_FIELDS = ("status", "build_success", "pov_passed", "pov_total", "func_test_success",
+                "intent_test_success", "error_msg")
+RUNTIME_FIELDS = ("agent_duration", "agent_timeout", "evaluator_timeout", "agent_exit_code")
+
+
+def properties(record: RunRecord) -> list[tuple[str, object]]:
+    """result.json's fields (and the run's identity) as junit-xml properties."""
+    config = record.config
+    props: list[tuple[str, object]] = [
+        ("task", config.task.id), ("agent", config.agent.name), ("model", config.model),
+        ("difficulty", config.difficulty), ("mode", config.mode), ("run_id", record.run_id),
+        ("run_dir", str(record.run_dir)), ("grade", record.grade),
+    ]
+    grade = record.patch_result
+    runtime = (record.result or {}).get("runtime_result") or {}
+    props += [(name, grade.get(name)) for name in PATCH_FIELDS]
+    props += [(name, runtime.get(name)) for name in RUNTIME_FIELDS]
+    if record.infra_error:
+        props.append(("infra_error", record.infra_error))
+    return [(PREFIX + key, "" if value is None else value) for key, value in props]
+
+
+def _cell(value: Any) -> str:
+    return {True: "✔ passed", False: "✘ failed", None: "— not run"}.get(value, html.escape(str(value)))
+
+
+def grade_card(record: RunRecord) -> str:
+    grade = record.patch_result
+    colour = {"passed": "#1a7f37", "failed": "#cf222e"}.get(record.grade, "#9a6700")
+    pocs = "— not run" if grade.get("pov_total") is None else f"{grade['pov_passed']} / {grade['pov_total']} fixed"
+    rows = [("grade", f'<b style="color:{colour}">{html.escape(record.grade)}</b>'),
+            ("build", _cell(grade.get("build_success"))), ("PoCs", html.escape(pocs)),
+            ("function test", _cell(grade.get("func_test_success"))),
+            ("intent test", _cell(grade.get("intent_test_success"))),
+            ("first failure", html.escape(str(grade.get("error_msg") or record.infra_error or "—"))),
+            ("agent time", f"{record.durations.get('agent', 0):.1f} s"),
+            ("run", html.escape(str(record.run_dir)))]
+    body = "".join(f"<tr><th style='text-align:left;padding-right:1em'>{k}</th><td>{v}</td></tr>" for k, v in rows)
+    return f"<div><table>{body}</table></div>"
+
+
+def html_extras(record: RunRecord) -> list[dict[str, Any]]:
+    """pytest-html extras, read from the run directory without following any link."""
+    from pytest_html import extras
+
+    items = [extras.html(grade_card(record))]
+    for relative, name in (("final.patch", "final.patch"), ("archive/dialog.jsonl", "dialog.jsonl"),
+                           ("evaluator.log", "evaluator.log"), ("agent.log", "agent.log")):
+        text = read_safely(record.run_dir, relative)
+        if text:
+            items.append(extras.text(text, name=name))
+    return items
+
+
+@dataclass
+class Tally:
+    runs: int = 0
+    outcomes: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    checks: dict[str, list[bool]] = field(default_factory=lambda: defaultdict(list))
+    agent_times: list[float] = field(default_factory=list)
+
+    def add(self, outcome: str, props: dict[str, Any]) -> None:
+        self.runs += 1
+        self.outcomes[outcome] += 1
+        for check, key in (("build", "build_success"), ("function", "func_test_success"),
+                           ("intent", "intent_test_success")):
+            value = props.get(PREFIX + key)
+            if isinstance(value, bool):
+                self.checks[check].append(value)
+        total, passed = props.get(PREFIX + "pov_total"), props.get(PREFIX + "pov_passed")
+        if isinstance(total, int) and isinstance(passed, int) and total:
+            self.checks["poc"].append(passed == total)
+        duration = props.get(PREFIX + "agent_duration")
+        if isinstance(duration, int | float):
+            self.agent_times.append(float(duration))
+
+    def rate(self, check: str) -> str:
+        values = self.checks.get(check) or []
+        return f"{100 * sum(values) / len(values):.0f}%" if values else "-"
+
+
+class ScoreTable:
+    """Outcomes per agent x model x difficulty, fed from reports (works under xdist)."""
+
+    def __init__(self) -> None:
+        self.rows: dict[tuple[str, str, int], Tally] = defaultdict(Tally)
+        self.seen: set[str] = set()
+
+    def add(self, nodeid: str, outcome: str, user_properties: list[tuple[str, object]]) -> None:
+        if nodeid in self.seen:
+            return
+        props = dict(user_properties)
+        if PREFIX + "agent" not in props:
+            return
+        self.seen.add(nodeid)
+        key = (str(props[PREFIX + "agent"]), str(props[PREFIX + "model"]), int(props[PREFIX + "difficulty"]))  # type: ignore[call-overload]
+        self.rows[key].add(outcome, props)
+
+    def lines(self) -> list[str]:
+        header = ("agent", "model", "diff", "runs", "passed", "failed", "error", "build", "PoC", "function",
+                  "intent", "agent time")
+        table = [header]
+        for (agent, model, level), t in sorted(self.rows.items()):
+            mean = f"{sum(t.agent_times) / len(t.agent_times):.1f}s" if t.agent_times else "-"
+            table.append((agent, model, str(level), str(t.runs), str(t.outcomes["passed"]),
+                          str(t.outcomes["failed"]), str(t.outcomes["error"]), t.rate("build"), t.rate("poc"),
+                          t.rate("function"), t.rate("intent"), mean))
+        widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+        return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table]
+
+    def to_json(self) -> str:
+        return json.dumps({f"{a}/{m}/d{d}": {"runs": t.runs, **t.outcomes} for (a, m, d), t in self.rows.items()})
+
+
+def run_dir_of(user_properties: list[tuple[str, object]]) -> Path | None:
+    value = dict(user_properties).get(PREFIX + "run_dir")
+    return Path(str(value)) if value else None

@@ -1,0 +1,187 @@
+"""The SSEBench session: collection of task folders, running items, reporting, cleanup.
+
+Registered by `plugin.py` only when an agent is asked for. Under xdist the
+controller owns the session id (passed to workers), reaps what dead sessions
+left at start and everything of its own session at the end, and prints the
+score table from the reports the workers send.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_ssebench.collect import RECORD, RunItem, TaskDirectory, dataset_marker
+from pytest_ssebench.options import Options, parse_options
+from pytest_ssebench.report import ScoreTable, html_extras, properties
+from ssebench.agent import Agent, load_agent
+from ssebench.errors import ConfigError, ConfigErrors, SSEBenchError
+from ssebench.reaper import Session
+from ssebench.run import RunConfig, RunRecord
+from ssebench.settings import Settings, get_settings
+from ssebench.task import Task
+
+
+def _is_task_dir(path: Path) -> bool:
+    return (path / "sse" / "config.yaml").is_file()
+
+
+class SSEBenchSession:
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.options: Options = parse_options(config)
+        try:
+            self.settings: Settings = get_settings()
+            self.agents: list[Agent] = [load_agent(self.settings.agents_dir, name) for name in self.options.agents]
+        except (ConfigError, SSEBenchError) as exc:
+            raise pytest.UsageError(f"--agent: {exc}") from None
+        except ConfigErrors as exc:
+            raise pytest.UsageError(f"--agent: {exc}") from None
+        needing = [a.name for a in self.agents if a.needs_model]
+        if needing and not self.options.models:
+            raise pytest.UsageError(f"--model: agent {needing[0]} needs a model; give --model NAME (repeatable)")
+        workerinput = getattr(config, "workerinput", None)
+        if workerinput is not None:
+            self.session = Session(id=workerinput["ssebench_session"], controller=int(workerinput["ssebench_controller"]))
+        else:
+            self.session = Session.new()
+        self.is_controller = workerinput is None
+        self.table = ScoreTable()
+        self._backend: Any = None
+        self._registered_markers: set[str] = set()
+        if config.pluginmanager.hasplugin("xdist"):
+            config.pluginmanager.register(_XdistHooks(self), "ssebench-xdist")
+
+    # -- collection ---------------------------------------------------------
+
+    def runs_of(self, task: Task) -> list[RunConfig]:
+        marker = dataset_marker(task.dataset)
+        if marker not in self._registered_markers:
+            self.config.addinivalue_line("markers", f"{marker}: a task of the {task.dataset} dataset")
+            self._registered_markers.add(marker)
+        runs = []
+        for agent in self.agents:
+            for model in (self.options.models if agent.needs_model else ("none",)):
+                for difficulty in self.options.difficulties:
+                    for mode in self.options.modes:
+                        runs.append(RunConfig(task=task, agent=agent, model=model, difficulty=difficulty, mode=mode,
+                                              timeout=self.options.timeout, egress=self.options.egress,
+                                              keep_container=self.options.keep_containers))
+        return runs
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collect_directory(self, path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+        if _is_task_dir(path):
+            return TaskDirectory.from_parent(parent, path=path, session_plugin=self)
+        return None
+
+    # -- running --------------------------------------------------------------
+
+    def backend(self) -> Any:
+        if self._backend is None:
+            chosen = self.config.hook.pytest_ssebench_backend(config=self.config)
+            if chosen is None:
+                from ssebench.backend import DockerBackend
+
+                chosen = DockerBackend()
+            self._backend = chosen
+        return self._backend
+
+    def execute(self, item: RunItem) -> RunRecord:
+        """The run of an item, retried after infrastructure errors only."""
+        from ssebench.run import execute
+
+        run = item.run
+        model_env = self.config.hook.pytest_ssebench_model_env(config=self.config, run=run)
+        if model_env is None and run.model != "none":
+            model_env = {k: os.environ[v] for k, v in (("SSE_BASE_URL", "SSEBENCH_BASE_URL"),
+                                                        ("SSE_API_KEY", "SSEBENCH_API_KEY")) if v in os.environ}
+        attempts = 1 + self.options.retries
+        for attempt in range(attempts):
+            record = execute(run, self.settings, self.backend(), self.session, self.options.results,
+                             model_env=model_env)
+            self.config.hook.pytest_ssebench_run_finished(item=item, record=record)
+            if record.infra_error is None:
+                break
+            if attempt + 1 < attempts:
+                item.warn(pytest.PytestWarning(f"retrying after an infrastructure error: {record.infra_error}"))
+        item.user_properties.extend(properties(record))
+        return record
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+        report = yield
+        if isinstance(item, RunItem) and RECORD in item.stash:
+            final = call.when == "call" or (call.when == "setup" and report.failed)
+            if final and self.config.pluginmanager.hasplugin("html"):
+                report.extras = [*getattr(report, "extras", []), *html_extras(item.stash[RECORD])]
+        return report
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when == "setup" and report.failed:
+            self.table.add(report.nodeid, "error", report.user_properties)
+        elif report.when == "call":
+            self.table.add(report.nodeid, report.outcome, report.user_properties)
+
+    # -- the session's start and end --------------------------------------
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        if not self.is_controller:
+            return
+        from ssebench.reaper import reap_orphans
+
+        try:
+            reap_orphans()
+        except SSEBenchError as exc:
+            self.config.issue_config_time_warning(pytest.PytestWarning(f"ssebench: could not clean up: {exc}"), 2)
+        if self.options.rebuild:
+            self._rebuild()
+
+    def _rebuild(self) -> None:
+        from ssebench.build import build_images
+        from ssebench.dataset import load_tasks
+
+        paths = [Path(a.split("::")[0]) for a in self.config.args] or [Path("datasets")]
+        tasks = [t for p in paths if p.exists() for t in load_tasks(p)]
+        for agent in self.agents:
+            outcome = build_images(self.settings, tasks, agent, force=True)
+            for failure in outcome.failures.values():
+                self.config.issue_config_time_warning(pytest.PytestWarning(str(failure).splitlines()[0]), 2)
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if not self.is_controller or self.options.keep_containers:
+            return
+        from ssebench.reaper import reap_session
+
+        try:
+            reap_session(self.session.id)
+        except SSEBenchError:
+            pass
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if not self.is_controller or not self.table.rows:
+            return
+        terminalreporter.section("SSEBench scores")
+        for line in self.table.lines():
+            terminalreporter.line(line)
+        terminalreporter.line(f"results: {self.options.results}")
+
+    def pytest_report_header(self, config: pytest.Config) -> str:
+        o = self.options
+        return (f"ssebench: agents {','.join(o.agents)}; models {','.join(o.models) or 'none'}; difficulty "
+                f"{','.join(map(str, o.difficulties))}; mode {','.join(o.modes)}; egress {o.egress}; "
+                f"results {o.results}")
+
+
+class _XdistHooks:
+    """Hooks that exist only with pytest-xdist: hand the session id to each worker."""
+
+    def __init__(self, session: SSEBenchSession) -> None:
+        self.session = session
+
+    def pytest_configure_node(self, node: Any) -> None:
+        node.workerinput["ssebench_session"] = self.session.session.id
+        node.workerinput["ssebench_controller"] = str(self.session.session.controller)

@@ -1,0 +1,91 @@
+"""Labels on everything a session starts, and removing what dead sessions left behind.
+
+Every container and network carries:
+
+    ssebench.session     the pytest (or CLI) session that started it
+    ssebench.host        the machine that session runs on
+    ssebench.controller  pid of the session's main process
+    ssebench.owner       pid of the process that started it (an xdist worker, say)
+
+A session removes its own resources when it ends. One that dies without
+ending (kill -9, a crashed worker) leaves them; the next session on the same
+host removes every resource whose controller or owner process is gone.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import uuid
+from dataclasses import dataclass
+
+from ssebench.engine import client, docker_errors
+
+SESSION = "ssebench.session"
+HOST = "ssebench.host"
+CONTROLLER = "ssebench.controller"
+OWNER = "ssebench.owner"
+
+
+@dataclass(frozen=True)
+class Session:
+    id: str
+    controller: int
+
+    @classmethod
+    def new(cls) -> Session:
+        return cls(id=uuid.uuid4().hex[:12], controller=os.getpid())
+
+    def labels(self) -> dict[str, str]:
+        return {SESSION: self.id, HOST: socket.gethostname(), CONTROLLER: str(self.controller),
+                OWNER: str(os.getpid())}
+
+
+def _alive(pid: str | None) -> bool:
+    try:
+        os.kill(int(pid or ""), 0)
+    except ProcessLookupError:
+        return False
+    except (ValueError, PermissionError):
+        return True  # not ours to judge: another user's live process, or no pid label
+    return True
+
+
+def _orphaned(labels: dict[str, str]) -> bool:
+    if labels.get(HOST) != socket.gethostname():
+        return False  # another machine's session; only it knows whether it lives
+    return not _alive(labels.get(CONTROLLER)) or not _alive(labels.get(OWNER))
+
+
+def _remove(session: str | None, only_orphans: bool) -> int:
+    filters = {"label": f"{SESSION}={session}" if session else SESSION}
+    removed = 0
+    with docker_errors("cleaning up ssebench containers and networks"):
+        for container in client().containers.list(all=True, filters=filters):
+            if only_orphans and not _orphaned(container.labels):
+                continue
+            container.remove(force=True, v=True)
+            removed += 1
+        for network in client().networks.list(filters=filters):
+            if only_orphans and not _orphaned(network.attrs.get("Labels") or {}):
+                continue
+            network.reload()
+            for attached in network.containers:
+                network.disconnect(attached, force=True)
+            network.remove()
+            removed += 1
+    return removed
+
+
+def reap_session(session_id: str) -> int:
+    """Remove every container and network of a session; return how many."""
+    return _remove(session_id, only_orphans=False)
+
+
+def reap_orphans() -> int:
+    """Remove what sessions on this host left when their process died."""
+    removed = _remove(None, only_orphans=True)
+    if removed:
+        print(f"ssebench: removed {removed} container(s)/network(s) left by dead sessions", file=sys.stderr)
+    return removed

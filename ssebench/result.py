@@ -1,0 +1,121 @@
+"""A run's directory on the host: where it goes, what is written there, and reading it safely.
+
+    results/<task>/<model>/<agent>/<run-id>/
+        summary.json  result.json  final.patch  commits.log  *.log  archive/
+
+A run never reuses another's directory; `latest` points at the newest run of
+a task/model/agent. Part of a run directory (archive/) was writable by the
+agent, so the harness reads files there without following links and only
+if they are regular files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import stat
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from ssebench.errors import SSEBenchError
+
+# What the report shows of a log: enough to see a failure, never megabytes.
+TAIL_BYTES = 64 * 1024
+
+
+def new_run_id(difficulty: int, mode: str) -> str:
+    return f"{time.strftime('%Y%m%dT%H%M%S')}-d{difficulty}-{mode}-{secrets.token_hex(3)}"
+
+
+def make_run_dir(results_root: Path, task_id: str, model: str, agent: str, run_id: str) -> Path:
+    """Create the run's directory (and archive/); never an existing one."""
+    parent = results_root / task_id / model / agent
+    parent.mkdir(parents=True, exist_ok=True)
+    run_dir = parent / run_id
+    try:
+        run_dir.mkdir()
+    except FileExistsError:
+        raise SSEBenchError(f"{run_dir} already exists; a run never reuses another's directory") from None
+    (run_dir / "archive").mkdir()
+    # uid 1000 in the container writes the archive; the host user must be able to clean it up.
+    os.chmod(run_dir / "archive", 0o777)
+    return run_dir
+
+
+def point_latest(run_dir: Path) -> None:
+    """Make `latest` beside the run point at it, replacing the old link atomically."""
+    link = run_dir.parent / "latest"
+    tmp = run_dir.parent / f".latest-{secrets.token_hex(4)}"
+    os.symlink(run_dir.name, tmp)
+    os.replace(tmp, link)
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Write JSON by temp file and rename: never half-written."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            json.dump(data, out, indent=2, default=str)
+            out.write("\n")
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_safely(run_dir: Path, relative: str, limit: int = TAIL_BYTES, tail: bool = True) -> str | None:
+    """A run file's text (its tail when long), or None when absent, a link or not a regular file.
+
+    Every component below `run_dir` is opened with O_NOFOLLOW, so a link the
+    agent planted in archive/ cannot make the harness read a host file.
+    """
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    parts = Path(relative).parts
+    if not parts or any(p in ("..", "/") for p in parts):
+        return None
+    try:
+        fd = os.open(run_dir, flags | os.O_DIRECTORY)
+    except OSError:
+        return None
+    try:
+        for part in parts[:-1]:
+            next_fd = os.open(part, flags | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = next_fd
+        leaf = os.open(parts[-1], flags, dir_fd=fd)
+    except OSError:
+        os.close(fd)
+        return None
+    os.close(fd)
+    try:
+        info = os.fstat(leaf)
+        if not stat.S_ISREG(info.st_mode):
+            return None
+        if tail and info.st_size > limit:
+            os.lseek(leaf, info.st_size - limit, os.SEEK_SET)
+            prefix = f"[… {info.st_size - limit} bytes before this are not shown]\n"
+        else:
+            prefix = ""
+        chunks, size = [], 0
+        while size < limit and (chunk := os.read(leaf, min(1 << 20, limit - size))):
+            chunks.append(chunk)
+            size += len(chunk)
+        return prefix + b"".join(chunks).decode("utf-8", errors="replace")
+    finally:
+        os.close(leaf)
+
+
+def read_result(run_dir: Path) -> dict[str, Any] | None:
+    """result.json as the evaluator wrote it, or None when missing or unreadable."""
+    text = read_safely(run_dir, "result.json", limit=16 * 1024 * 1024, tail=False)
+    if text is None:
+        return None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) and isinstance(data.get("patch_result"), dict) else None

@@ -1,0 +1,175 @@
+"""The plugin end to end with pytester: real runs of the demo dataset."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from ssebench.engine import client
+from ssebench.task import Task
+from tests.helpers import DEMO
+
+pytest_plugins = ["pytester"]
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+
+@pytest.fixture
+def demo(pytester: pytest.Pytester, demo_images: list[Task]) -> pytest.Pytester:
+    """A project holding a copy of the demo dataset (same content, so the same images)."""
+    shutil.copytree(DEMO, pytester.path / "datasets" / "demo")
+    return pytester
+
+
+def _session_containers() -> list[object]:
+    return list(client().containers.list(all=True, filters={"label": "ssebench.session"}))
+
+
+def test_reference_passes_every_demo_task(demo: pytest.Pytester) -> None:
+    result = demo.runpytest_subprocess("datasets/demo", "--agent", "reference", "--results", "out",
+                                       "--junitxml", "junit.xml", "--html", "report.html", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines(["*SSEBench scores*", "*reference*none*2*3*3*0*0*100%*100%*100%*100%*"])
+    # Every run has its own directory, with everything a run leaves.
+    runs = sorted((demo.path / "out").glob("*/none/reference/*-d2-sandbox-*"))
+    assert len(runs) == 3
+    for run_dir in runs:
+        names = {p.name for p in run_dir.iterdir()}
+        assert {"summary.json", "result.json", "final.patch", "commits.log", "daemon.log", "evaluator.log",
+                "agent.log", "mcp.log", "archive", "container.log"} <= names
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert summary["grade"] == "passed" and summary["config"]["reference_run"] is True
+        assert {"task", "config", "grade", "run_id", "started_at", "durations"} <= set(summary)
+        assert (run_dir / "archive" / "dialog.jsonl").exists()
+        assert os.readlink(run_dir.parent / "latest") == run_dir.name
+    junit = ET.parse(demo.path / "junit.xml")
+    props = {p.get("name"): p.get("value") for p in junit.iter("property")}
+    assert props["ssebench.status"] == "passed" and props["ssebench.pov_total"] == "1"
+    report = (demo.path / "report.html").read_text()
+    assert "tlv.c" in report and "passed" in report and "final.patch" in report
+
+
+def test_dummy_fails_every_demo_task_naming_the_poc(demo: pytest.Pytester) -> None:
+    result = demo.runpytest_subprocess("datasets/demo", "--agent", "dummy", "--results", "out", "-p", "no:cacheprovider")
+    result.assert_outcomes(failed=3)
+    text = result.stdout.str()
+    assert text.count("A proof of concept still reproduces: /ssebench/pocs/") == 3
+    assert "Checks: build passed; PoCs 0/1 fixed; function test passed" in text
+
+
+def test_sweep_in_parallel(demo: pytest.Pytester) -> None:
+    result = demo.runpytest_subprocess("datasets/demo", "--agent", "reference", "--agent", "dummy",
+                                       "--difficulty", "0,2,4", "-n", "2", "--results", "out", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=9, failed=9)
+    assert "building" not in result.stderr.str()  # the images were current: nothing was built again
+    assert _session_containers() == []
+
+
+def test_broken_dockerfile_is_an_error_with_the_build_log(demo: pytest.Pytester) -> None:
+    dockerfile = demo.path / "datasets" / "demo" / "c-demo" / "Dockerfile"
+    dockerfile.write_text(dockerfile.read_text() + "RUN echo the-case-build-breaks-here && false\n")
+    result = demo.runpytest_subprocess("datasets/demo", "--agent", "dummy", "--results", "out", "-p", "no:cacheprovider")
+    result.assert_outcomes(failed=2, errors=1)
+    result.stdout.fnmatch_lines(["*Infrastructure error, not a grade*c-demo*case layer*", "*the-case-build-breaks-here*"])
+
+
+SLEEPER = """\
+ARG SSEBENCH_TOOL
+FROM ${SSEBENCH_TOOL}
+CMD ["sleep", "600"]
+"""
+
+
+@pytest.fixture
+def sleeper(demo: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    """Agents dir with the bundled agents and `sleeper`, whose runs stay in the agent phase."""
+    agents = demo.path / "agents"
+    shutil.copytree(Path(__file__).resolve().parents[2] / "agents", agents)
+    (agents / "sleeper").mkdir()
+    (agents / "sleeper" / "agent.yaml").write_text("name: sleeper\n")
+    (agents / "sleeper" / "Dockerfile").write_text(SLEEPER)
+    monkeypatch.setenv("SSEBENCH_AGENTS_DIR", str(agents))
+    return demo
+
+
+def _start(pytester: pytest.Pytester) -> subprocess.Popen[bytes]:
+    command = [sys.executable, "-m", "pytest", "datasets/demo/c-demo", "datasets/demo/go-demo", "--agent", "sleeper",
+               "-n", "2", "--results", "out", "-p", "no:cacheprovider"]
+    return subprocess.Popen(command, cwd=pytester.path, env=os.environ.copy(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+
+
+def _wait_for_containers(count: int, timeout: float = 600) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if len([c for c in _session_containers() if c.status == "running"]) >= count:  # type: ignore[attr-defined]
+            return
+        time.sleep(1)
+    raise AssertionError(f"{count} run containers did not start")
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry))
+    return found
+
+
+def test_ctrl_c_leaves_nothing_behind(sleeper: pytest.Pytester) -> None:
+    process = _start(sleeper)
+    try:
+        _wait_for_containers(2)
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=120)
+    finally:
+        process.kill()
+    assert _session_containers() == []
+
+
+def test_killed_worker_and_crashed_session_are_reaped_by_the_next(sleeper: pytest.Pytester) -> None:
+    process = _start(sleeper)
+    try:
+        _wait_for_containers(2)
+        workers = _children(process.pid)
+        assert workers, "no xdist worker found"
+        os.kill(workers[0], signal.SIGKILL)
+        os.kill(process.pid, signal.SIGKILL)  # and the controller crashes too
+        process.wait(timeout=60)
+    finally:
+        process.kill()
+    for worker in _children(process.pid):
+        os.kill(worker, signal.SIGKILL)
+    time.sleep(1)
+    assert _session_containers(), "the crash should have left containers for the next session to reap"
+    nextone = sleeper.runpytest_subprocess("datasets/demo/c-demo", "--agent", "dummy", "--collect-only", "-q",
+                                           "-p", "no:cacheprovider")
+    assert nextone.ret == 0
+    assert _session_containers() == []
+    assert client().networks.list(filters={"label": "ssebench.session"}) == []
+
+
+def test_ssebench_run_cli(demo: pytest.Pytester) -> None:
+    passed = subprocess.run([sys.executable, "-m", "ssebench.cli", "run", "--task", "datasets/demo/go-demo",
+                             "--agent", "reference", "--results", "out", "--require-pass"],
+                            cwd=demo.path, capture_output=True, text=True, check=False)
+    assert passed.returncode == 0, passed.stdout + passed.stderr
+    assert "grade: passed" in passed.stdout and "run directory: " in passed.stdout
+    failed = subprocess.run([sys.executable, "-m", "ssebench.cli", "run", "--task", "go-demo", "--datasets",
+                             "datasets", "--agent", "dummy", "--results", "out", "--require-pass"],
+                            cwd=demo.path, capture_output=True, text=True, check=False)
+    assert failed.returncode == 1
+    assert "grade: failed (PoC failed: /ssebench/pocs/" in failed.stdout

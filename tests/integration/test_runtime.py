@@ -1,0 +1,250 @@
+"""The in-container runtime in real task containers of the demo dataset."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import textwrap
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ssebench.engine import client
+from ssebench.image import image_names
+from ssebench.settings import Settings
+from ssebench.task import Task
+from tests.helpers import DEMO
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+LABEL = {"ssebench.session": "tests-runtime"}
+PYTHON = "/opt/ssebench/venv/bin/python"
+RESULT_FIELDS = {
+    "patch_result": {"status", "build_success", "pov_passed", "pov_total", "func_test_success",
+                     "intent_test_success", "error_msg", "error_log"},
+    "runtime_result": {"agent_duration", "agent_timeout", "evaluator_timeout", "agent_exit_code"},
+}
+
+
+def _task(tasks: list[Task], task_id: str) -> Task:
+    return next(t for t in tasks if t.id == task_id)
+
+
+@contextmanager
+def container(image: str, command: list[str], run_dir: Path, *, env: dict[str, str] | None = None,
+              patch: Path | None = None) -> Iterator[Any]:
+    """A task container with its results and archive on the host; removed afterwards."""
+    (run_dir / "archive").mkdir(parents=True, exist_ok=True)
+    volumes = {str(run_dir): {"bind": "/var/lib/ssebench/results", "mode": "rw"},
+               str(run_dir / "archive"): {"bind": "/tmp/sse-archive", "mode": "rw"}}
+    if patch is not None:
+        volumes[str(patch)] = {"bind": "/reference/patch.diff", "mode": "ro"}
+    c = client().containers.run(image, command, detach=True, init=True, labels=LABEL, volumes=volumes,
+                                environment={"TIMEOUT": "600", **(env or {})}, network_disabled=True)
+    try:
+        yield c
+    finally:
+        c.remove(force=True)
+
+
+def finish(c: Any, run_dir: Path, timeout: int = 300) -> dict[str, Any]:
+    status = c.wait(timeout=timeout)
+    logs = c.logs().decode(errors="replace")
+    assert (run_dir / "result.json").exists(), f"no result.json; exit {status}; logs:\n{logs}"
+    return json.loads((run_dir / "result.json").read_text())  # type: ignore[no-any-return]
+
+
+def wait_agent_phase(c: Any, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if b"] agent: " in c.logs():
+            return
+        c.reload()
+        assert c.status == "running", c.logs().decode(errors="replace")
+        time.sleep(0.2)
+    raise AssertionError("the agent phase did not start:\n" + c.logs().decode(errors="replace"))
+
+
+def run_as(c: Any, user: str, code: str, env: dict[str, str] | None = None) -> Any:
+    """Run Python in the container as `user`; return what it prints as JSON."""
+    environment = {"SSE_DAEMON_SOCKET": "/tmp/sse.sock", **(env or {})}
+    exit_code, (out, err) = c.exec_run([PYTHON, "-c", textwrap.dedent(code)], user=user, environment=environment,
+                                       demux=True)
+    assert exit_code == 0, f"exit {exit_code}\n{(err or b'').decode(errors='replace')}"
+    return json.loads(out.decode())
+
+
+def sh(c: Any, user: str, script: str, workdir: str | None = None) -> str:
+    exit_code, out = c.exec_run(["bash", "-c", script], user=user, workdir=workdir)
+    assert exit_code == 0, out.decode(errors="replace")
+    return str(out.decode(errors="replace"))
+
+
+def _apply_to_copy(src: Path, patch: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    subprocess.run(["git", "apply", "-p1", "--whitespace=nowarn", str(patch)], cwd=dst, check=True)
+    return dst
+
+
+def _same_tree(a: Path, b: Path) -> bool:
+    files = lambda root: {p.relative_to(root): p.read_bytes() for p in root.rglob("*") if p.is_file()}  # noqa: E731
+    return files(a) == files(b)
+
+
+@pytest.mark.parametrize("task_id", ["c-demo", "go-demo", "rust-demo"])
+def test_no_change_fails_on_every_poc(settings: Settings, demo_images: list[Task], tmp_path: Path,
+                                      task_id: str) -> None:
+    task = _task(demo_images, task_id)
+    image = image_names(settings, task, "dummy")["agent"]
+    with container(image, [], tmp_path) as c:
+        result = finish(c, tmp_path)
+    assert {k: set(v) for k, v in result.items()} == RESULT_FIELDS
+    grade = result["patch_result"]
+    assert grade["status"] == "failed"
+    assert grade["build_success"] is True and grade["func_test_success"] is True
+    assert grade["pov_passed"] == 0 and grade["pov_total"] == len(task.config.files.poc)
+    assert grade["error_msg"].startswith("PoC failed: /ssebench/pocs/")
+    assert result["runtime_result"]["agent_exit_code"] == 0
+    assert (tmp_path / "final.patch").read_text() == ""
+    for log in ("daemon.log", "mcp.log", "agent.log", "evaluator.log"):
+        assert (tmp_path / log).exists()
+    assert list(tmp_path.glob("scriptrunner-*.log"))
+    dialog = [json.loads(line) for line in (tmp_path / "archive" / "dialog.jsonl").read_text().splitlines()]
+    assert [d["type"] for d in dialog] == ["init", "prompt", "message", "complete"]
+
+
+@pytest.mark.parametrize("task_id", ["c-demo", "go-demo", "rust-demo"])
+@pytest.mark.parametrize("committed", [False, True], ids=["uncommitted", "committed"])
+def test_the_fix_passes_committed_or_not(settings: Settings, demo_images: list[Task], tmp_path: Path,
+                                         task_id: str, committed: bool) -> None:
+    task = _task(demo_images, task_id)
+    patch = task.path / "sse" / "diffs" / "patch.diff"
+    apply = "git apply /reference/patch.diff"
+    if committed:
+        apply += " && git add -A && git -c user.name=m -c user.email=m@x commit -qm fix"
+    run_dir = tmp_path / "run"
+    with container(image_names(settings, task)["tool"], ["bash", "-c", apply], run_dir, patch=patch) as c:
+        result = finish(c, run_dir)
+    grade = result["patch_result"]
+    assert grade["status"] == "passed", grade
+    assert grade["pov_passed"] == grade["pov_total"] == len(task.config.files.poc)
+    assert grade["build_success"] and grade["func_test_success"] and grade["intent_test_success"]
+    # final.patch is the change: applied to the original tree it gives the fixed tree.
+    source = task.path / "src" / Path(task.config.source).name
+    ours = _apply_to_copy(source, run_dir / "final.patch", tmp_path / "ours")
+    upstream = _apply_to_copy(source, patch, tmp_path / "upstream")
+    assert _same_tree(ours, upstream)
+    if committed:
+        assert "fix" in (run_dir / "commits.log").read_text()
+
+
+@pytest.fixture
+def held(settings: Settings, demo_images: list[Task], tmp_path: Path) -> Iterator[Any]:
+    """A c-demo container held in the agent phase (the agent sleeps)."""
+    task = _task(demo_images, "c-demo")
+    env = {"SSE_BASH_TIMEOUT": "3", "SSE_DIFFICULTY": "2"}
+    with container(image_names(settings, task)["tool"], ["sleep", "600"], tmp_path, env=env) as c:
+        wait_agent_phase(c)
+        yield c
+
+
+BASH_CHECKS = """
+import json
+from sse.tools.bash import execute
+out = {}
+for name, command in [("printf", "printf abc"), ("cat", "cat"), ("sleep", "sleep 999"),
+                      ("big", "head -c 50000000 /dev/zero | tr '\\\\0' a"), ("exit", "exit"), ("hi", "echo hi"),
+                      ("cd", "cd /tmp && export SSE_T=42"), ("state", "pwd; echo $SSE_T"), ("whoami", "id -un")]:
+    r = execute(command)
+    out[name] = {"code": r.code, "stdout": r.stdout[-300:], "stderr": r.stderr[-300:], "len": len(r.stdout),
+                 "head": r.stdout[:120]}
+print(json.dumps(out))
+"""
+
+
+def test_bash_tool(held: Any) -> None:
+    out = run_as(held, "1000", BASH_CHECKS)
+    assert out["printf"] == {"code": 0, "stdout": "abc", "stderr": "", "len": 3}
+    assert out["cat"]["code"] == 0 and out["cat"]["stdout"] == ""
+    assert out["sleep"]["code"] == 124 and "did not finish within 3 s" in out["sleep"]["stderr"]
+    assert out["big"]["code"] == 0 and out["big"]["head"].startswith("[ssebench: output capped: ")
+    assert out["big"]["len"] < 1_000_000
+    assert "fresh shell" in out["exit"]["stderr"]
+    assert out["hi"]["stdout"] == "hi\n" and out["hi"]["code"] == 0
+    assert out["state"]["stdout"] == "/tmp\n42\n"
+    assert out["whoami"]["stdout"] == "model\n"
+
+
+RUNNER_PIDS = (
+    "import json; from ssebench.runtime.process import User, pids_of;"
+    "print(json.dumps(len(pids_of(User.named('sse-runner').uid))))"
+)
+
+
+def test_checks_leave_no_runner_process_and_grading_starts_clean(held: Any) -> None:
+    # Agent-written build code that daemonises and drops a file in the runner's home.
+    sh(held, "1000", "sed -i '1i $(shell setsid sleep 1000 >/dev/null 2>&1 &)\\n$(shell touch $$HOME/marker)' Makefile",
+       workdir="/src/tlvkit")
+    built = run_as(held, "1000", "import json; from sse import project; print(json.dumps(project.build().code))")
+    assert built == 0
+    assert run_as(held, "root", RUNNER_PIDS) == 0
+    assert sh(held, "root", "ls /var/lib/ssebench-runner/session-*/home/marker | wc -l").strip() == "1"
+    prepared = run_as(held, "root", "import json; from sse.daemon import Daemon;"
+                      "print(json.dumps(Daemon('/run/ssebench/admin.sock').prepare_grading()))")
+    assert prepared["applied"] is True
+    assert sh(held, "root", "ls /var/lib/ssebench-runner/session-*/home/marker 2>/dev/null | wc -l").strip() == "0"
+
+
+PLANT = r"""
+set -e
+cd /src/tlvkit
+git config core.fsmonitor 'touch /tmp/m-fsmonitor; false'
+git config core.pager 'touch /tmp/m-pager; cat'
+git config diff.external 'touch /tmp/m-external'
+git config filter.evil.clean 'touch /tmp/m-filter; cat'
+git config filter.evil.smudge 'touch /tmp/m-filter; cat'
+git config diff.evil.textconv 'touch /tmp/m-textconv; cat'
+git config alias.diff '!touch /tmp/m-alias'
+git config alias.add '!touch /tmp/m-alias'
+for hook in pre-commit post-index-change reference-transaction pre-auto-gc post-checkout fsmonitor-watchman; do
+  printf '#!/bin/sh\ntouch /tmp/m-hook-%s\n' "$hook" > .git/hooks/$hook
+  chmod +x .git/hooks/$hook
+done
+echo '* filter=evil diff=evil' > .gitattributes
+echo '/* changed by the agent */' >> tlv.c
+"""
+
+
+def test_planted_git_configuration_runs_nothing(held: Any) -> None:
+    sh(held, "1000", PLANT)
+    listing = run_as(held, "1000", "import json; from sse.daemon import _default as d;"
+                     "print(json.dumps([d().get('/diff')['diff'], d().get('/files')['files']]))")
+    diff, files = listing
+    assert "changed by the agent" in diff
+    assert {f["path"] for f in files} == {".gitattributes", "tlv.c"}
+    run_as(held, "root", "import json; from sse.daemon import Daemon;"
+           "print(json.dumps(Daemon('/run/ssebench/admin.sock').prepare_grading()))")
+    markers = sh(held, "root", "ls /tmp | grep '^m-' || true").split()
+    assert markers == []
+
+
+def test_test_patch_over_mcp(held: Any) -> None:
+    code = """
+    import anyio, json
+    from mcp import Client
+    async def main():
+        async with Client("http://localhost:3000/mcp") as client:
+            result = await client.call_tool("test_patch", {})
+            print(json.dumps(result.content[0].text))
+    anyio.run(main)
+    """
+    text = run_as(held, "1000", code)
+    lines = text.splitlines()
+    assert lines[0] == "All 2 checks that ran passed."
+    assert "build: passed" in lines and "function test: passed" in lines
+    assert any(line.startswith("PoCs: not run (difficulty 2") for line in lines)
