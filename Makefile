@@ -23,7 +23,13 @@ bootstrap: install
 images: bootstrap
 	$(BIN)/ssebench images build $(DATASET) --agent reference --agent dummy
 
+# The benchmark's main job: every task with the reference and dummy agents.
+# pytest exits 1 when some run failed (the dummy agent always fails): that is
+# a result, not an error; anything above 1 is.
 bench: images
+	@$(BIN)/python -m pytest $(DATASET) --agent reference --agent dummy -n auto -p no:cacheprovider \
+	  --html=report.html --self-contained-html $(PYTEST_ARGS); status=$$?; \
+	  if [ $$status -gt 1 ]; then exit $$status; fi; echo "report: report.html, runs: results/"
 
 # pytest's exit status 5 means it collected nothing: a failure, said plainly.
 test: bootstrap

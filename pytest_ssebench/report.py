@@ -55,12 +55,21 @@ def grade_card(record: RunRecord) -> str:
 
 
 def html_extras(record: RunRecord) -> list[dict[str, Any]]:
-    """pytest-html extras, read from the run directory without following any link."""
+    """pytest-html extras, read from the run directory without following any link.
+
+    The grade card and the patch are inline, so report.html alone shows
+    them; the dialog and logs are attachments.
+    """
     from pytest_html import extras
 
-    items = [extras.html(grade_card(record))]
-    for relative, name in (("final.patch", "final.patch"), ("archive/dialog.jsonl", "dialog.jsonl"),
-                           ("evaluator.log", "evaluator.log"), ("agent.log", "agent.log")):
+    patch = read_safely(record.run_dir, "final.patch")
+    card = grade_card(record)
+    if patch is not None:
+        shown = html.escape(patch) if patch.strip() else "(the agent changed nothing)"
+        card += f"<details open><summary>final.patch</summary><pre>{shown}</pre></details>"
+    items = [extras.html(card)]
+    for relative, name in (("archive/dialog.jsonl", "dialog.jsonl"), ("evaluator.log", "evaluator.log"),
+                           ("agent.log", "agent.log")):
         text = read_safely(record.run_dir, relative)
         if text:
             items.append(extras.text(text, name=name))

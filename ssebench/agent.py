@@ -11,16 +11,14 @@ from ssebench.errors import ConfigError
 from ssebench.schema import Strict, load
 from ssebench.task import TASK_ID_PATTERN
 
-# Agents that need no model: their runs record the model as "none".
-MODEL_FREE_AGENTS = frozenset({"dummy", "reference"})
-
-
 class AgentConfig(Strict):
     """`agent.yaml`."""
 
     name: str
     version: str = "0"
     description: str | None = None
+    # An agent that calls no model (dummy, reference) runs once with model "none".
+    needs_model: bool = True
 
     @field_validator("name")
     @classmethod
@@ -41,7 +39,7 @@ class Agent:
 
     @property
     def needs_model(self) -> bool:
-        return self.name not in MODEL_FREE_AGENTS
+        return self.config.needs_model
 
     @property
     def gets_reference_patch(self) -> bool:

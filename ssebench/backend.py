@@ -113,7 +113,12 @@ class DockerHandle(Handle):
 
 
 class DockerBackend(Backend):
-    def __init__(self) -> None:
+    def __init__(self, lock_dir: Path | None = None) -> None:
+        from ssebench.settings import get_settings
+
+        # Docker accepts two networks of one name when they are created at
+        # once (xdist workers of one session): creation is serialised here.
+        self.lock_dir = lock_dir or get_settings().cache_dir / "locks"
         os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
         from testcontainers.core.config import testcontainers_config
 
@@ -145,16 +150,11 @@ class DockerBackend(Backend):
     def ensure_network(self, name: str, *, internal: bool, labels: dict[str, str]) -> str:
         from ssebench.engine import client, docker_errors
 
-        import docker.errors
+        from filelock import FileLock
 
-        with docker_errors(f"creating network {name}"):
-            if any(n.name == name for n in client().networks.list(names=[name])):
-                return name
-            try:
+        self.lock_dir.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(self.lock_dir / f"network-{name}.lock")), docker_errors(f"creating network {name}"):
+            if not any(n.name == name for n in client().networks.list(names=[name])):
                 client().networks.create(name, driver="bridge", internal=internal, labels=labels,
                                          check_duplicate=True)
-            except docker.errors.APIError as exc:
-                # Another worker of the session created it first.
-                if exc.status_code != 409 and not any(n.name == name for n in client().networks.list(names=[name])):
-                    raise
         return name

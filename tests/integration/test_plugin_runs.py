@@ -94,7 +94,7 @@ def sleeper(demo: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Py
     agents = demo.path / "agents"
     shutil.copytree(Path(__file__).resolve().parents[2] / "agents", agents)
     (agents / "sleeper").mkdir()
-    (agents / "sleeper" / "agent.yaml").write_text("name: sleeper\n")
+    (agents / "sleeper" / "agent.yaml").write_text("name: sleeper\nneeds_model: false\n")
     (agents / "sleeper" / "Dockerfile").write_text(SLEEPER)
     monkeypatch.setenv("SSEBENCH_AGENTS_DIR", str(agents))
     return demo
