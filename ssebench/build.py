@@ -11,7 +11,7 @@ from pathlib import Path
 from ssebench.agent import Agent
 from ssebench.bootstrap import ensure_os_image
 from ssebench.engine import client, docker_errors
-from ssebench.errors import ImageBuildError, SSEBenchError
+from ssebench.errors import ImageBuildError
 from ssebench.image import RUNTIME_SOURCES, BuildReport, Layer, ensure_layers, plan
 from ssebench.settings import Settings
 from ssebench.task import Task
@@ -85,6 +85,4 @@ def build_images(
                           report=outcome.report, say=say, forced=forced)
         except ImageBuildError as exc:
             outcome.failures[task.id] = exc
-        except SSEBenchError:
-            raise
     return outcome

@@ -1,4 +1,4 @@
-"""Fixtures of the container tests: real images of the demo dataset."""
+"""Fixtures shared by the container tests (integration and integrity): real images of the demo dataset."""
 
 from __future__ import annotations
 
