@@ -16,8 +16,8 @@ from starlette.types import ASGIApp
 
 
 class InProcessTransport(httpx.BaseTransport):
-    def __init__(self, app: ASGIApp) -> None:
-        self._inner = httpx.ASGITransport(app=app)
+    def __init__(self, app: ASGIApp, client: tuple[str, int] = ("127.0.0.1", 50000)) -> None:
+        self._inner = httpx.ASGITransport(app=app, client=client)
         self._portal_cm: AbstractContextManager[Any] = anyio.from_thread.start_blocking_portal()
         self._portal = self._portal_cm.__enter__()
 

@@ -114,7 +114,7 @@ class Capture:
             raise CaptureError("no base commit: snapshot_base() was not called before the agent ran")
         # The private index keeps stat data between captures, so only
         # changed files are hashed again; `add -A` makes it match the tree.
-        self._git("add", "--all", "--force" if False else "--all")
+        self._git("add", "--all")
         return self.base
 
     def diff(self) -> str:

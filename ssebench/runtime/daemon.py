@@ -70,6 +70,21 @@ def _is_admin(request: Request) -> bool:
     return _listener(request) == ADMIN
 
 
+LOOPBACK = {"127.0.0.1", "::1", "localhost"}
+
+
+def _tools_refused(request: Request) -> str | None:
+    """Why an agent-facing listener will not run a tool for this request, if it will not.
+
+    Other containers on the run network reach the HTTP listener too; running
+    tools for them would let one run's agent edit another run's tree, so the
+    HTTP listener serves tools to this container (loopback) only.
+    """
+    if _listener(request) == HTTP and (request.client is None or request.client.host not in LOOPBACK):
+        return "tools are served to this container only (loopback); other hosts may read the public view"
+    return None
+
+
 def _refuse(message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=403)
 
@@ -111,6 +126,8 @@ def create_app(service: TaskService, difficulty: int) -> Starlette:
             return JSONResponse({"error": f"unknown action {action!r}; use one of {', '.join(MAX_LEVEL)}"}, 400)
         body = await _body(request)
         if not _is_admin(request):
+            if why := _tools_refused(request):
+                return _refuse(why)
             if not service.agent_running:
                 return _refuse("the agent phase is over: tools are closed on this listener")
             if body.get("grading"):
@@ -126,8 +143,11 @@ def create_app(service: TaskService, difficulty: int) -> Starlette:
           200: {description: "ScriptResult {code, stdout, stderr}"}
           403: {description: "the agent phase is over (agent-facing listeners)"}
         """
-        if not _is_admin(request) and not service.agent_running:
-            return _refuse("the agent phase is over: tools are closed on this listener")
+        if not _is_admin(request):
+            if why := _tools_refused(request):
+                return _refuse(why)
+            if not service.agent_running:
+                return _refuse("the agent phase is over: tools are closed on this listener")
         body = await _body(request)
         command = body.get("command")
         if not isinstance(command, str):

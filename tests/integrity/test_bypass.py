@@ -38,6 +38,7 @@ def run(request: pytest.FixtureRequest, settings: Settings, demo_images: list[Ta
         network=network.name, environment={"SSE_DIFFICULTY": str(request.param), "TIMEOUT": "3600"},
     )
     container.level = request.param
+    container.network_name = network.name
     try:
         deadline = time.monotonic() + 120
         while b"] agent: " not in container.logs():
@@ -164,3 +165,23 @@ def test_nothing_the_runner_writes_can_reach_model(run: Any) -> None:
     code, writable = sh(run, "root", "runuser -u sse-runner -- find / /dev/shm -xdev -type d -writable 2>/dev/null")
     channels = [d for d in writable.split() if sh(run, "root", f"runuser -u model -- test -x '{d}'")[0] == 0]
     assert channels == []
+
+
+NEIGHBOUR = """
+import httpx, json, sys
+base = "http://" + sys.argv[1] + ":4263"
+with httpx.Client(base_url=base, timeout=60) as c:
+    print(json.dumps({"project": c.get("/project").status_code,
+                      "reference": c.get("/reference/patch").status_code,
+                      "bash": c.post("/tool/bash", json={"command": "touch /tmp/from-a-neighbour"}).status_code,
+                      "build": c.post("/tool/bencher", params={"action": "build"}, json={}).status_code}))
+"""
+
+
+def test_another_run_on_the_network_cannot_use_this_runs_tools(run: Any) -> None:
+    run.reload()
+    address = run.attrs["NetworkSettings"]["Networks"][run.network_name]["IPAddress"]
+    out = client().containers.run(run.image.id, [NEIGHBOUR, address], entrypoint=[PYTHON, "-c"], user="1000",
+                                  network=run.network_name, remove=True, labels={"ssebench.session": "integrity"})
+    assert json.loads(out.decode()) == {"project": 200, "reference": 403, "bash": 403, "build": 403}
+    assert sh(run, "root", "test -e /tmp/from-a-neighbour")[0] != 0

@@ -102,8 +102,9 @@ def service(tmp_path: Path) -> TaskService:
 
 
 @contextmanager
-def _connect(service: TaskService, difficulty: int, kind: str) -> Iterator[Daemon]:
-    transport = InProcessTransport(listener_app(create_app(service, difficulty), kind))
+def _connect(service: TaskService, difficulty: int, kind: str,
+             peer: tuple[str, int] = ("127.0.0.1", 50000)) -> Iterator[Daemon]:
+    transport = InProcessTransport(listener_app(create_app(service, difficulty), kind), client=peer)
     try:
         daemon = Daemon(transport=transport)
         try:
@@ -282,3 +283,17 @@ def test_daemon_refuses_to_start_with_invalid_difficulty(value: str) -> None:
 
 def test_unset_difficulty_is_level_2() -> None:
     assert load_settings({}).difficulty == 2
+
+
+def test_http_tools_only_for_this_container(service: TaskService) -> None:
+    """Another run's container on the network may read the public view, never run tools here."""
+    with _connect(service, 0, HTTP, peer=("172.18.0.7", 41000)) as other:
+        assert other.get("/project")["id"] == "t1"
+        for action in ACTIONS:
+            with pytest.raises(SDKError, match="served to this container only"):
+                other.tool("bencher", action, {"poc": "/ssebench/pocs/crash.bin"})
+        with pytest.raises(SDKError, match="served to this container only"):
+            other.tool("bash", None, {"command": "rm -rf ."})
+        with pytest.raises(SDKError, match="admin socket only"):
+            other.get("/reference/patch")
+    assert service.bencher.calls == []  # type: ignore[attr-defined]
