@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import textwrap
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -44,12 +45,16 @@ def container(image: str, command: list[str], run_dir: Path, *, env: dict[str, s
                str(run_dir / "archive"): {"bind": "/tmp/sse-archive", "mode": "rw"}}
     if patch is not None:
         volumes[str(patch)] = {"bind": "/reference/patch.diff", "mode": "ro"}
+    # Like a real run: on an internal network (no route out, but interfaces, so
+    # name lookups of localhost behave as they do in a run).
+    network = client().networks.create(f"ssebench-tests-{uuid.uuid4().hex[:10]}", internal=True, labels=LABEL)
     c = client().containers.run(image, command, detach=True, init=True, labels=LABEL, volumes=volumes,
-                                environment={"TIMEOUT": "600", **(env or {})}, network_disabled=True)
+                                environment={"TIMEOUT": "600", **(env or {})}, network=network.name)
     try:
         yield c
     finally:
         c.remove(force=True)
+        network.remove()
 
 
 def finish(c: Any, run_dir: Path, timeout: int = 300) -> dict[str, Any]:
@@ -169,7 +174,7 @@ print(json.dumps(out))
 
 def test_bash_tool(held: Any) -> None:
     out = run_as(held, "1000", BASH_CHECKS)
-    assert out["printf"] == {"code": 0, "stdout": "abc", "stderr": "", "len": 3}
+    assert out["printf"] == {"code": 0, "stdout": "abc", "stderr": "", "len": 3, "head": "abc"}
     assert out["cat"]["code"] == 0 and out["cat"]["stdout"] == ""
     assert out["sleep"]["code"] == 124 and "did not finish within 3 s" in out["sleep"]["stderr"]
     assert out["big"]["code"] == 0 and out["big"]["head"].startswith("[ssebench: output capped: ")
