@@ -9,6 +9,7 @@ score table from the reports the workers send.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -107,7 +108,10 @@ class SSEBenchSession:
             if record.infra_error is None:
                 break
             if attempt + 1 < attempts:
-                item.warn(pytest.PytestWarning(f"retrying after an infrastructure error: {record.infra_error}"))
+                # Shown in the item's captured stderr; not a warning, which the
+                # project's warnings-as-errors setting would turn into an error.
+                print(f"ssebench: attempt {attempt + 1} of {attempts} hit an infrastructure error, retrying: "
+                      f"{record.infra_error}", file=sys.stderr)
         item.user_properties.extend(properties(record))
         return record
 
@@ -136,7 +140,7 @@ class SSEBenchSession:
         try:
             reap_orphans()
         except SSEBenchError as exc:
-            self.config.issue_config_time_warning(pytest.PytestWarning(f"ssebench: could not clean up: {exc}"), 2)
+            print(f"ssebench: could not remove what dead sessions left: {exc}", file=sys.stderr)
         if self.options.rebuild:
             self._rebuild()
 
@@ -149,7 +153,7 @@ class SSEBenchSession:
         for agent in self.agents:
             outcome = build_images(self.settings, tasks, agent, force=True)
             for failure in outcome.failures.values():
-                self.config.issue_config_time_warning(pytest.PytestWarning(str(failure).splitlines()[0]), 2)
+                print(f"ssebench: --rebuild: {str(failure).splitlines()[0]}", file=sys.stderr)
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if not self.is_controller or self.options.keep_containers:

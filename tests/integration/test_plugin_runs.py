@@ -173,3 +173,37 @@ def test_ssebench_run_cli(demo: pytest.Pytester) -> None:
                             cwd=demo.path, capture_output=True, text=True, check=False)
     assert failed.returncode == 1
     assert "grade: failed (PoC failed: /ssebench/pocs/" in failed.stdout
+
+
+FLAKY_CONFTEST = """
+from ssebench.backend import DockerBackend
+from ssebench.errors import SSEBenchError
+
+
+class Flaky(DockerBackend):
+    starts = 0
+
+    def start(self, spec):
+        Flaky.starts += 1
+        if Flaky.starts == 1:
+            raise SSEBenchError("the engine hiccuped")
+        return super().start(spec)
+
+
+def pytest_ssebench_backend(config):
+    return Flaky()
+"""
+
+
+@pytest.mark.parametrize("retries, outcome", [("0", {"errors": 1}), ("2", {"failed": 1})])
+def test_infrastructure_errors_are_retried_failures_never(demo: pytest.Pytester, retries: str,
+                                                          outcome: dict[str, int]) -> None:
+    demo.makeconftest(FLAKY_CONFTEST)
+    result = demo.runpytest_subprocess("datasets/demo/c-demo", "--agent", "dummy", "--retries", retries,
+                                       "--results", "out", "-p", "no:cacheprovider")
+    result.assert_outcomes(**outcome)
+    runs = list((demo.path / "out" / "c-demo" / "none" / "dummy").glob("*-d2-sandbox-*"))
+    # One attempt hit the hiccup; with retries one more ran and was graded failed, and was not retried.
+    assert len(runs) == (1 if retries == "0" else 2)
+    if retries == "0":
+        result.stdout.fnmatch_lines(["*Infrastructure error, not a grade: the engine hiccuped*"])
