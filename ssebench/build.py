@@ -78,11 +78,10 @@ def build_images(
     """Make every layer of every task current; a task whose build fails does not stop the others."""
     outcome = BuildOutcome()
     os_id = ensure_os_image(settings)
-    forced: set[str] = set()
     for task in tasks:
         try:
             ensure_layers(settings, task_plan(settings, task, os_id, agent), force=force,
-                          report=outcome.report, say=say, forced=forced)
+                          report=outcome.report, say=say)
         except ImageBuildError as exc:
             outcome.failures[task.id] = exc
     return outcome

@@ -295,28 +295,23 @@ class BuildReport:
     built: list[str] = field(default_factory=list)
     reused: list[str] = field(default_factory=list)
 
-    def merge(self, other: BuildReport) -> None:
-        self.built += [i for i in other.built if i not in self.built]
-        self.reused += [i for i in other.reused if i not in self.reused and i not in self.built]
-
 
 def ensure_layers(
     settings: Settings, layers: Iterable[Layer], *, force: bool = False, report: BuildReport | None = None,
     say: Callable[[str], None] = lambda m: print(m, file=sys.stderr, flush=True),
-    forced: set[str] | None = None,
 ) -> BuildReport:
     """Reuse each layer whose image carries its digest; build the others, parents first.
 
     A per-image file lock makes concurrent builders (xdist workers, several
-    pytest processes) wait for each other instead of building twice.
-    `forced` remembers images already rebuilt by this `--force` call.
+    pytest processes) wait for each other instead of building twice. A
+    shared `report` carries what was already built across calls, so a
+    `force` rebuilds each image once.
     """
     report = report if report is not None else BuildReport()
-    forced = forced if forced is not None else set()
     for layer in layers:
         if layer.image in report.built or (layer.image in report.reused and not force):
             continue
-        must = force and layer.image not in forced
+        must = force
         if not must and is_current(layer):
             report.reused.append(layer.image)
         else:
@@ -329,7 +324,6 @@ def ensure_layers(
                     build_layer(settings, layer, nocache=must)
                     say(f"built    {layer.kind:7} {layer.image} in {time.monotonic() - started:.0f}s")
                     report.built.append(layer.image)
-                    forced.add(layer.image)
         for alias in layer.aliases:
             if image_id(alias) != image_id(layer.image):
                 tag_image(layer.image, alias)

@@ -19,7 +19,6 @@ from ssebench.engine import client
 from ssebench.image import image_names
 from ssebench.settings import Settings
 from ssebench.task import Task
-from tests.helpers import DEMO
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 

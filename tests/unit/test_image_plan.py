@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -119,3 +121,72 @@ def test_hash_tree_ignores_bytecode_caches(tmp_path: Path) -> None:
     (tmp_path / "__pycache__").mkdir()
     (tmp_path / "__pycache__" / "m.cpython-311.pyc").write_bytes(b"junk")
     assert image.hash_tree(tmp_path) == before
+
+
+class FakeEngine:
+    """Stands in for the engine: remembers which digest each image carries."""
+
+    def __init__(self) -> None:
+        self.labels: dict[str, str] = {}
+        self.builds: list[str] = []
+        self.lock = threading.Lock()
+
+    def is_current(self, layer: image.Layer) -> bool:
+        return self.labels.get(layer.image) == layer.digest
+
+    def build(self, settings: Settings, layer: image.Layer, *, nocache: bool = False) -> None:
+        time.sleep(0.05)  # long enough for a second builder to arrive
+        with self.lock:
+            self.builds.append(layer.image)
+            self.labels[layer.image] = layer.digest
+
+
+@pytest.fixture
+def engine(monkeypatch: pytest.MonkeyPatch) -> FakeEngine:
+    fake = FakeEngine()
+    monkeypatch.setattr(image, "is_current", fake.is_current)
+    monkeypatch.setattr(image, "build_layer", fake.build)
+    monkeypatch.setattr(image, "image_id", lambda ref: fake.labels.get(ref))
+    monkeypatch.setattr(image, "tag_image", lambda ref, alias: fake.labels.__setitem__(alias, fake.labels[ref]))
+    return fake
+
+
+def _plans(settings: Settings, dataset: Path) -> list[list[image.Layer]]:
+    return [image.plan(settings, load_task(d), OS_ID) for d in sorted(p for p in dataset.iterdir() if p.is_dir())]
+
+
+def test_current_layers_are_reused_and_shared_ones_built_once(settings: Settings, tmp_path: Path,
+                                                              engine: FakeEngine) -> None:
+    dataset = write_dataset(tmp_path, tasks=("one", "two"))
+    report = image.BuildReport()
+    for layers in _plans(settings, dataset):
+        image.ensure_layers(settings, layers, report=report, say=lambda m: None)
+    # base and runtime are shared by both tasks: built once; case and tool per task.
+    assert sorted(engine.builds) == sorted(set(engine.builds)) and len(engine.builds) == 2 + 2 * 2
+    again = image.BuildReport()
+    for layers in _plans(settings, dataset):
+        image.ensure_layers(settings, layers, report=again, say=lambda m: None)
+    assert again.built == [] and len(engine.builds) == 6
+
+
+def test_force_rebuilds_every_image_once(settings: Settings, tmp_path: Path, engine: FakeEngine) -> None:
+    dataset = write_dataset(tmp_path, tasks=("one", "two"))
+    for layers in _plans(settings, dataset):
+        image.ensure_layers(settings, layers, say=lambda m: None)
+    engine.builds.clear()
+    report = image.BuildReport()
+    for layers in _plans(settings, dataset):
+        image.ensure_layers(settings, layers, force=True, report=report, say=lambda m: None)
+    assert len(engine.builds) == 6 and len(set(engine.builds)) == 6
+
+
+def test_concurrent_builders_build_each_image_once(settings: Settings, tmp_path: Path, engine: FakeEngine) -> None:
+    dataset = write_dataset(tmp_path, tasks=("one",))
+    [layers] = _plans(settings, dataset)
+    threads = [threading.Thread(target=image.ensure_layers, args=(settings, layers), kwargs={"say": lambda m: None})
+               for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(engine.builds) == sorted(layer.image for layer in layers)
