@@ -30,6 +30,7 @@ CONFIG = pytest.StashKey[RunConfig]()
 # What error_msg says first -> a sentence about it.
 _SENTENCES = [
     ("Patch apply failed", "The agent's patch does not apply to the original tree."),
+    ("Patch capture failed", "The agent's change could not be captured from its tree."),
     ("Build failed", "The build failed with the agent's patch."),
     ("PoC failed: ", "A proof of concept still reproduces: {rest}."),
     ("Function test failed", "The project's own tests fail with the agent's patch."),

@@ -105,7 +105,7 @@ def grade() -> PatchResult:
 
     prepared = connection.prepare_grading()
     if not prepared.get("applied", False):
-        result.mark_failure("Patch apply failed", str(prepared.get("log") or ""))
+        result.mark_failure(str(prepared.get("reason") or "Patch apply failed"), str(prepared.get("log") or ""))
         return result
 
     if capabilities.can_build:

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 from sse.helper import ScriptResult
 
-from ssebench.runtime.capture import FileChange
+from ssebench.runtime.capture import CaptureError, FileChange
 from ssebench.runtime.settings import RuntimeSettings
 from ssebench.runtime.taskfile import TaskFile
 
@@ -195,7 +195,15 @@ class TaskService:
         if self.prepared is not None:
             return self.prepared
         self.bencher.new_session()
-        diff = self.capture.diff()
+        try:
+            diff = self.capture.diff()
+        except CaptureError as exc:
+            # The tree is the agent's: if it made it uncapturable (a file it
+            # cannot read, say), that is its failure, not the harness's. An
+            # "error" here would drop the run from the score.
+            write_atomic(self.results, "final.patch", "")
+            self.prepared = {"applied": False, "files": 0, "reason": "Patch capture failed", "log": str(exc)}
+            return self.prepared
         write_atomic(self.results, "final.patch", diff)
         write_atomic(self.results, "commits.log", self.capture.commits_log())
         if not diff.strip():

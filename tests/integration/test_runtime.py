@@ -252,3 +252,14 @@ def test_test_patch_over_mcp(held: Any) -> None:
     assert lines[0] == "All 2 checks that ran passed."
     assert "build: passed" in lines and "function test: passed" in lines
     assert any(line.startswith("PoCs: not run (difficulty 2") for line in lines)
+
+
+def test_a_tree_the_agent_made_unreadable_is_graded_failed(settings: Settings, demo_images: list[Task],
+                                                           tmp_path: Path) -> None:
+    """Making the change uncapturable must not turn a failure into an ungraded error."""
+    task = _task(demo_images, "c-demo")
+    hide = "echo 'int hidden;' > hidden.c && chmod 000 hidden.c"
+    with container(image_names(settings, task)["tool"], ["bash", "-c", hide], tmp_path) as c:
+        result = finish(c, tmp_path)
+    assert result["patch_result"]["status"] == "failed"
+    assert result["patch_result"]["error_msg"] == "Patch capture failed"

@@ -297,3 +297,27 @@ def test_http_tools_only_for_this_container(service: TaskService) -> None:
         with pytest.raises(SDKError, match="admin socket only"):
             other.get("/reference/patch")
     assert service.bencher.calls == []  # type: ignore[attr-defined]
+
+
+class BrokenCapture(FakeCapture):
+    def diff(self) -> str:
+        from ssebench.runtime.capture import CaptureError
+
+        raise CaptureError("git add failed: error: open(\"secret.c\"): Permission denied")
+
+
+def test_an_uncapturable_tree_is_the_agents_failure(service: TaskService) -> None:
+    from sse.grading import grade
+
+    import sse.daemon
+
+    service.capture = BrokenCapture()
+    with _connect(service, 2, ADMIN) as daemon:
+        sse.daemon._instance = daemon
+        try:
+            result = grade()
+        finally:
+            sse.daemon._instance = None
+    assert result.status() == "failed"
+    assert result.error_msg == "Patch capture failed" and "Permission denied" in (result.error_log or "")
+    assert (service.results / "final.patch").read_text() == ""
