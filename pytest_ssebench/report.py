@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import html
-import json
 from collections import defaultdict
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from ssebench.result import read_safely
@@ -131,11 +129,3 @@ class ScoreTable:
                           t.rate("function"), t.rate("intent"), mean))
         widths = [max(len(row[i]) for row in table) for i in range(len(header))]
         return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table]
-
-    def to_json(self) -> str:
-        return json.dumps({f"{a}/{m}/d{d}": {"runs": t.runs, **t.outcomes} for (a, m, d), t in self.rows.items()})
-
-
-def run_dir_of(user_properties: list[tuple[str, object]]) -> Path | None:
-    value = dict(user_properties).get(PREFIX + "run_dir")
-    return Path(str(value)) if value else None

@@ -69,10 +69,6 @@ class RuntimeSettings(BaseModel):
             raise ValueError(f"must be one of 0, 1, 2, 3, 4 (got {value!r})")
         return int(text)
 
-    @property
-    def difficulty_name(self) -> str:
-        return DIFFICULTY_NAMES[self.difficulty]
-
 
 def load_settings(environ: Mapping[str, str] | None = None) -> RuntimeSettings:
     """Settings from the environment; unset variables take their defaults."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -191,6 +192,13 @@ def test_parse_metadata_round_trip(service: TaskService) -> None:  # noqa: F811
     assert meta.build_script == "make\n"
 
 
-def test_import_sse_contacts_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert {"ai", "grading", "reference", "tools"} <= set(sse.__all__)
-    assert "sse.project" not in sse.__all__
+def test_import_sse_contacts_nothing(tmp_path: Path) -> None:
+    """import sse (with ai, grading, reference, tools) works with no daemon; sse.project needs one."""
+    code = (
+        "import sse, sse.ai, sse.grading, sse.reference, sse.tools, sse.prompt\n"
+        "try:\n    import sse.project\nexcept RuntimeError as exc:\n    print('project:', exc)\n"
+    )
+    env = {"PATH": "/usr/bin:/bin", "SSE_DAEMON_SOCKET": str(tmp_path / "no-daemon.sock")}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("project: the daemon does not answer")
