@@ -101,7 +101,7 @@ class DockerHandle(Handle):
 
     def logs(self) -> str:
         out, err = self._tc.get_logs()
-        return (out + err).decode("utf-8", errors="replace")
+        return bytes(out + err).decode("utf-8", errors="replace")
 
     def remove(self) -> None:
         import docker.errors

@@ -8,9 +8,13 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ssebench.errors import ConfigError, ConfigErrors, SSEBenchError
 from ssebench.version import __version__
+
+if TYPE_CHECKING:
+    from ssebench.agent import Agent
 
 DEFAULT_PATH = Path("datasets")
 
@@ -78,7 +82,7 @@ def cmd_images_build(args: argparse.Namespace) -> int:
     started = time.monotonic()
     settings = get_settings()
     tasks = load_tasks(args.path)
-    agents = [load_agent(settings.agents_dir, name) for name in args.agent] or [None]
+    agents: list[Agent | None] = [load_agent(settings.agents_dir, name) for name in args.agent] or [None]
     failures = 0
     built: list[str] = []
     reused: set[str] = set()

@@ -131,14 +131,14 @@ class Capture:
         for row in numstat:
             parts = row.split("\t")
             if len(parts) == 3:
-                add, delete, path = parts
-                counts[path] = (int(add) if add.isdigit() else None, int(delete) if delete.isdigit() else None)
+                added, deleted, path = parts
+                counts[path] = (int(added) if added.isdigit() else None, int(deleted) if deleted.isdigit() else None)
         changes = []
         for status, path in zip(statuses[0::2], statuses[1::2]):
             if not path:
                 continue
-            add, delete = counts.get(path, (None, None))
-            changes.append(FileChange(path=path, status=status, additions=add, deletions=delete))
+            additions, deletions = counts.get(path, (None, None))
+            changes.append(FileChange(path=path, status=status, additions=additions, deletions=deletions))
         return changes
 
     def commits_log(self, limit: int = 500) -> str:

@@ -98,7 +98,7 @@ class TaskService:
 
     def __init__(self, task: TaskFile, *, task_dir: Path, repo: Path, results: Path, archive: Path,
                  bencher: BencherLike, bash: BashLike, capture: CaptureLike,
-                 end_agent: Callable[[], None], version: str) -> None:
+                 end_agent: Callable[[], object], version: str) -> None:
         self.task = task
         self.task_dir = task_dir
         self.repo = repo

@@ -73,11 +73,12 @@ class RuntimeSettings(BaseModel):
 def load_settings(environ: Mapping[str, str] | None = None) -> RuntimeSettings:
     """Settings from the environment; unset variables take their defaults."""
     environ = os.environ if environ is None else environ
-    values = {field: environ[var] for field, var in ENV.items() if var in environ}
-    if "difficulty" in values and values["difficulty"] == "":
+    given = {field: environ[var] for field, var in ENV.items() if var in environ}
+    values: dict[str, object] = dict(given)
+    if given.get("difficulty") == "":
         values["difficulty"] = "(empty)"
-    if "keep_alive" in values:
-        values["keep_alive"] = values["keep_alive"].strip().lower() in ("1", "true", "yes")
+    if "keep_alive" in given:
+        values["keep_alive"] = given["keep_alive"].strip().lower() in ("1", "true", "yes")
     try:
         return RuntimeSettings.model_validate(values)
     except ValidationError as exc:

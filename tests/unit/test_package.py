@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
+import pytest
 import sse
 import ssebench
 
@@ -32,3 +34,12 @@ def test_imports_are_cheap() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_packages_pass_mypy_strict() -> None:
+    """STYLE.md's aim, kept: `mypy --strict` over the packages, as configured in pyproject.toml."""
+    pytest.importorskip("mypy", reason="mypy is not installed: pip install -e '.[dev]'")
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-m", "mypy", "--no-error-summary"], cwd=root,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
