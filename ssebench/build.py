@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import queue
 import shutil
 import sys
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,15 +75,65 @@ def build_images(
     agent: Agent | None = None,
     *,
     force: bool = False,
+    jobs: int | None = None,
     say: Say = _stderr,
 ) -> BuildOutcome:
-    """Make every layer of every task current; a task whose build fails does not stop the others."""
+    """Make every layer of every task current; a task whose build fails does not stop the others.
+
+    Up to `jobs` tasks (default: the `build_jobs` setting) build their chains
+    at once; layers they share wait for each other on the per-image lock.
+    An interrupt or an engine failure returns at once and cancels the rest:
+    each build in flight stops at its next output without tagging anything,
+    or when the process ends, which closes its connection.
+    """
     outcome = BuildOutcome()
     os_id = ensure_os_image(settings)
-    for task in tasks:
+    tasks = list(tasks)
+    cancel = threading.Event()
+
+    def chain(task: Task) -> None:
         try:
             ensure_layers(settings, task_plan(settings, task, os_id, agent), force=force,
-                          report=outcome.report, say=say)
+                          report=outcome.report, say=say, cancel=cancel)
         except ImageBuildError as exc:
             outcome.failures[task.id] = exc
+
+    workers = min(jobs or settings.build_jobs, len(tasks))
+    if workers <= 1:
+        for task in tasks:
+            chain(task)
+        return outcome
+    # Daemon threads, not a pool that is joined at exit: when the process ends
+    # on an interrupt, their connections close and the engine drops the builds
+    # at once (and their containers) instead of finishing them first.
+    pending: queue.SimpleQueue[Task] = queue.SimpleQueue()
+    for task in tasks:
+        pending.put(task)
+    errors: list[BaseException] = []
+
+    def worker() -> None:
+        while not cancel.is_set():
+            try:
+                task = pending.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                chain(task)
+            except BaseException as exc:  # more than a failed build: the engine, the disk...
+                errors.append(exc)
+                cancel.set()
+
+    threads = [threading.Thread(target=worker, name=f"ssebench-build-{n}", daemon=True) for n in range(workers)]
+    for thread in threads:
+        thread.start()
+    try:
+        for thread in threads:
+            while thread.is_alive() and not errors:
+                thread.join(0.2)
+    except BaseException:
+        cancel.set()
+        raise
+    if errors:
+        raise errors[0]
+    outcome.failures = {t.id: outcome.failures[t.id] for t in tasks if t.id in outcome.failures}
     return outcome

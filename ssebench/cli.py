@@ -73,6 +73,16 @@ def cmd_dataset_validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= 16:
+        raise argparse.ArgumentTypeError(f"expected a whole number from 1 to 16, got {text!r}")
+    return value
+
+
 def cmd_images_build(args: argparse.Namespace) -> int:
     from ssebench.agent import load_agent
     from ssebench.build import build_images
@@ -87,7 +97,7 @@ def cmd_images_build(args: argparse.Namespace) -> int:
     built: list[str] = []
     reused: set[str] = set()
     for agent in agents:
-        outcome = build_images(settings, tasks, agent, force=args.force)
+        outcome = build_images(settings, tasks, agent, force=args.force, jobs=args.jobs)
         built += outcome.report.built
         reused |= set(outcome.report.reused)
         for failure in outcome.failures.values():
@@ -212,6 +222,8 @@ def parser() -> argparse.ArgumentParser:
     build.add_argument("--agent", action="append", default=[], metavar="NAME",
                        help="also build agents/NAME on each task (repeatable)")
     build.add_argument("--force", action="store_true", help="rebuild every layer, ignoring Docker's cache")
+    build.add_argument("--jobs", "-j", type=_positive, metavar="N",
+                       help="tasks whose images build at once (default: SSEBENCH_BUILD_JOBS, else 2)")
     build.set_defaults(func=cmd_images_build)
     boot = images_sub.add_parser(
         "bootstrap", help="make the OS image without a registry",

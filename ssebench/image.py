@@ -16,6 +16,7 @@ import os
 import re
 import shutil
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -243,8 +244,17 @@ def labelled_dockerfile(settings: Settings, layer: Layer) -> Path:
     return out
 
 
-def build_layer(settings: Settings, layer: Layer, *, nocache: bool = False) -> None:
-    """Build one layer, its output to a log file; raise ImageBuildError on failure."""
+class BuildCancelled(SSEBenchError):
+    """A build given up because the caller was interrupted; nothing was tagged."""
+
+
+def build_layer(settings: Settings, layer: Layer, *, nocache: bool = False,
+                cancel: threading.Event | None = None) -> None:
+    """Build one layer, its output to a log file; raise ImageBuildError on failure.
+
+    A set `cancel` event stops reading the build's output, which closes the
+    connection: the daemon then abandons the build without tagging anything.
+    """
     log = log_path(settings, layer.image)
     if layer.stage is not None:
         if layer.context.exists():
@@ -255,9 +265,14 @@ def build_layer(settings: Settings, layer: Layer, *, nocache: bool = False) -> N
     with log.open("w", encoding="utf-8") as out:
         out.write(f"# {layer.kind} layer {layer.image}\n# digest {layer.digest}\n# build args {layer.buildargs}\n")
         failure: str | None = None
+        import docker
+
+        # A connection of its own: closing it is what tells the daemon to stop.
+        with docker_errors(f"connecting to build {layer.image}"):
+            api = docker.from_env(timeout=600).api
         try:
             with docker_errors(f"building {layer.image}"):
-                stream = client().api.build(
+                stream = api.build(
                     path=str(layer.context),
                     dockerfile=str(dockerfile),
                     tag=layer.image,
@@ -269,6 +284,9 @@ def build_layer(settings: Settings, layer: Layer, *, nocache: bool = False) -> N
                     decode=True,
                 )
                 for chunk in stream:
+                    if cancel is not None and cancel.is_set():
+                        out.write("ERROR: cancelled\n")
+                        raise BuildCancelled(f"building {layer.image} was cancelled")
                     if "stream" in chunk:
                         out.write(chunk["stream"])
                     elif "error" in chunk:
@@ -277,9 +295,13 @@ def build_layer(settings: Settings, layer: Layer, *, nocache: bool = False) -> N
                     elif "status" in chunk:
                         out.write(f"{chunk['status']}\n")
                     out.flush()
+        except BuildCancelled:
+            raise
         except SSEBenchError as exc:
             failure = str(exc)
             out.write(f"ERROR: {failure}\n")
+        finally:
+            api.close()
     task_id = layer.task.id if layer.task else None
     if failure is not None:
         raise ImageBuildError(layer.image, layer.kind, log, _tail(log), task=task_id)
@@ -299,29 +321,31 @@ class BuildReport:
 def ensure_layers(
     settings: Settings, layers: Iterable[Layer], *, force: bool = False, report: BuildReport | None = None,
     say: Callable[[str], None] = lambda m: print(m, file=sys.stderr, flush=True),
+    cancel: threading.Event | None = None,
 ) -> BuildReport:
     """Reuse each layer whose image carries its digest; build the others, parents first.
 
-    A per-image file lock makes concurrent builders (xdist workers, several
-    pytest processes) wait for each other instead of building twice. A
-    shared `report` carries what was already built across calls, so a
-    `force` rebuilds each image once.
+    A per-image file lock makes concurrent builders (threads of one call,
+    xdist workers, several pytest processes) wait for each other instead of
+    building twice. A shared `report` carries what was already built across
+    calls and threads, so a `force` rebuilds each image once.
     """
     report = report if report is not None else BuildReport()
     for layer in layers:
         if layer.image in report.built or (layer.image in report.reused and not force):
             continue
-        must = force
-        if not must and is_current(layer):
+        if not force and is_current(layer):
             report.reused.append(layer.image)
         else:
             with FileLock(str(_lock_path(settings, layer.image))):
-                if not must and is_current(layer):
+                if layer.image in report.built:
+                    pass  # another thread of this call built it while this one waited
+                elif not force and is_current(layer):
                     report.reused.append(layer.image)
                 else:
                     started = time.monotonic()
                     say(f"building {layer.kind:7} {layer.image} (log: {log_path(settings, layer.image)})")
-                    build_layer(settings, layer, nocache=must)
+                    build_layer(settings, layer, nocache=force, cancel=cancel)
                     say(f"built    {layer.kind:7} {layer.image} in {time.monotonic() - started:.0f}s")
                     report.built.append(layer.image)
         for alias in layer.aliases:

@@ -6,7 +6,7 @@ import os
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ssebench.errors import SSEBenchError
@@ -34,6 +34,10 @@ class Settings(BaseSettings):
     cache_dir: Path = _default_cache()
     images_dir: Path = PROJECT_ROOT / "images"
     agents_dir: Path = PROJECT_ROOT / "agents"
+    # How many tasks' image chains build at once. One build keeps about one
+    # core busy (the daemon, the storage driver and dpkg take turns), so two
+    # chains use a 2-core machine fully; see benchmarks/image_build.py.
+    build_jobs: int = Field(default=2, ge=1, le=16)
 
     @field_validator("prefix")
     @classmethod

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -129,3 +131,36 @@ def test_failing_dockerfile_is_one_line_and_leaves_nothing(scratch_dataset: Path
     name = scratch_dataset.name
     assert image_id(f"ssebench/case/{name}/c-demo:latest") is None
     assert image_id(f"ssebench/tool/{name}/c-demo:0.1.0") is None
+
+
+def test_ctrl_c_stops_parallel_builds_and_leaves_nothing(demo_images: list[Task], scratch_dataset: Path) -> None:
+    marker = f"slow-step-{scratch_dataset.name}"
+    for task_id in ("slow-one", "slow-two"):
+        shutil.copytree(DEMO / "c-demo", scratch_dataset / task_id)
+        config = scratch_dataset / task_id / "sse" / "config.yaml"
+        config.write_text(config.read_text().replace("id: c-demo", f"id: {task_id}"))
+        dockerfile = scratch_dataset / task_id / "Dockerfile"
+        dockerfile.write_text(dockerfile.read_text() + f"RUN echo {marker} && sleep 300\n")
+    build = subprocess.Popen([sys.executable, "-m", "ssebench.cli", "images", "build", str(scratch_dataset),
+                              "--jobs", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        def running() -> int:
+            return sum(marker in " ".join(c.attrs["Config"]["Cmd"] or []) for c in client().containers.list())
+
+        deadline = time.monotonic() + 300
+        while running() < 2:  # both slow steps under way at once
+            assert build.poll() is None and time.monotonic() < deadline, build.communicate()
+            time.sleep(1)
+        interrupted = time.monotonic()
+        build.send_signal(signal.SIGINT)
+        out, err = build.communicate(timeout=30)
+        assert time.monotonic() - interrupted < 15 and build.returncode == 130, (out, err)
+        assert err.strip().endswith("interrupted")
+        while any(marker in " ".join(c.attrs["Config"]["Cmd"] or []) for c in client().containers.list(all=True)):
+            assert time.monotonic() - interrupted < 60, "the engine kept the interrupted builds' containers"
+            time.sleep(1)
+    finally:
+        build.kill()
+        build.wait()
+    for task_id in ("slow-one", "slow-two"):
+        assert image_id(f"ssebench/case/{scratch_dataset.name}/{task_id}:latest") is None

@@ -86,3 +86,12 @@ def test_unknown_agent_is_one_error_line(tmp_path: Path, capsys: pytest.CaptureF
     assert main(["images", "build", str(dataset), "--agent", "nobody"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no agent 'nobody'" in err[0] and "dummy" in err[0]
+
+
+@pytest.mark.parametrize("value", ["0", "17", "two"])
+def test_bad_jobs_value_names_the_flag(value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["images", "build", "--jobs", value])
+    assert info.value.code == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "--jobs" in last and "1 to 16" in last and repr(value) in last

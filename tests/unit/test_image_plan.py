@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from ssebench import image
+from ssebench import build, image
 from ssebench.agent import load_agent
+from ssebench.errors import DockerUnavailableError
 from ssebench.settings import Settings
 from ssebench.task import load_task
 from tests.helpers import task_config, write_dataset, write_task
@@ -130,15 +131,30 @@ class FakeEngine:
         self.labels: dict[str, str] = {}
         self.builds: list[str] = []
         self.lock = threading.Lock()
+        self.running = 0
+        self.most_at_once = 0
+        self.fail_on: str | None = None  # an image name whose build loses the engine
 
     def is_current(self, layer: image.Layer) -> bool:
         return self.labels.get(layer.image) == layer.digest
 
-    def build(self, settings: Settings, layer: image.Layer, *, nocache: bool = False) -> None:
-        time.sleep(0.05)  # long enough for a second builder to arrive
+    def build(self, settings: Settings, layer: image.Layer, *, nocache: bool = False,
+              cancel: threading.Event | None = None) -> None:
         with self.lock:
-            self.builds.append(layer.image)
-            self.labels[layer.image] = layer.digest
+            self.running += 1
+            self.most_at_once = max(self.most_at_once, self.running)
+        try:
+            time.sleep(0.05)  # long enough for a second builder to arrive
+            if layer.image == self.fail_on:
+                raise DockerUnavailableError("the engine went away")
+            if cancel is not None and cancel.is_set():
+                raise image.BuildCancelled(f"building {layer.image} was cancelled")
+            with self.lock:
+                self.builds.append(layer.image)
+                self.labels[layer.image] = layer.digest
+        finally:
+            with self.lock:
+                self.running -= 1
 
 
 @pytest.fixture
@@ -190,3 +206,47 @@ def test_concurrent_builders_build_each_image_once(settings: Settings, tmp_path:
     for t in threads:
         t.join()
     assert sorted(engine.builds) == sorted(layer.image for layer in layers)
+
+
+def _mixed_dataset(root: Path) -> list:
+    """Three tasks: two C tasks sharing base-c and runtime-c, one Go task."""
+    dataset = write_dataset(root, tasks=())
+    write_task(dataset, "c-one")
+    write_task(dataset, "c-two")
+    write_task(dataset, "go-one", config=task_config("go-one", language="go"))
+    return [load_task(dataset / name) for name in ("c-one", "c-two", "go-one")]
+
+
+@pytest.fixture
+def no_os_image(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(build, "ensure_os_image", lambda settings: OS_ID)
+
+
+@pytest.mark.parametrize("force", [False, True], ids=["reuse", "force"])
+def test_parallel_chains_build_each_image_once(settings: Settings, tmp_path: Path, engine: FakeEngine,
+                                               no_os_image: None, force: bool) -> None:
+    tasks = _mixed_dataset(tmp_path)
+    if force:
+        build.build_images(settings, tasks, jobs=1, say=lambda m: None)
+        engine.builds.clear()
+    outcome = build.build_images(settings, tasks, jobs=3, force=force, say=lambda m: None)
+    # base-c, runtime-c, base-go, runtime-go, then a case and a tool image per task.
+    assert sorted(engine.builds) == sorted(set(engine.builds)) and len(engine.builds) == 4 + 3 * 2
+    assert sorted(outcome.report.built) == sorted(engine.builds) and outcome.failures == {}
+    assert engine.most_at_once >= 2
+
+
+def test_one_job_builds_one_image_at_a_time(settings: Settings, tmp_path: Path, engine: FakeEngine,
+                                            no_os_image: None) -> None:
+    build.build_images(settings, _mixed_dataset(tmp_path), jobs=1, say=lambda m: None)
+    assert len(engine.builds) == 10 and engine.most_at_once == 1
+
+
+def test_a_lost_engine_stops_every_chain(settings: Settings, tmp_path: Path, engine: FakeEngine,
+                                         no_os_image: None) -> None:
+    tasks = _mixed_dataset(tmp_path)
+    engine.fail_on = image.plan(settings, tasks[2], OS_ID)[0].image  # base-go
+    with pytest.raises(DockerUnavailableError, match="went away"):
+        build.build_images(settings, tasks, jobs=3, say=lambda m: None)
+    # The C chain was cancelled with it: it never got as far as its tool images.
+    assert not any(name.startswith("ssebench/tool/") for name in engine.builds), engine.builds
