@@ -57,5 +57,9 @@ class ImageBuildError(SSEBenchError):
         )
 
 
+class BuildCancelled(SSEBenchError):
+    """A build given up because the caller was interrupted; nothing was tagged."""
+
+
 class BootstrapError(SSEBenchError):
     """The OS image could neither be pulled nor bootstrapped."""

@@ -26,7 +26,7 @@ from filelock import FileLock
 
 from ssebench.agent import Agent
 from ssebench.engine import client, docker_errors, image_id, image_labels, tag_image
-from ssebench.errors import ImageBuildError, SSEBenchError
+from ssebench.errors import BuildCancelled, ImageBuildError, SSEBenchError
 from ssebench.settings import PROJECT_ROOT, Settings
 from ssebench.task import Task
 from ssebench.version import __version__
@@ -244,16 +244,13 @@ def labelled_dockerfile(settings: Settings, layer: Layer) -> Path:
     return out
 
 
-class BuildCancelled(SSEBenchError):
-    """A build given up because the caller was interrupted; nothing was tagged."""
-
-
 def build_layer(settings: Settings, layer: Layer, *, nocache: bool = False,
                 cancel: threading.Event | None = None) -> None:
     """Build one layer, its output to a log file; raise ImageBuildError on failure.
 
-    A set `cancel` event stops reading the build's output, which closes the
-    connection: the daemon then abandons the build without tagging anything.
+    A set `cancel` event stops the build at its next line of output: reading
+    stops and the connection is dropped, so the engine abandons the build
+    without tagging anything.
     """
     log = log_path(settings, layer.image)
     if layer.stage is not None:

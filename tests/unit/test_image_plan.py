@@ -10,7 +10,7 @@ import pytest
 
 from ssebench import build, image
 from ssebench.agent import load_agent
-from ssebench.errors import DockerUnavailableError
+from ssebench.errors import BuildCancelled, DockerUnavailableError
 from ssebench.settings import Settings
 from ssebench.task import load_task
 from tests.helpers import task_config, write_dataset, write_task
@@ -148,7 +148,7 @@ class FakeEngine:
             if layer.image == self.fail_on:
                 raise DockerUnavailableError("the engine went away")
             if cancel is not None and cancel.is_set():
-                raise image.BuildCancelled(f"building {layer.image} was cancelled")
+                raise BuildCancelled(f"building {layer.image} was cancelled")
             with self.lock:
                 self.builds.append(layer.image)
                 self.labels[layer.image] = layer.digest
