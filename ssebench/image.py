@@ -25,7 +25,7 @@ from pathlib import Path
 from filelock import FileLock
 
 from ssebench.agent import Agent
-from ssebench.engine import client, docker_errors, image_id, image_labels, tag_image
+from ssebench.engine import docker_errors, image_id, image_labels, tag_image
 from ssebench.errors import BuildCancelled, ImageBuildError, SSEBenchError
 from ssebench.settings import PROJECT_ROOT, Settings
 from ssebench.task import Task
