@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -134,7 +135,7 @@ def test_failing_dockerfile_is_one_line_and_leaves_nothing(scratch_dataset: Path
 
 
 def test_ctrl_c_stops_parallel_builds_and_leaves_nothing(demo_images: list[Task], scratch_dataset: Path) -> None:
-    marker = f"slow-step-{scratch_dataset.name}"
+    marker = f"slow-step-{uuid.uuid4().hex[:12]}"  # unique per run: no other session's containers count
     for task_id in ("slow-one", "slow-two"):
         shutil.copytree(DEMO / "c-demo", scratch_dataset / task_id)
         config = scratch_dataset / task_id / "sse" / "config.yaml"
@@ -143,12 +144,12 @@ def test_ctrl_c_stops_parallel_builds_and_leaves_nothing(demo_images: list[Task]
         dockerfile.write_text(dockerfile.read_text() + f"RUN echo {marker} && sleep 300\n")
     build = subprocess.Popen([sys.executable, "-m", "ssebench.cli", "images", "build", str(scratch_dataset),
                               "--jobs", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        def running() -> int:
-            return sum(marker in " ".join(c.attrs["Config"]["Cmd"] or []) for c in client().containers.list())
+    def slow_steps(all: bool) -> int:
+        return sum(marker in " ".join(c.attrs["Config"]["Cmd"] or []) for c in client().containers.list(all=all))
 
+    try:
         deadline = time.monotonic() + 300
-        while running() < 2:  # both slow steps under way at once
+        while slow_steps(all=False) < 2:  # both slow steps under way at once
             assert build.poll() is None and time.monotonic() < deadline, build.communicate()
             time.sleep(1)
         interrupted = time.monotonic()
@@ -156,7 +157,7 @@ def test_ctrl_c_stops_parallel_builds_and_leaves_nothing(demo_images: list[Task]
         out, err = build.communicate(timeout=30)
         assert time.monotonic() - interrupted < 15 and build.returncode == 130, (out, err)
         assert err.strip().endswith("interrupted")
-        while any(marker in " ".join(c.attrs["Config"]["Cmd"] or []) for c in client().containers.list(all=True)):
+        while slow_steps(all=True):
             assert time.monotonic() - interrupted < 60, "the engine kept the interrupted builds' containers"
             time.sleep(1)
     finally:
