@@ -12,6 +12,9 @@ $(BIN)/ssebench: pyproject.toml sdk/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[dev]' -e ./sdk
+	# pytest-retry apart from the venv's plugins: the suite checks our options
+	# beside it in a subprocess (autoloaded, it breaks in-process pytester runs).
+	$(BIN)/python -m pip install -q --target $(VENV)/isolated-plugins --no-deps pytest-retry
 	touch $@
 
 install: $(BIN)/ssebench

@@ -19,7 +19,8 @@ import pytest
 from ssebench.errors import ConfigError, ConfigErrors
 from ssebench.result import read_safely
 from ssebench.run import RunConfig, RunRecord
-from ssebench.task import Task, load_task
+from ssebench.dataset import load_task_in_place
+from ssebench.task import Task
 
 if TYPE_CHECKING:
     from pytest_ssebench.session import SSEBenchSession
@@ -129,7 +130,7 @@ class TaskDirectory(pytest.Directory):
 
     def _task(self) -> Task:
         try:
-            return load_task(self.path, self.path.resolve().parent.name)
+            return load_task_in_place(self.path)
         except ConfigErrors as exc:
             raise self.CollectError("\n".join(str(e) for e in exc.errors)) from None
         except ConfigError as exc:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from ssebench.limits import Limits, LimitsError, parse_limits
 from ssebench.run import EGRESS
 
 DIFFICULTIES = range(0, 5)
@@ -22,14 +23,19 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--difficulty", default=None, metavar="LEVELS",
                     help="comma-separated levels 0-4 (default 2; ini: ssebench_difficulty)")
     group.addoption("--mode", default=None, metavar="MODES", help="comma-separated modes: sandbox (default)")
-    group.addoption("--timeout", dest="ssebench_timeout", default=None, metavar="SECONDS", type=float,
+    # Names chosen not to clash with popular plugins: pytest-timeout owns
+    # --timeout, pytest-retry owns --retries.
+    group.addoption("--agent-timeout", dest="ssebench_timeout", default=None, metavar="SECONDS", type=float,
                     help="the agent's time limit per run (default 3600; env SSEBENCH_TIMEOUT)")
     group.addoption("--egress", default=None, choices=EGRESS,
                     help="restricted (default): an internal network with no route out; open: a normal bridge")
     group.addoption("--results", default=None, metavar="DIR",
                     help="where run directories go (default results/; env SSEBENCH_RESULTS)")
-    group.addoption("--retries", default=None, metavar="N", type=int,
+    group.addoption("--infra-retries", dest="ssebench_retries", default=None, metavar="N", type=int,
                     help="retry a run N times after an infrastructure error (never after a failed grade)")
+    group.addoption("--run-limits", dest="ssebench_limits", default=None, metavar="LIMITS",
+                    help="resource limits of every run container, overriding settings and tasks: "
+                         "pids=N,memory=SIZE,cpus=N,file_size=SIZE (e.g. pids=512,memory=2g)")
     group.addoption("--keep-containers", action="store_true", default=False,
                     help="leave each run's container in place after it ends (for debugging)")
     group.addoption("--rebuild", action="store_true", default=False,
@@ -38,7 +44,7 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("ssebench_models", "default --model values", type="args", default=[])
     parser.addini("ssebench_difficulty", "default --difficulty", default="2")
     parser.addini("ssebench_results", "default --results", default="results")
-    parser.addini("ssebench_retries", "default --retries", default="0")
+    parser.addini("ssebench_retries", "default --infra-retries", default="0")
 
 
 @dataclass(frozen=True)
@@ -53,6 +59,7 @@ class Options:
     retries: int
     keep_containers: bool
     rebuild: bool
+    limits: dict[str, str]
 
 
 def _csv(text: str) -> list[str]:
@@ -86,19 +93,21 @@ def parse_options(config: pytest.Config) -> Options:
     except ValueError:
         timeout = -1
     if timeout <= 0:
-        raise pytest.UsageError(f"--timeout {timeout_raw!r}: give the agent's time limit in seconds, e.g. --timeout 1800")
+        raise pytest.UsageError(f"--agent-timeout {timeout_raw!r}: give the agent's time limit in seconds, "
+                                "e.g. --agent-timeout 1800")
 
     egress = opt.egress or os.environ.get("SSEBENCH_EGRESS") or "restricted"
     if egress not in EGRESS:
         raise pytest.UsageError(f"SSEBENCH_EGRESS {egress!r}: use restricted or open")
 
-    retries_raw = opt.retries if opt.retries is not None else os.environ.get("SSEBENCH_RETRIES") or config.getini("ssebench_retries")
+    retries_raw = (opt.ssebench_retries if opt.ssebench_retries is not None
+                   else os.environ.get("SSEBENCH_RETRIES") or config.getini("ssebench_retries"))
     try:
         retries = int(retries_raw)
     except ValueError:
         retries = -1
     if retries < 0:
-        raise pytest.UsageError(f"--retries {retries_raw!r}: give a whole number of retries, e.g. --retries 1")
+        raise pytest.UsageError(f"--infra-retries {retries_raw!r}: give a whole number of retries, e.g. --infra-retries 1")
 
     results = Path(opt.results or os.environ.get("SSEBENCH_RESULTS") or config.getini("ssebench_results"))
     if not results.is_absolute():
@@ -106,6 +115,13 @@ def parse_options(config: pytest.Config) -> Options:
     if results.exists() and not results.is_dir():
         raise pytest.UsageError(f"--results {results}: not a directory")
 
+    try:
+        limits = parse_limits(opt.ssebench_limits or "", "--run-limits")
+        if limits:
+            Limits().merged(limits, "--run-limits")
+    except LimitsError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
     return Options(agents=agents, models=models, difficulties=levels, modes=modes, timeout=timeout,
                    egress=egress, results=results, retries=retries, keep_containers=bool(opt.keep_containers),
-                   rebuild=bool(opt.rebuild))
+                   rebuild=bool(opt.rebuild), limits=limits)

@@ -21,7 +21,7 @@ from pytest_ssebench.report import ScoreTable, html_extras, properties
 from ssebench.agent import Agent, load_agent
 from ssebench.errors import ConfigError, ConfigErrors, SSEBenchError
 from ssebench.reaper import Session
-from ssebench.run import RunConfig, RunRecord
+from ssebench.run import RunConfig, RunRecord, limits_for
 from ssebench.settings import Settings, get_settings
 from ssebench.task import Task
 
@@ -63,6 +63,10 @@ class SSEBenchSession:
         if marker not in self._registered_markers:
             self.config.addinivalue_line("markers", f"{marker}: a task of the {task.dataset} dataset")
             self._registered_markers.add(marker)
+        try:
+            limits = limits_for(self.settings, task, self.options.limits)
+        except SSEBenchError as exc:
+            raise TaskDirectory.CollectError(str(exc)) from None
         runs = []
         for agent in self.agents:
             for model in (self.options.models if agent.needs_model else ("none",)):
@@ -70,7 +74,7 @@ class SSEBenchSession:
                     for mode in self.options.modes:
                         runs.append(RunConfig(task=task, agent=agent, model=model, difficulty=difficulty, mode=mode,
                                               timeout=self.options.timeout, egress=self.options.egress,
-                                              keep_container=self.options.keep_containers))
+                                              keep_container=self.options.keep_containers, limits=limits))
         return runs
 
     @pytest.hookimpl(tryfirst=True)

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import os
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ssebench.errors import SSEBenchError
+from ssebench.limits import Limits
 
 
 class RunTimeoutError(SSEBenchError):
@@ -29,6 +31,13 @@ class Mount:
     read_only: bool = False
 
 
+# What the entrypoint needs as root: switch to model and sse-runner (SETUID,
+# SETGID), hand them directories (CHOWN, FOWNER), clean up what they wrote
+# (DAC_OVERRIDE) and stop their processes (KILL). Nothing else: no raw
+# sockets, no device nodes, no binding of low ports, no chroot.
+RUN_CAPABILITIES = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "SETGID", "SETUID")
+
+
 @dataclass(frozen=True)
 class ContainerSpec:
     """Everything a backend needs to start one run's container."""
@@ -39,6 +48,9 @@ class ContainerSpec:
     labels: dict[str, str] = field(default_factory=dict)
     network: str | None = None
     command: list[str] | None = None
+    # None: the engine's defaults (only for helper containers that are not runs).
+    limits: Limits | None = None
+    capabilities: tuple[str, ...] | None = RUN_CAPABILITIES
 
 
 class Handle(ABC):
@@ -60,6 +72,17 @@ class Handle(ABC):
         """Its combined output so far."""
 
     @abstractmethod
+    def export(self, path: str) -> Iterator[bytes]:
+        """A tar stream of `path` in the container (running or stopped), as chunks.
+
+        Raises SSEBenchError when the path does not exist or the container is gone.
+        """
+
+    @abstractmethod
+    def memory_exhausted(self) -> bool:
+        """Whether the container's memory limit made the kernel kill a process in it."""
+
+    @abstractmethod
     def remove(self) -> None:
         """Stop and delete it; a no-op when it is already gone."""
 
@@ -72,8 +95,20 @@ class Backend(ABC):
         """Start a container. Raises SSEBenchError when it cannot start; nothing is left behind then."""
 
     @abstractmethod
-    def ensure_network(self, name: str, *, internal: bool, labels: dict[str, str]) -> str:
-        """Create (or reuse) a network; internal ones have no route out. Returns its name."""
+    def create_network(self, name: str, *, internal: bool, labels: dict[str, str]) -> Network:
+        """Create a network of one run; internal ones have no route out. Raises SSEBenchError."""
+
+    @abstractmethod
+    def remove_network(self, name: str) -> None:
+        """Remove a network (disconnecting what is left on it); a no-op when it is gone."""
+
+
+@dataclass(frozen=True)
+class Network:
+    """A run's network: its name, and the address of the host's end (where a host service can listen)."""
+
+    name: str
+    gateway: str | None
 
 
 class DockerHandle(Handle):
@@ -103,6 +138,20 @@ class DockerHandle(Handle):
         out, err = self._tc.get_logs()
         return bytes(out + err).decode("utf-8", errors="replace")
 
+    def export(self, path: str) -> Iterator[bytes]:
+        from ssebench.engine import client, docker_errors
+
+        with docker_errors(f"copying {path} out of container {self.id[:12]}"):
+            stream, _ = client().api.get_archive(self.id, path, chunk_size=1 << 20)
+            yield from stream
+
+    def memory_exhausted(self) -> bool:
+        from ssebench.engine import client, docker_errors
+
+        with docker_errors(f"inspecting container {self.id[:12]}"):
+            state = client().api.inspect_container(self.id).get("State") or {}
+        return bool(state.get("OOMKilled"))
+
     def remove(self) -> None:
         import docker.errors
 
@@ -112,13 +161,17 @@ class DockerHandle(Handle):
             pass
 
 
-class DockerBackend(Backend):
-    def __init__(self, lock_dir: Path | None = None) -> None:
-        from ssebench.settings import get_settings
+def _docker_limits(limits: Limits) -> dict[str, Any]:
+    return {
+        "pids_limit": limits.pids,
+        "mem_limit": limits.memory,
+        "memswap_limit": limits.memory,  # no swap beyond the limit
+        "nano_cpus": int(limits.cpus * 1e9),
+    }
 
-        # Docker accepts two networks of one name when they are created at
-        # once (xdist workers of one session): creation is serialised here.
-        self.lock_dir = lock_dir or get_settings().cache_dir / "locks"
+
+class DockerBackend(Backend):
+    def __init__(self) -> None:
         os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
         from testcontainers.core.config import testcontainers_config
 
@@ -136,7 +189,12 @@ class DockerBackend(Backend):
             tc.with_volume_mapping(str(mount.host), mount.container, "ro" if mount.read_only else "rw")
         if spec.command is not None:
             tc.with_command(spec.command)
-        tc.with_kwargs(labels=spec.labels, init=True, network=spec.network or "bridge")
+        kwargs: dict[str, Any] = {"labels": spec.labels, "init": True, "network": spec.network or "bridge"}
+        if spec.limits is not None:
+            kwargs.update(_docker_limits(spec.limits))
+        if spec.capabilities is not None:
+            kwargs.update(cap_drop=["ALL"], cap_add=list(spec.capabilities), security_opt=["no-new-privileges"])
+        tc.with_kwargs(**kwargs)
         try:
             with docker_errors(f"starting a container of {spec.image}"):
                 tc.start()
@@ -147,14 +205,27 @@ class DockerBackend(Backend):
             raise
         return DockerHandle(tc)
 
-    def ensure_network(self, name: str, *, internal: bool, labels: dict[str, str]) -> str:
+    def create_network(self, name: str, *, internal: bool, labels: dict[str, str]) -> Network:
         from ssebench.engine import client, docker_errors
 
-        from filelock import FileLock
+        with docker_errors(f"creating network {name}"):
+            network = client().networks.create(name, driver="bridge", internal=internal, labels=labels,
+                                               check_duplicate=True)
+            network.reload()
+        config = (network.attrs.get("IPAM") or {}).get("Config") or [{}]
+        return Network(name=name, gateway=config[0].get("Gateway"))
 
-        self.lock_dir.mkdir(parents=True, exist_ok=True)
-        with FileLock(str(self.lock_dir / f"network-{name}.lock")), docker_errors(f"creating network {name}"):
-            if not any(n.name == name for n in client().networks.list(names=[name])):
-                client().networks.create(name, driver="bridge", internal=internal, labels=labels,
-                                         check_duplicate=True)
-        return name
+    def remove_network(self, name: str) -> None:
+        import docker.errors
+
+        from ssebench.engine import client, docker_errors
+
+        try:
+            with docker_errors(f"removing network {name}"):
+                network = client().networks.get(name)
+                for attached in network.containers:
+                    network.disconnect(attached, force=True)
+                network.remove()
+        except SSEBenchError as exc:
+            if not isinstance(exc.__cause__, docker.errors.NotFound):
+                raise

@@ -141,7 +141,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from ssebench.agent import load_agent
     from ssebench.backend import DockerBackend
     from ssebench.reaper import Session, reap_orphans, reap_session
-    from ssebench.run import RunConfig, execute
+    from ssebench.limits import parse_limits
+    from ssebench.run import RunConfig, execute, limits_for
     from ssebench.settings import get_settings
     from ssebench.task import load_task
 
@@ -152,8 +153,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"error: --model: agent {agent.name} needs a model", file=sys.stderr)
         return 2
     model = args.model if agent.needs_model else "none"
-    config = RunConfig(task=task, agent=agent, model=model, difficulty=args.difficulty, timeout=args.timeout,
-                       egress=args.egress, keep_container=args.keep_container)
+    limits = limits_for(settings, task, parse_limits(args.limits or "", "--limits"))
+    config = RunConfig(task=task, agent=agent, model=model, difficulty=args.difficulty, timeout=args.agent_timeout,
+                       egress=args.egress, keep_container=args.keep_container, limits=limits)
     session = Session.new()
     reap_orphans()
     try:
@@ -242,7 +244,9 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--agent", required=True, metavar="NAME", help="an agent under agents/")
     run.add_argument("--model", metavar="NAME", help="the model, for agents that need one")
     run.add_argument("--difficulty", type=int, default=2, choices=range(5), metavar="0-4", help="default 2")
-    run.add_argument("--timeout", type=float, default=3600.0, metavar="SECONDS", help="the agent's time limit")
+    run.add_argument("--agent-timeout", type=float, default=3600.0, metavar="SECONDS", help="the agent's time limit")
+    run.add_argument("--limits", metavar="LIMITS",
+                     help="resource limits of the run container: pids=N,memory=SIZE,cpus=N,file_size=SIZE")
     run.add_argument("--egress", choices=("restricted", "open"), default="restricted")
     run.add_argument("--results", type=Path, default=Path("results"), metavar="DIR", help="default ./results")
     run.add_argument("--datasets", type=Path, default=DEFAULT_PATH, metavar="DIR", help="where to look up a task id")

@@ -84,7 +84,8 @@ def load_dataset(dataset_dir: Path, *, check_files: bool = True) -> Dataset:
     seen: dict[str, Path] = {}
     for task_dir in task_dirs(dataset_dir):
         try:
-            task = load_task(task_dir, dataset_dir.resolve().name, check_files=check_files)
+            task = load_task(task_dir, dataset_dir.resolve().name, check_files=check_files,
+                             dataset_version=config.version if config else None)
         except ConfigErrors as exc:
             problems.extend(exc.errors)
             continue
@@ -103,6 +104,13 @@ def load_dataset(dataset_dir: Path, *, check_files: bool = True) -> Dataset:
         raise ConfigErrors(problems)
     assert config is not None
     return Dataset(path=dataset_dir, config=config, tasks=tasks)
+
+
+def load_task_in_place(task_dir: Path, *, check_files: bool = True) -> Task:
+    """One task folder, with the name and version of the dataset it sits in (if its parent is one)."""
+    dataset_dir = Path(task_dir).resolve().parent
+    version = load_dataset_config(dataset_dir).version if (dataset_dir / DATASET_FILE).is_file() else None
+    return load_task(task_dir, dataset_dir.name, check_files=check_files, dataset_version=version)
 
 
 def _walk_datasets(root: Path) -> Iterator[Path]:
@@ -132,8 +140,7 @@ def load_tasks(path: Path, *, check_files: bool = True) -> list[Task]:
     if not path.exists():
         raise ConfigError(path, "", "no such file or directory")
     if is_task_dir(path):
-        dataset_dir = path.resolve().parent
-        return [load_task(path, dataset_dir.name, check_files=check_files)]
+        return [load_task_in_place(path, check_files=check_files)]
     datasets = find_datasets(path)
     if not datasets:
         raise ConfigError(path, "", f"holds no task folder (a folder with sse/config.yaml) and no {DATASET_FILE}")

@@ -59,22 +59,30 @@ def _orphaned(labels: dict[str, str]) -> bool:
 
 
 def _remove(session: str | None, only_orphans: bool) -> int:
+    import docker.errors
+
     filters = {"label": f"{SESSION}={session}" if session else SESSION}
     removed = 0
     with docker_errors("cleaning up ssebench containers and networks"):
         for container in client().containers.list(all=True, filters=filters):
             if only_orphans and not _orphaned(container.labels):
                 continue
-            container.remove(force=True, v=True)
-            removed += 1
+            try:
+                container.remove(force=True, v=True)
+                removed += 1
+            except docker.errors.NotFound:
+                pass  # removed meanwhile (its run ended, or another reaper)
         for network in client().networks.list(filters=filters):
             if only_orphans and not _orphaned(network.attrs.get("Labels") or {}):
                 continue
-            network.reload()
-            for attached in network.containers:
-                network.disconnect(attached, force=True)
-            network.remove()
-            removed += 1
+            try:
+                network.reload()
+                for attached in network.containers:
+                    network.disconnect(attached, force=True)
+                network.remove()
+                removed += 1
+            except docker.errors.NotFound:
+                pass
     return removed
 
 

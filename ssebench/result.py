@@ -31,7 +31,7 @@ def new_run_id(difficulty: int, mode: str) -> str:
 
 
 def make_run_dir(results_root: Path, task_id: str, model: str, agent: str, run_id: str) -> Path:
-    """Create the run's directory (and archive/); never an existing one."""
+    """Create the run's directory; never an existing one. Its files arrive when the run ends."""
     parent = results_root / task_id / model / agent
     parent.mkdir(parents=True, exist_ok=True)
     run_dir = parent / run_id
@@ -39,9 +39,6 @@ def make_run_dir(results_root: Path, task_id: str, model: str, agent: str, run_i
         run_dir.mkdir()
     except FileExistsError:
         raise SSEBenchError(f"{run_dir} already exists; a run never reuses another's directory") from None
-    (run_dir / "archive").mkdir()
-    # uid 1000 in the container writes the archive; the host user must be able to clean it up.
-    os.chmod(run_dir / "archive", 0o777)
     return run_dir
 
 
@@ -53,18 +50,22 @@ def point_latest(run_dir: Path) -> None:
     os.replace(tmp, link)
 
 
-def write_json(path: Path, data: Any) -> None:
-    """Write JSON by temp file and rename: never half-written."""
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write a file by temp file and rename: never half-written, never through a link at `path`."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as out:
-            json.dump(data, out, indent=2, default=str)
-            out.write("\n")
+            out.write(text)
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Write JSON by temp file and rename: never half-written."""
+    write_text_atomic(path, json.dumps(data, indent=2, default=str) + "\n")
 
 
 def read_safely(run_dir: Path, relative: str, limit: int = TAIL_BYTES, tail: bool = True) -> str | None:

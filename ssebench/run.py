@@ -1,24 +1,43 @@
 """One run: a task, an agent (and model), a difficulty and a mode, from images to grade.
 
 This is the code both the pytest plugin and `ssebench run` go through:
-images built or reused, a results directory of its own, the container
-started with the run's settings, waited for with the run's timeout plus
-slack, the results collected, the container removed.
+images built or reused, a results directory of its own, a network of its
+own, the container started with the run's settings and limits, waited for
+with the run's timeout plus slack, its files copied out, the container and
+the network removed.
+
+Each run has a network of its own (internal unless egress is open), so no
+run can reach another's container. Nothing of the host is bind-mounted but
+the reference patch for the reference agent: results come out by copy when
+the run is over (`ssebench.archive`).
 """
 
 from __future__ import annotations
 
+import json
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from ssebench.agent import Agent
-from ssebench.backend import Backend, ContainerSpec, Handle, Mount, RunTimeoutError
+from ssebench.archive import extract
+from ssebench.backend import Backend, ContainerSpec, Handle, Mount, Network, RunTimeoutError
 from ssebench.errors import ImageBuildError, SSEBenchError
+from ssebench.limits import Limits
 from ssebench.reaper import Session
-from ssebench.result import make_run_dir, new_run_id, point_latest, read_result, write_json
+from ssebench.result import (
+    make_run_dir,
+    new_run_id,
+    point_latest,
+    read_result,
+    read_safely,
+    write_json,
+    write_text_atomic,
+)
 from ssebench.settings import Settings
 from ssebench.task import Task, task_file
 
@@ -29,6 +48,9 @@ ARCHIVE_IN_CONTAINER = "/tmp/sse-archive"
 REFERENCE_IN_CONTAINER = "/reference/patch.diff"
 # Start-up and the evaluator's own bookkeeping, beyond the agent's and grading's limits.
 SLACK_SECONDS = 300.0
+# What the host keeps of a run's files: the root-written results, and the agent's archive.
+RESULTS_FILE_CAP, RESULTS_CAP = 256 << 20, 1 << 30
+ARCHIVE_FILE_CAP, ARCHIVE_CAP = 64 << 20, 256 << 20
 
 
 @dataclass(frozen=True)
@@ -42,6 +64,7 @@ class RunConfig:
     grading_timeout: float = 3600.0
     egress: str = "restricted"
     keep_container: bool = False
+    limits: Limits = field(default_factory=Limits)
 
     @property
     def reference_run(self) -> bool:
@@ -52,7 +75,18 @@ class RunConfig:
             "agent": self.agent.name, "agent_version": self.agent.config.version, "model": self.model,
             "difficulty": self.difficulty, "mode": self.mode, "timeout": self.timeout,
             "grading_timeout": self.grading_timeout, "egress": self.egress, "reference_run": self.reference_run,
+            "limits": self.limits.describe(),
         }
+
+
+class ModelLink(Protocol):
+    """How a run's agent reaches its model (the model gateway): per-run access, and its accounting."""
+
+    def open(self, run_id: str, model: str, network: Network, ttl: float) -> dict[str, str]:
+        """Grant the run access; return the environment its agent needs (SSE_BASE_URL, SSE_API_KEY)."""
+
+    def close(self, run_id: str) -> dict[str, Any] | None:
+        """Revoke the run's access; return what it used (tokens, cost, calls), for summary.json."""
 
 
 @dataclass
@@ -67,6 +101,10 @@ class RunRecord:
     result: dict[str, Any] | None = None
     infra_error: str | None = None
     exit_code: int | None = None
+    network: str | None = None
+    limits_hit: list[str] = field(default_factory=list)
+    files: dict[str, Any] = field(default_factory=dict)
+    usage: dict[str, Any] | None = None
     durations: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -74,33 +112,129 @@ class RunRecord:
         return (self.result or {}).get("patch_result") or {}
 
 
-def _network(backend: Backend, config: RunConfig, session: Session) -> str:
-    if config.egress == "open":
-        return backend.ensure_network(f"ssebench-{session.id}-open", internal=False, labels=session.labels())
-    return backend.ensure_network(f"ssebench-{session.id}-agents", internal=True, labels=session.labels())
+def limits_for(settings: Settings, task: Task, overrides: dict[str, str] | None = None) -> Limits:
+    """A run's limits: the settings' defaults, then the task's config.yaml, then the run's own option."""
+    limits = settings.default_limits()
+    if task.config.limits is not None:
+        limits = limits.merged(task.config.limits.overrides(), f"{task.config_path}: limits")
+    if overrides:
+        limits = limits.merged(overrides, "--run-limits")
+    return limits
 
 
-def container_spec(config: RunConfig, image: str, run_dir: Path, session: Session, run_id: str,
-                   network: str | None, model_env: dict[str, str] | None = None) -> ContainerSpec:
+def network_name(session: Session, run_id: str) -> str:
+    return f"ssebench-{session.id}-{run_id}"
+
+
+def container_spec(config: RunConfig, image: str, session: Session, run_id: str, network: str | None,
+                   model_env: dict[str, str] | None = None, command: list[str] | None = None) -> ContainerSpec:
     """The container of a run. Only the reference agent ever gets the reference patch."""
     task = config.task
-    mounts = [Mount(run_dir, RESULTS_IN_CONTAINER), Mount(run_dir / "archive", ARCHIVE_IN_CONTAINER)]
+    mounts = []
     if config.reference_run and task.config.files.patch:
         mounts.append(Mount(task_file(task.path, task.config.files.patch).resolve(), REFERENCE_IN_CONTAINER,
                             read_only=True))
     env = {"TIMEOUT": str(int(config.timeout)), "SSE_DIFFICULTY": str(config.difficulty),
-           "SSE_GRADING_TIMEOUT": str(int(config.grading_timeout))}
+           "SSE_GRADING_TIMEOUT": str(int(config.grading_timeout)),
+           "SSE_FILE_SIZE_LIMIT": str(config.limits.file_size),
+           "SSE_ARCHIVE_FILE_CAP": str(ARCHIVE_FILE_CAP), "SSE_ARCHIVE_CAP": str(ARCHIVE_CAP)}
     if config.model != "none":
         env["SSE_MODEL_NAME"] = config.model
         env.update(model_env or {})
     labels = {**session.labels(), "ssebench.run": run_id, "ssebench.task": task.id,
               "ssebench.agent": config.agent.name}
-    return ContainerSpec(image=image, env=env, mounts=mounts, labels=labels, network=network)
+    return ContainerSpec(image=image, env=env, mounts=mounts, labels=labels, network=network, command=command,
+                         limits=config.limits)
+
+
+@dataclass
+class LiveRun:
+    """A run's container on its network, while it exists."""
+
+    handle: Handle
+    network: Network
+    run_id: str
+
+
+@contextmanager
+def running(config: RunConfig, backend: Backend, session: Session, run_id: str, image: str, *,
+            command: list[str] | None = None, models: ModelLink | None = None,
+            usage: dict[str, Any] | None = None, model_env: dict[str, str] | None = None) -> Iterator[LiveRun]:
+    """Start a run's network and container; remove both afterwards (unless the run keeps its container).
+
+    With `models`, the run gets access to its model for as long as it lasts;
+    what it used is put into `usage` when it ends.
+    """
+    labels = {**session.labels(), "ssebench.run": run_id}
+    network = backend.create_network(network_name(session, run_id), internal=config.egress == "restricted",
+                                      labels=labels)
+    handle: Handle | None = None
+    opened = False
+    try:
+        model_env = dict(model_env or {})
+        if models is not None and config.model != "none":
+            model_env = models.open(run_id, config.model, network,
+                                    ttl=config.timeout + config.grading_timeout + SLACK_SECONDS)
+            opened = True
+        handle = backend.start(container_spec(config, image, session, run_id, network.name, model_env, command))
+        yield LiveRun(handle=handle, network=network, run_id=run_id)
+    finally:
+        try:
+            if opened and models is not None:
+                used = models.close(run_id)
+                if usage is not None and used is not None:
+                    usage.update(used)
+        finally:
+            if not config.keep_container:
+                if handle is not None:
+                    handle.remove()
+                backend.remove_network(network.name)
+
+
+def collect(handle: Handle, run_dir: Path) -> dict[str, Any]:
+    """Copy the run's results and the agent's archive out of its container; say what was dropped."""
+    report: dict[str, Any] = {}
+    for name, path, dest, file_cap, total_cap in (
+        ("results", RESULTS_IN_CONTAINER, run_dir, RESULTS_FILE_CAP, RESULTS_CAP),
+        ("archive", ARCHIVE_IN_CONTAINER, run_dir / "archive", ARCHIVE_FILE_CAP, ARCHIVE_CAP),
+    ):
+        try:
+            report[name] = extract(handle.export(path), dest, file_cap=file_cap, total_cap=total_cap).describe()
+        except SSEBenchError as exc:
+            report[name] = {"error": str(exc)}
+    pruned = read_safely(run_dir, "archive.json", limit=4 << 20, tail=False)
+    if pruned:
+        try:
+            report["archive"]["pruned_in_container"] = json.loads(pruned)
+        except ValueError:
+            pass
+    return report
+
+
+def _limits_hit(run_dir: Path, handle: Handle | None, config: RunConfig) -> list[str]:
+    hit: list[str] = []
+    text = read_safely(run_dir, "limits.json", limit=1 << 20, tail=False)
+    if text:
+        try:
+            hit += [str(line) for line in json.loads(text).get("hit") or []]
+        except (ValueError, AttributeError):
+            pass
+    if handle is not None and not any(line.startswith("memory") for line in hit):
+        try:
+            if handle.memory_exhausted():
+                hit.append(f"memory: the container hit its memory limit of {config.limits.memory} bytes")
+        except SSEBenchError:
+            pass
+    return hit
 
 
 def execute(config: RunConfig, settings: Settings, backend: Backend, session: Session, results_root: Path,
-            *, build: bool = True, model_env: dict[str, str] | None = None) -> RunRecord:
-    """Run once and record it. Infrastructure failures are recorded, not raised."""
+            *, build: bool = True, models: ModelLink | None = None,
+            model_env: dict[str, str] | None = None, command: list[str] | None = None) -> RunRecord:
+    """Run once and record it. Infrastructure failures are recorded, not raised.
+
+    `command` replaces the agent image's command (tests give hostile agents this way).
+    """
     from ssebench.build import build_images
     from ssebench.image import image_names
 
@@ -109,7 +243,7 @@ def execute(config: RunConfig, settings: Settings, backend: Backend, session: Se
     record = RunRecord(config=config, run_id=run_id, run_dir=run_dir,
                        started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
     started = time.monotonic()
-    handle: Handle | None = None
+    usage: dict[str, Any] = {}
     try:
         if build:
             outcome = build_images(settings, [config.task], config.agent)
@@ -117,17 +251,22 @@ def execute(config: RunConfig, settings: Settings, backend: Backend, session: Se
                 raise outcome.failures[config.task.id]
         record.durations["images"] = round(time.monotonic() - started, 3)
         image = image_names(settings, config.task, config.agent.name)["agent"]
-        network = _network(backend, config, session)
-        handle = backend.start(container_spec(config, image, run_dir, session, run_id, network, model_env))
-        began = time.monotonic()
-        try:
-            record.exit_code = handle.wait(config.timeout + config.grading_timeout + SLACK_SECONDS)
-        finally:
-            record.durations["container"] = round(time.monotonic() - began, 3)
-            (run_dir / "container.log").write_text(handle.logs(), encoding="utf-8")
+        record.network = network_name(session, run_id)
+        with running(config, backend, session, run_id, image, models=models, usage=usage,
+                     model_env=model_env, command=command) as live:
+            began = time.monotonic()
+            try:
+                record.exit_code = live.handle.wait(config.timeout + config.grading_timeout + SLACK_SECONDS)
+            finally:
+                record.durations["container"] = round(time.monotonic() - began, 3)
+                write_text_atomic(run_dir / "container.log", live.handle.logs())
+                record.files = collect(live.handle, run_dir)
+                record.limits_hit = _limits_hit(run_dir, live.handle, config)
         record.result = read_result(run_dir)
         if record.result is None:
             record.infra_error = f"the run ended (exit {record.exit_code}) without a result.json; see {run_dir}/container.log"
+            if record.limits_hit:
+                record.infra_error += "; limits hit: " + "; ".join(record.limits_hit)
         else:
             record.grade = str(record.patch_result.get("status", "error"))
             if record.grade == "error":
@@ -139,8 +278,7 @@ def execute(config: RunConfig, settings: Settings, backend: Backend, session: Se
     except SSEBenchError as exc:
         record.infra_error = str(exc)
     finally:
-        if handle is not None and not config.keep_container:
-            handle.remove()
+        record.usage = usage or None
         record.durations["total"] = round(time.monotonic() - started, 3)
         agent_time = ((record.result or {}).get("runtime_result") or {}).get("agent_duration")
         if agent_time is not None:
@@ -153,13 +291,17 @@ def execute(config: RunConfig, settings: Settings, backend: Backend, session: Se
 def write_summary(record: RunRecord) -> None:
     task = record.config.task
     write_json(record.run_dir / "summary.json", {
-        "task": {"id": task.id, "dataset": task.dataset, "language": task.language, "project": task.config.project,
-                 "path": str(task.path)},
+        "task": {"id": task.id, "dataset": task.dataset, "dataset_version": task.dataset_version,
+                 "language": task.language, "project": task.config.project, "path": str(task.path)},
         "config": record.config.describe(),
         "grade": record.grade,
         "error": record.infra_error,
         "run_id": record.run_id,
         "started_at": record.started_at,
+        "network": record.network,
+        "limits_hit": record.limits_hit,
+        "files": record.files,
+        "usage": record.usage,
         "durations": record.durations,
         "exit_code": record.exit_code,
     })

@@ -10,6 +10,7 @@ from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ssebench.errors import SSEBenchError
+from ssebench.limits import Limits
 
 # The checkout this package runs from: images/, agents/ and datasets/ live here.
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -38,6 +39,17 @@ class Settings(BaseSettings):
     # core busy (the daemon, the storage driver and dpkg take turns), so two
     # chains use a 2-core machine fully; see benchmarks/image_build.py.
     build_jobs: int = Field(default=2, ge=1, le=16)
+    # Default resource limits of every run container (ssebench.limits): a task's
+    # config.yaml and a run's --run-limits override them.
+    limit_pids: int = 1024
+    limit_memory: str = "4g"
+    limit_cpus: float = Field(default_factory=lambda: float(min(2, os.cpu_count() or 1)))
+    limit_file_size: str = "4g"
+
+    def default_limits(self) -> Limits:
+        """The limits a run gets unless its task or its options say otherwise."""
+        return Limits().merged({"pids": self.limit_pids, "memory": self.limit_memory, "cpus": self.limit_cpus,
+                                "file_size": self.limit_file_size}, "SSEBENCH_LIMIT_*")
 
     @field_validator("prefix")
     @classmethod

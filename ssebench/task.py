@@ -125,8 +125,33 @@ class Files(Strict):
         return _as_list(value)
 
 
+class TaskLimits(Strict):
+    """`limits:` in config.yaml (an SSEBench extension): this task's resource limits, where the defaults do not fit."""
+
+    pids: int | None = Field(default=None, ge=64)
+    memory: str | None = None
+    cpus: float | None = Field(default=None, gt=0)
+    file_size: str | None = None
+
+    @field_validator("memory", "file_size", mode="before")
+    @classmethod
+    def _size(cls, value: Any) -> str | None:
+        if value is None:
+            return None
+        from ssebench.limits import LimitsError, parse_size
+
+        try:
+            parse_size(value, "size")
+        except LimitsError:
+            raise ValueError(f"{value!r} is not a size; give bytes or a number with k, m, g (e.g. 8g)") from None
+        return str(value)
+
+    def overrides(self) -> dict[str, Any]:
+        return {k: v for k, v in self.model_dump().items() if v is not None}
+
+
 class TaskConfig(Strict):
-    """`sse/config.yaml`, the upstream SSEBench schema."""
+    """`sse/config.yaml`, the upstream SSEBench schema (plus the optional `limits`)."""
 
     id: str
     project: str
@@ -143,6 +168,7 @@ class TaskConfig(Strict):
     patch_commit: str | None = None
     reference: list[str] = Field(default_factory=list)
     originality: Literal["public", "crafted"] | None = None
+    limits: TaskLimits | None = None
 
     @field_validator("id")
     @classmethod
@@ -215,6 +241,8 @@ class Task:
     path: Path
     config: TaskConfig
     dataset: str
+    # The version in the dataset's dataset.yaml, when the task is in a dataset.
+    dataset_version: str | None = None
 
     @property
     def id(self) -> str:
@@ -261,7 +289,8 @@ class Task:
         return [(field, path) for field, path in refs if path is not None]
 
 
-def load_task(task_dir: Path, dataset: str | None = None, *, check_files: bool = True) -> Task:
+def load_task(task_dir: Path, dataset: str | None = None, *, check_files: bool = True,
+              dataset_version: str | None = None) -> Task:
     """Load and validate a task folder.
 
     Raises ConfigErrors listing every problem: schema errors, an id that
@@ -271,7 +300,8 @@ def load_task(task_dir: Path, dataset: str | None = None, *, check_files: bool =
     task_dir = Path(task_dir)
     config_path = task_dir / "sse" / "config.yaml"
     config = validate(TaskConfig, config_path, read_yaml(config_path))
-    task = Task(path=task_dir, config=config, dataset=dataset or task_dir.resolve().parent.name)
+    task = Task(path=task_dir, config=config, dataset=dataset or task_dir.resolve().parent.name,
+                dataset_version=dataset_version)
     problems: list[ConfigError] = []
     if config.id != task_dir.name:
         problems.append(ConfigError(config_path, "id", f"'{config.id}' differs from the folder name '{task_dir.name}'"))

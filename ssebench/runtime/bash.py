@@ -10,7 +10,9 @@ Improvements on a plain "write to the shell's stdin and read until a prompt":
   busy loop in the shell itself cannot be interrupted any other way);
 - output is capped while it is read, keeping the tail;
 - `exit` (or a crash) replaces the shell on the next call instead of
-  disabling the tool.
+  disabling the tool;
+- once closed (the agent phase is over), it starts no shell again: a call
+  that waited for its turn behind another is refused when it gets it.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from pathlib import Path
 
 from sse.helper import ScriptResult
 
-from ssebench.runtime.process import User
+from ssebench.runtime.process import User, confined
 
 TIMED_OUT = 124
 
@@ -54,26 +56,35 @@ class _Tail:
         return body
 
 
+class ToolClosed(Exception):
+    """The shell is closed for good: the agent phase is over."""
+
+
 class BashTool:
     """A persistent shell; `run` executes one command at a time."""
 
-    def __init__(self, user: User, cwd: Path, env: dict[str, str], timeout: float, output_cap: int) -> None:
+    def __init__(self, user: User, cwd: Path, env: dict[str, str], timeout: float, output_cap: int,
+                 file_size: int | None = None) -> None:
         self.user = user
         self.cwd = cwd
         self.env = env
         self.timeout = timeout
         self.output_cap = output_cap
+        self.file_size = file_size
+        self.closed = False
         self._shell: asyncio.subprocess.Process | None = None
         self._lock = asyncio.Lock()
 
     async def _start(self) -> asyncio.subprocess.Process:
         return await asyncio.create_subprocess_exec(
-            "bash", "--noprofile", "--norc",
+            *confined(["bash", "--noprofile", "--norc"], self.file_size),
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            cwd=self.cwd, env=self.env, start_new_session=True, **self.user.popen_kwargs(),  # type: ignore[arg-type]
+            cwd=self.cwd, env=self.env, start_new_session=True, **self.user.popen_kwargs(),
         )
 
     async def close(self) -> None:
+        """Kill the shell and refuse every later call, queued ones included."""
+        self.closed = True
         shell, self._shell = self._shell, None
         if shell is not None and shell.returncode is None:
             try:
@@ -110,6 +121,8 @@ class BashTool:
     async def run(self, command: str, timeout: float | None = None) -> ScriptResult:
         """Run one command in the shell; cd and export persist to the next call."""
         async with self._lock:
+            if self.closed:
+                raise ToolClosed("the agent phase is over: the shell is closed")
             if self._shell is None or self._shell.returncode is not None:
                 self._shell = await self._start()
             shell = self._shell

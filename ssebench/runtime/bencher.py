@@ -6,29 +6,49 @@ the tree under /var/lib/ssebench-runner that model cannot enter. After a
 script exits (or its time limit kills it), every process of sse-runner is
 killed, so code that daemonised cannot outlive the check. Output is captured
 to root-only files and capped, keeping the tail.
+
+Root never writes into a place sse-runner or model could have prepared:
+
+- a session directory is root's (sse-runner may traverse it, not add to
+  it); only its `home` and `tmp` are sse-runner's;
+- copies are made by root under fresh random names in the session, then
+  filled by tar running as sse-runner (the agent's tree is read as its
+  owner, model, so a link in it leads nowhere root could read);
+- hidden files a check needs (the run script, a PoC, the hidden tests) are
+  staged in a root-made directory beside the copies, never inside one, and
+  written with exclusive, no-follow creates.
+
+Copies are capped in size (`copy_limit`): a tree the agent filled cannot make
+the harness fill the disk with copies of it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from sse.helper import ScriptResult
 
-from ssebench.runtime import layout
-from ssebench.runtime.process import User, kill_user
+from ssebench.runtime import git, layout
+from ssebench.runtime.files import create_exclusive
+from ssebench.runtime.process import NEUTRAL_CWD, ROOT_PATH, AsUser, User, confined, kill_user
 from ssebench.runtime.taskfile import TaskFile
 
 TIMED_OUT = 124
 NO_BUILD = -1
-_STAGE = ".ssebench-stage"
+
+Guard = Callable[[], None]
 
 
 class BencherError(Exception):
@@ -44,6 +64,8 @@ class BencherError(Exception):
 class Limits:
     script_timeout: float
     output_cap: int
+    copy_limit: int = 8 << 30
+    file_size: int | None = None
 
 
 def read_tail(path: Path, cap: int) -> str:
@@ -59,16 +81,27 @@ def read_tail(path: Path, cap: int) -> str:
     return text
 
 
+def _no_guard() -> None:
+    return None
+
+
 class Bencher:
-    """Runs the task's scripts for the daemon. Thread-safe: one check at a time."""
+    """Runs the task's scripts for the daemon. Thread-safe: one check at a time.
+
+    Each check takes a `guard`, called once the check has its turn (it holds
+    the lock): an agent's request that waited behind another is refused
+    there if the agent phase ended meanwhile.
+    """
 
     def __init__(self, task: TaskFile, limits: Limits, results: Path, environ: dict[str, str],
-                 runner: User, task_dir: Path = Path(layout.TASK_DIR), runner_dir: Path = Path(layout.RUNNER_DIR),
-                 state_dir: Path = Path(layout.STATE_DIR), repo: Path = Path(layout.REPO)) -> None:
+                 runner: User, tree_owner: User | None = None, task_dir: Path = Path(layout.TASK_DIR),
+                 runner_dir: Path = Path(layout.RUNNER_DIR), state_dir: Path = Path(layout.STATE_DIR),
+                 repo: Path = Path(layout.REPO)) -> None:
         self.task = task
         self.limits = limits
         self.results = results
         self.runner = runner
+        self.tree_owner = tree_owner
         self.task_dir = task_dir
         self.runner_dir = runner_dir
         self.repo = repo
@@ -78,7 +111,6 @@ class Bencher:
         self.session: Path | None = None
         self.last_build: Path | None = None
         self._sessions = 0
-        self._copies = 0
 
     # -- sessions and copies --------------------------------------------------
 
@@ -92,9 +124,11 @@ class Bencher:
         for old in self.runner_dir.glob("session-*"):
             shutil.rmtree(old, ignore_errors=True)
         self._sessions += 1
-        session = self.runner_dir / f"session-{self._sessions}"
-        for sub in ("", "home", "tmp"):
-            (session / sub).mkdir(mode=0o700, parents=True)
+        session = self.runner_dir / f"session-{self._sessions}-{secrets.token_hex(4)}"
+        session.mkdir(mode=0o710)
+        os.chown(session, 0, self.runner.gid)
+        for sub in ("home", "tmp"):
+            (session / sub).mkdir(mode=0o700)
             os.chown(session / sub, self.runner.uid, self.runner.gid)
         self.session, self.last_build = session, None
         return session
@@ -102,45 +136,83 @@ class Bencher:
     def _ensure_session(self) -> Path:
         return self.session if self.session is not None else self._new_session()
 
-    def _copy(self, tree: Path, kind: str) -> Path:
-        """A copy of `tree` owned by sse-runner, without any .git."""
-        session = self._ensure_session()
-        self._copies += 1
-        dst = session / f"{kind}-{self._copies}"
-        dst.mkdir(mode=0o755)
-        os.chown(dst, self.runner.uid, self.runner.gid)
-        # Read as root (the tree may hold files only their owner can read),
-        # written as sse-runner, so the copy is the runner's without a chown pass.
-        pack = subprocess.Popen(["tar", "-C", str(tree), "--exclude=.git", "--warning=no-file-changed", "-cf", "-", "."],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        unpack = subprocess.run(["tar", "-C", str(dst), "--no-same-owner", "-xf", "-"], stdin=pack.stdout,
-                                capture_output=True, check=False, **self.runner.popen_kwargs())  # type: ignore[call-overload]
-        assert pack.stdout is not None and pack.stderr is not None
-        pack.stdout.close()
-        packed = pack.wait()
-        problems = pack.stderr.read().decode(errors="replace") + unpack.stderr.decode(errors="replace")
+    def _fresh_dir(self, kind: str, owner: User | None, mode: int) -> Path:
+        """A new directory in the session under a name no one could have guessed."""
+        path = self._ensure_session() / f"{kind}-{secrets.token_hex(6)}"
+        path.mkdir(mode=mode)
+        os.chmod(path, mode)
+        if owner is not None:
+            os.chown(path, owner.uid, owner.gid)
+        else:
+            os.chown(path, 0, self.runner.gid)
+        return path
+
+    def _copy(self, grading: bool, kind: str) -> Path:
+        """A copy of the tree owned by sse-runner, without any .git, at most `copy_limit` bytes of tar."""
+        tree = self.repo if grading else Path(self.task.source)
+        reader = None if grading else self.tree_owner
+        dst = self._fresh_dir(kind, self.runner, 0o755)
+        # Errors go to unnamed files: an unread pipe could fill up and stall the copy.
+        with tempfile.TemporaryFile() as pack_err, tempfile.TemporaryFile() as unpack_err:
+            pack = subprocess.Popen(
+                ["tar", "-C", str(tree), "--exclude=.git", "--warning=no-file-changed", "-cf", "-", "."],
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=pack_err, cwd=NEUTRAL_CWD,
+                env={"PATH": ROOT_PATH, "LC_ALL": "C"}, **(reader.popen_kwargs() if reader else AsUser()),
+            )
+            unpack = subprocess.Popen(
+                confined(["tar", "-C", str(dst), "--no-same-owner", "--no-same-permissions", "-xf", "-"],
+                         self.limits.file_size),
+                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=unpack_err, cwd=NEUTRAL_CWD,
+                env={"PATH": ROOT_PATH, "LC_ALL": "C", "HOME": NEUTRAL_CWD},
+                **self.runner.popen_kwargs(),
+            )
+            assert pack.stdout is not None and unpack.stdin is not None
+            copied, over = 0, False
+            try:
+                while moved := os.splice(pack.stdout.fileno(), unpack.stdin.fileno(), 1 << 20):
+                    copied += moved
+                    if copied > self.limits.copy_limit:
+                        over = True
+                        pack.kill()
+                        break
+            except OSError:
+                pass  # the unpacking side died; its status says why
+            finally:
+                pack.stdout.close()
+                unpack.stdin.close()
+            packed, unpacked = pack.wait(), unpack.wait()
+            problems = ""
+            for errors in (pack_err, unpack_err):
+                errors.seek(0)
+                problems += errors.read()[-4096:].decode(errors="replace")
+        if over:
+            shutil.rmtree(dst, ignore_errors=True)
+            raise BencherError(507, f"the source tree is larger than the copy limit of {self.limits.copy_limit} "
+                                    "bytes (limit: copy size); remove large files from it")
         # GNU tar exits 1 when a file changed while it was read: the copy is still made.
-        if packed > 1 or unpack.returncode != 0:
+        if packed > 1 or unpacked != 0:
+            if unpacked in (-signal.SIGXFSZ, 128 + signal.SIGXFSZ):
+                problems = f"a file is larger than the file-size limit of {self.limits.file_size} bytes " \
+                           "(limit: file size)\n" + problems
             raise BencherError(500, f"copying {tree} for the check failed: {problems.strip()[-500:]}")
         return dst
 
-    def _tree(self, grading: bool) -> Path:
-        return self.repo if grading else Path(self.task.source)
-
-    def _stage(self, into: Path, files: dict[str, Path]) -> Path:
-        """Copy hidden files into a copy for one check, readable by the runner only."""
-        stage = into / _STAGE
-        stage.mkdir(mode=0o700, exist_ok=True)
-        os.chown(stage, self.runner.uid, self.runner.gid)
-        for name, src in files.items():
-            dst = stage / name
-            if src.is_dir():
-                shutil.copytree(src, dst, symlinks=True)
-            else:
-                shutil.copy2(src, dst)
-            for p in [dst, *dst.rglob("*")] if dst.is_dir() else [dst]:
-                os.lchown(p, self.runner.uid, self.runner.gid)
-        return stage
+    @contextmanager
+    def _staged(self, files: dict[str, Path]) -> Iterator[Path]:
+        """Hidden files for one check, in a root-made directory beside the copies, readable by the runner."""
+        stage = self._fresh_dir("stage", None, 0o750)
+        try:
+            fd = os.open(stage, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+            try:
+                for name, src in files.items():
+                    mode = 0o750 if os.access(src, os.X_OK) else 0o640
+                    create_exclusive(fd, name, src.read_bytes(), mode)
+                    os.chown(name, 0, self.runner.gid, dir_fd=fd, follow_symlinks=False)
+            finally:
+                os.close(fd)
+            yield stage
+        finally:
+            shutil.rmtree(stage, ignore_errors=True)
 
     # -- running ----------------------------------------------------------------
 
@@ -158,14 +230,14 @@ class Bencher:
 
     def _run(self, label: str, argv: list[str], cwd: Path) -> ScriptResult:
         self.scratch.mkdir(mode=0o700, parents=True, exist_ok=True)
-        stamp = f"{time.time_ns() // 1_000_000}"
+        stamp = f"{time.time_ns() // 1_000_000}-{secrets.token_hex(2)}"
         out_path, err_path = self.scratch / f"{stamp}.out", self.scratch / f"{stamp}.err"
         started = time.monotonic()
         timed_out = False
         with out_path.open("wb") as out, err_path.open("wb") as err:
-            process = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                       env=self._env(cwd), start_new_session=True,
-                                       **self.runner.popen_kwargs())  # type: ignore[call-overload]
+            process = subprocess.Popen(confined(argv, self.limits.file_size), cwd=cwd, stdin=subprocess.DEVNULL,
+                                       stdout=out, stderr=err, env=self._env(cwd), start_new_session=True,
+                                       **self.runner.popen_kwargs())
             try:
                 code = process.wait(timeout=self.limits.script_timeout)
             except subprocess.TimeoutExpired:
@@ -193,7 +265,7 @@ class Bencher:
              stdout: str, stderr: str) -> None:
         record = {"check": label, "argv": argv, "cwd": str(cwd), "code": code, "duration": round(duration, 3)}
         try:
-            with (self.results / f"scriptrunner-{stamp}.log").open("w", encoding="utf-8") as log:
+            with (self.results / f"scriptrunner-{stamp}.log").open("x", encoding="utf-8") as log:
                 log.write(json.dumps(record) + "\n--- stdout ---\n" + stdout + "\n--- stderr ---\n" + stderr)
         except OSError:
             pass  # a full or missing results dir must not fail the check
@@ -203,12 +275,18 @@ class Bencher:
             raise BencherError(404, f"this task has no {name} script")
         return self.task_dir / path
 
+    @contextmanager
+    def _turn(self, guard: Guard) -> Iterator[None]:
+        with self.lock:
+            guard()
+            yield
+
     # -- the checks -------------------------------------------------------------
 
-    def build(self, grading: bool = False) -> ScriptResult:
+    def build(self, grading: bool = False, guard: Guard = _no_guard) -> ScriptResult:
         script = self._script("build", self.task.build_script)
-        with self.lock:
-            copy = self._copy(self._tree(grading), "build")
+        with self._turn(guard):
+            copy = self._copy(grading, "build")
             result = self._run("build", ["bash", str(script)], copy)
             self.last_build = copy
             return result
@@ -220,42 +298,43 @@ class Bencher:
                 return entry
         raise BencherError(400, f"unknown PoC {poc!r}; use one of the paths GET /project lists")
 
-    def run_poc(self, poc: str) -> ScriptResult:
+    def run_poc(self, poc: str, guard: Guard = _no_guard) -> ScriptResult:
         script = self._script("run", self.task.run_script)
         entry = self.poc_path(poc)
-        with self.lock:
+        name = Path(entry).name
+        with self._turn(guard):
             build = self.last_build
             if build is None or not build.exists():
                 return ScriptResult(code=NO_BUILD, stdout="", stderr="no build yet: run the build first")
-            stage = self._stage(build, {"run.sh": script, Path(entry).name: self.task_dir / entry})
-            try:
-                return self._run("run_poc", ["bash", str(stage / "run.sh"), str(stage / Path(entry).name)], build)
-            finally:
-                shutil.rmtree(stage, ignore_errors=True)
+            with self._staged({"run.sh": script, name: self.task_dir / entry}) as stage:
+                return self._run("run_poc", ["bash", str(stage / "run.sh"), str(stage / name)], build)
 
-    def function_test(self, grading: bool = False) -> ScriptResult:
+    def function_test(self, grading: bool = False, guard: Guard = _no_guard) -> ScriptResult:
         script = self._script("test", self.task.test_script)
-        with self.lock:
-            copy = self._copy(self._tree(grading), "test")
+        with self._turn(guard):
+            copy = self._copy(grading, "test")
             try:
                 return self._run("function_test", ["bash", str(script)], copy)
             finally:
                 shutil.rmtree(copy, ignore_errors=True)
 
-    def intent_test(self, grading: bool = False) -> ScriptResult:
+    def intent_test(self, grading: bool = False, guard: Guard = _no_guard) -> ScriptResult:
         script = self._script("test", self.task.test_script)
         if self.task.future_test is None:
             raise BencherError(404, "this task has no hidden tests")
-        with self.lock:
-            copy = self._copy(self._tree(grading), "intent")
+        with self._turn(guard):
+            copy = self._copy(grading, "intent")
             try:
-                stage = self._stage(copy, {"hidden.diff": self.task_dir / self.task.future_test})
-                applied = subprocess.run(
-                    ["git", "apply", "-p1", "--whitespace=nowarn", str(stage / "hidden.diff")],
-                    cwd=copy, env={**self._env(copy), "GIT_CONFIG_GLOBAL": "/dev/null"}, capture_output=True,
-                    text=True, check=False, timeout=300, **self.runner.popen_kwargs(),  # type: ignore[call-overload]
-                )
-                shutil.rmtree(stage, ignore_errors=True)
+                with self._staged({"hidden.diff": self.task_dir / self.task.future_test}) as stage:
+                    session = self._ensure_session()
+                    applied = subprocess.run(
+                        confined(git.argv("apply", "-p1", "--whitespace=nowarn", str(stage / "hidden.diff")),
+                                 self.limits.file_size),
+                        cwd=copy, capture_output=True, text=True, check=False, timeout=300,
+                        env=git.env(str(session / "home"), GIT_CEILING_DIRECTORIES=str(session)),
+                        **self.runner.popen_kwargs(),
+                    )
+                kill_user(self.runner)
                 if applied.returncode != 0:
                     raise BencherError(500, f"git apply failed: {applied.stderr.strip()[-2000:]}")
                 return self._run("intent_test", ["bash", str(script)], copy)

@@ -1,12 +1,18 @@
-"""Patch capture: the agent's change against a private copy of its base commit.
+"""Patch capture: the agent's change against a copy of its base commit that only root can change.
 
-Before the agent runs, the initial commit is cloned into a private bare
-repository. Every capture runs git as the tree's owner (never root) with a
-cleared environment: no system or global config, a private HOME, GIT_DIR the
-private repository, GIT_WORK_TREE the source tree, a private index, and
-command-line overrides for every setting that can run a program. Nothing the
-agent does to its `.git` (config, hooks, filters, fsmonitor, rewritten
-history) runs or matters: the agent's `.git` is never read.
+The base commit lives in a bare repository owned by root (`make_base`, run
+when the tool image is built, or at start-up for older images), which model
+may read but not change. Each capture works in a fresh scratch directory
+that root makes: a private index and an object directory of its own (the
+base's objects as alternates). git runs as the tree's owner, never as root,
+from that scratch directory, with a cleared environment and every
+program-running setting overridden (`ssebench.runtime.git`). Nothing of a
+capture survives it, so nothing the agent does during one (it can see its
+own processes) lasts into the next, and the agent's `.git` is never used
+for the diff.
+
+A change larger than the patch limit fails the capture with a message that
+names the limit; the objects git writes are under the same file-size limit.
 """
 
 from __future__ import annotations
@@ -15,36 +21,25 @@ import os
 import secrets
 import shutil
 import subprocess
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from ssebench.runtime.process import User
+from ssebench.runtime import git
+from ssebench.runtime.process import User, confined
 
-# Command-line config wins over every config file; these neutralise the
-# settings through which a repository can make git run a program.
-_SAFE = [
-    "-c", "core.fsmonitor=false",
-    "-c", "core.hooksPath=/dev/null",
-    "-c", "core.sshCommand=false",
-    "-c", "core.pager=cat",
-    "-c", "core.editor=false",
-    "-c", "core.askPass=false",
-    "-c", "diff.external=",
-    "-c", "core.attributesFile=/dev/null",
-    "-c", "core.excludesFile=/dev/null",
-    "-c", "log.showSignature=false",
-    "-c", "gpg.program=false",
-    "-c", "core.untrackedCache=false",
-    "-c", "core.quotePath=false",
-    "-c", "core.autocrlf=false",
-    "-c", "core.safecrlf=false",
-    "-c", "core.symlinks=true",
-    "-c", "core.fileMode=true",
-]
+BASE_REPO = "base.git"
+BASE_INDEX = "base.index"
+SCRATCH = "scratch"
+# The index compares sizes and whole-second modification times only: inode
+# and device numbers differ between the image build and a container.
+_STAT = ("-c", "core.checkStat=minimal", "-c", "core.trustctime=false")
 
 
 class CaptureError(Exception):
-    """git failed while capturing; the message holds its stderr."""
+    """git failed while capturing, or the change is over a limit; the message says which."""
 
 
 @dataclass(frozen=True)
@@ -55,78 +50,148 @@ class FileChange:
     deletions: int | None
 
 
+def make_base(source: Path, root: Path) -> None:
+    """Root's bare copy of the tree's one commit, and an index of it, under `root`.
+
+    Runs as root before any agent exists (image build or start-up). Root owns
+    everything here; model may read and traverse, never write. The index is
+    refreshed against the tree as it is now, so that a capture hashes only
+    the files the agent changed (it compares sizes and modification times).
+    """
+    root.mkdir(mode=0o711, parents=True, exist_ok=True)
+    repo = root / BASE_REPO
+    if repo.exists():
+        shutil.rmtree(repo)
+    environ = git.env("/nonexistent")
+
+    def run(*args: str, **extra: str) -> str:
+        done = subprocess.run(git.argv(*_STAT, *args), cwd="/", env={**environ, **extra}, capture_output=True,
+                              timeout=600, check=False)
+        if done.returncode != 0:
+            raise CaptureError(f"git {args[0]} for capture's base failed: {done.stderr.decode(errors='replace')}")
+        return done.stdout.decode().strip()
+
+    # Not a clone: git 2.39's local clone refuses a repository of another
+    # user whatever safe.directory says on the command line. The objects are
+    # copied and the one commit named; root owns the result.
+    commit = run("rev-parse", "HEAD", GIT_DIR=str(source / ".git"))
+    run("init", "--quiet", "--bare", str(repo))
+    shutil.copytree(source / ".git" / "objects", repo / "objects", dirs_exist_ok=True, symlinks=True)
+    run("update-ref", "HEAD", commit, GIT_DIR=str(repo))
+    in_repo = {**environ, "GIT_DIR": str(repo), "GIT_INDEX_FILE": str(root / BASE_INDEX),
+               "GIT_WORK_TREE": str(source)}
+    subprocess.run(git.argv(*_STAT, "read-tree", "HEAD"), cwd="/", env=in_repo, check=True, capture_output=True,
+                   timeout=600)
+    subprocess.run(git.argv(*_STAT, "update-index", "-q", "--refresh"), cwd="/", env=in_repo, check=False,
+                   capture_output=True, timeout=600)
+    (root / SCRATCH).mkdir(mode=0o711, exist_ok=True)
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in [*dirnames, *filenames, "."]:
+            path = os.path.join(dirpath, name)
+            os.lchown(path, 0, 0)
+            if not os.path.islink(path):
+                os.chmod(path, 0o755 if os.path.isdir(path) else 0o644)
+    os.chmod(root, 0o711)
+    os.chmod(root / SCRATCH, 0o711)
+
+
 class Capture:
     """The agent's change as a patch, immune to anything in the agent's `.git`."""
 
-    def __init__(self, source: Path, private_root: Path, owner: User) -> None:
+    def __init__(self, source: Path, root: Path, owner: User, *, patch_limit: int) -> None:
         self.source = source
         self.owner = owner
-        self.private_root = private_root
-        # Unguessable, in a directory the owner may traverse but not list.
-        self.private = private_root / secrets.token_hex(16)
-        self.repo = self.private / "base.git"
-        self.home = self.private / "home"
-        self.index = self.private / "index"
+        self.root = root
+        self.repo = root / BASE_REPO
+        self.patch_limit = patch_limit
         self.base: str | None = None
 
-    def _env(self) -> dict[str, str]:
-        return {
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-            "HOME": str(self.home),
-            "GIT_CONFIG_NOSYSTEM": "1",
-            "GIT_CONFIG_GLOBAL": "/dev/null",
-            "GIT_DIR": str(self.repo),
-            "GIT_WORK_TREE": str(self.source),
-            "GIT_INDEX_FILE": str(self.index),
-            "GIT_TERMINAL_PROMPT": "0",
-            "GIT_OPTIONAL_LOCKS": "0",
-            "LC_ALL": "C",
-        }
-
-    def _git(self, *args: str, env: dict[str, str] | None = None, check: bool = True) -> str:
-        done = subprocess.run(
-            ["git", *_SAFE, *args], cwd=self.private, env=env or self._env(), capture_output=True,
-            check=False, timeout=600, **self.owner.popen_kwargs(),  # type: ignore[call-overload]
-        )
-        if check and done.returncode != 0:
-            raise CaptureError(f"git {args[0]} failed: {done.stderr.decode(errors='replace').strip()[-2000:]}")
-        return str(done.stdout.decode("utf-8", errors="surrogateescape"))
-
-    def snapshot_base(self) -> str:
-        """Clone the initial commit privately. Call before the agent runs."""
-        self.private_root.mkdir(parents=True, exist_ok=True)
-        os.chown(self.private_root, 0, self.owner.gid)
-        os.chmod(self.private_root, 0o710)
-        if self.private.exists():
-            shutil.rmtree(self.private)
-        self.private.mkdir(mode=0o700)
-        self.home.mkdir(mode=0o700)
-        for p in (self.private, self.home):
-            os.chown(p, self.owner.uid, self.owner.gid)
-        env = {k: v for k, v in self._env().items() if k not in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE")}
-        self._git("clone", "--quiet", "--bare", "--no-hardlinks", str(self.source / ".git"), str(self.repo), env=env)
-        self.base = self._git("rev-parse", "HEAD").strip()
-        self._git("read-tree", self.base)
+    def prepare(self) -> str:
+        """Make sure the base exists (images built before it was made at build time) and read its commit."""
+        if not (self.repo / "HEAD").is_file():
+            make_base(self.source, self.root)
+        done = subprocess.run(git.argv("rev-parse", "HEAD"), cwd="/", capture_output=True, check=True, timeout=60,
+                              env=git.env("/nonexistent", GIT_DIR=str(self.repo)))
+        self.base = done.stdout.decode().strip()
         return self.base
 
-    def _stage_all(self) -> str:
+    @contextmanager
+    def _scratch(self) -> Iterator[Path]:
+        """A fresh directory of the owner's for one capture: its index and objects; removed afterwards."""
+        scratch = self.root / SCRATCH / secrets.token_hex(16)
+        scratch.mkdir(mode=0o700)
+        try:
+            (scratch / "objects").mkdir(mode=0o700)
+            shutil.copyfile(self.root / BASE_INDEX, scratch / "index")
+            for path in (scratch, scratch / "objects", scratch / "index"):
+                os.chown(path, self.owner.uid, self.owner.gid)
+            yield scratch
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    def _env(self, scratch: Path) -> dict[str, str]:
+        return git.env(str(scratch), GIT_DIR=str(self.repo), GIT_WORK_TREE=str(self.source),
+                       GIT_INDEX_FILE=str(scratch / "index"), GIT_OBJECT_DIRECTORY=str(scratch / "objects"),
+                       GIT_ALTERNATE_OBJECT_DIRECTORIES=str(self.repo / "objects"))
+
+    def _git(self, scratch: Path, *args: str, env: dict[str, str] | None = None, check: bool = True) -> str:
+        """Run git as the owner; its output is capped at the patch limit."""
+        # stderr goes to an unnamed file: a pipe left unread while stdout is
+        # read could fill up and stall git.
+        errors = tempfile.TemporaryFile()
+        process = subprocess.Popen(
+            confined(git.argv(*_STAT, *args), self.patch_limit), cwd=scratch, env=env or self._env(scratch),
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=errors,
+            **self.owner.popen_kwargs(),
+        )
+        assert process.stdout is not None
+        chunks: list[bytes] = []
+        size = 0
+        over = False
+        while chunk := process.stdout.read(1 << 20):
+            size += len(chunk)
+            if size > self.patch_limit:
+                over = True
+                process.kill()
+                break
+            chunks.append(chunk)
+        try:
+            process.wait(timeout=600)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        process.stdout.close()
+        with errors:
+            errors.seek(0)
+            err = errors.read()[-8192:]
+        if over:
+            raise CaptureError(f"the change is larger than the patch limit of {self.patch_limit} bytes")
+        if check and process.returncode != 0:
+            message = err.decode(errors="replace").strip()[-2000:]
+            if process.returncode in (-25, 153):  # SIGXFSZ: git wrote an object over the file-size limit
+                message = f"a changed file is larger than the patch limit of {self.patch_limit} bytes"
+            raise CaptureError(f"git {args[0]} failed: {message}")
+        return b"".join(chunks).decode("utf-8", errors="surrogateescape")
+
+    def _stage_all(self, scratch: Path) -> str:
         if self.base is None:
-            raise CaptureError("no base commit: snapshot_base() was not called before the agent ran")
-        # The private index keeps stat data between captures, so only
-        # changed files are hashed again; `add -A` makes it match the tree.
-        self._git("add", "--all")
+            raise CaptureError("no base commit: prepare() was not called before the agent ran")
+        # The index starts as the base's, so `add -A` hashes only what changed.
+        self._git(scratch, "add", "--all")
         return self.base
 
     def diff(self) -> str:
         """Every change against the initial commit, as a binary-safe unified diff."""
-        base = self._stage_all()
-        return self._git("diff", "--cached", "--binary", "--full-index", "--no-ext-diff", "--no-textconv",
-                         "--no-color", "--no-renames", base)
+        with self._scratch() as scratch:
+            base = self._stage_all(scratch)
+            return self._git(scratch, "diff", "--cached", "--binary", "--full-index", "--no-ext-diff",
+                             "--no-textconv", "--no-color", "--no-renames", base)
 
     def files(self) -> list[FileChange]:
-        base = self._stage_all()
-        statuses = self._git("diff", "--cached", "--name-status", "--no-renames", "-z", base).split("\0")
-        numstat = self._git("diff", "--cached", "--numstat", "--no-renames", "-z", base).split("\0")
+        with self._scratch() as scratch:
+            base = self._stage_all(scratch)
+            statuses = self._git(scratch, "diff", "--cached", "--name-status", "--no-renames", "-z", base).split("\0")
+            numstat = self._git(scratch, "diff", "--cached", "--numstat", "--no-renames", "-z", base).split("\0")
         counts: dict[str, tuple[int | None, int | None]] = {}
         for row in numstat:
             parts = row.split("\t")
@@ -143,8 +208,9 @@ class Capture:
 
     def commits_log(self, limit: int = 500) -> str:
         """The agent's own commits, read from its `.git` with every program-running setting overridden."""
-        env = {k: v for k, v in self._env().items() if k not in ("GIT_WORK_TREE", "GIT_INDEX_FILE")}
-        env["GIT_DIR"] = str(self.source / ".git")
-        done = self._git("log", "--no-show-signature", "--no-decorate", "--no-color", f"--max-count={limit}",
-                         "--format=%H %an <%ae> %ad%n    %s", "--date=iso-strict", "HEAD", env=env, check=False)
-        return done
+        with self._scratch() as scratch:
+            env = git.env(str(scratch), GIT_DIR=str(self.source / ".git"))
+            return self._git(scratch, "log", "--no-show-signature", "--no-decorate", "--no-color",
+                             f"--max-count={limit}", "--format=%H %an <%ae> %ad%n    %s", "--date=iso-strict",
+                             "HEAD", env=env, check=False)
+

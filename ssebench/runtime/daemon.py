@@ -33,28 +33,35 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ssebench.runtime.bencher import BencherError
 from ssebench.runtime.capture import CaptureError
-from ssebench.runtime.service import TaskService
-from ssebench.runtime.settings import DIFFICULTY_NAMES
+from ssebench.runtime.bash import ToolClosed
+from ssebench.runtime.service import PHASE_OVER, TaskService
+from ssebench.runtime.settings import DIFFICULTY_NAMES, MAX_LEVEL, allowed_actions
 
 AGENT, HTTP, ADMIN = "agent", "http", "admin"
 LISTENER_KEY = "ssebench.listener"
 
-# The highest difficulty level at which the agent may still run each action.
-MAX_LEVEL = {"build": 3, "function_test": 2, "run_poc": 1, "intent_test": 0}
-
 log = logging.getLogger("ssebench.daemon")
 
 
-def allowed_actions(difficulty: int) -> list[str]:
-    return [action for action, level in MAX_LEVEL.items() if difficulty <= level]
-
-
 def listener_app(app: ASGIApp, kind: str) -> ASGIApp:
-    """The app as served on one listener: requests carry the listener's kind."""
+    """The app as served on one listener: requests carry the listener's kind.
+
+    On the HTTP listener, a peer that is not this container (loopback) gets
+    the public view only: nothing of the run's work (diff, dialog, result),
+    which could carry an answer, and no tool.
+    """
 
     async def asgi(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] in ("http", "websocket"):
             scope = {**scope, LISTENER_KEY: kind}
+            client = scope.get("client")
+            peer = kind == HTTP and (client is None or client[0] not in LOOPBACK)
+            if peer and scope.get("path") not in PEER_ROUTES:
+                if scope["type"] == "http":
+                    response = JSONResponse({"error": "served to this container only (loopback); other hosts "
+                                                      "may read the public view"}, status_code=403)
+                    await response(scope, receive, send)
+                return
         await app(scope, receive, send)
 
     return asgi
@@ -71,18 +78,10 @@ def _is_admin(request: Request) -> bool:
 
 
 LOOPBACK = {"127.0.0.1", "::1", "localhost"}
-
-
-def _tools_refused(request: Request) -> str | None:
-    """Why an agent-facing listener will not run a tool for this request, if it will not.
-
-    Other containers on the run network reach the HTTP listener too; running
-    tools for them would let one run's agent edit another run's tree, so the
-    HTTP listener serves tools to this container (loopback) only.
-    """
-    if _listener(request) == HTTP and (request.client is None or request.client.host not in LOOPBACK):
-        return "tools are served to this container only (loopback); other hosts may read the public view"
-    return None
+# What the HTTP listener tells a peer that is not this container. Each run
+# has a network of its own, but whatever else joins it (the model gateway)
+# must not run tools or read the run's work.
+PEER_ROUTES = {"/version", "/project", "/capabilities"}
 
 
 def _refuse(message: str) -> JSONResponse:
@@ -125,36 +124,36 @@ def create_app(service: TaskService, difficulty: int) -> Starlette:
         if action not in MAX_LEVEL:
             return JSONResponse({"error": f"unknown action {action!r}; use one of {', '.join(MAX_LEVEL)}"}, 400)
         body = await _body(request)
-        if not _is_admin(request):
-            if why := _tools_refused(request):
-                return _refuse(why)
+        agent = not _is_admin(request)
+        if agent:
             if not service.agent_running:
-                return _refuse("the agent phase is over: tools are closed on this listener")
+                return _refuse(PHASE_OVER)
             if body.get("grading"):
                 return _refuse("grading runs only on the admin socket")
             if action not in allowed_actions(difficulty):
                 return _refuse(withheld_note[action])
-        return _result(await run_in_threadpool(service.bench, action, body))
+        # The phase is checked again when the check gets its turn (for_agent).
+        return _result(await run_in_threadpool(service.bench, action, body, for_agent=agent))
 
     async def bash(request: Request) -> Response:
         """
         summary: "Run a command in the persistent shell (as model, in the source tree)."
         responses:
           200: {description: "ScriptResult {code, stdout, stderr}"}
-          403: {description: "the agent phase is over (agent-facing listeners)"}
+          403: {description: "the agent phase is over (the shell is model's: it never runs after the phase)"}
         """
-        if not _is_admin(request):
-            if why := _tools_refused(request):
-                return _refuse(why)
-            if not service.agent_running:
-                return _refuse("the agent phase is over: tools are closed on this listener")
+        if not service.agent_running:
+            return _refuse(PHASE_OVER)
         body = await _body(request)
         command = body.get("command")
         if not isinstance(command, str):
             return JSONResponse({"error": "give the command as {\"command\": \"...\"}"}, 400)
         timeout = body.get("timeout")
         limit = float(timeout) if isinstance(timeout, int | float) and timeout > 0 else None
-        return _result(await service.bash.run(command, limit))
+        try:
+            return _result(await service.bash.run(command, limit))
+        except ToolClosed:  # the phase ended while this call waited for the shell
+            return _refuse(PHASE_OVER)
 
     async def prepare_grading(request: Request) -> Response:
         """

@@ -10,7 +10,14 @@
 6. the evaluator, with SSE_DAEMON_SOCKET set to the admin socket;
 7. exit with the agent's status; SSE_KEEP_ALIVE=1 keeps the container up.
 
-Every component logs to its own file in the results directory.
+Every component logs to its own file in the results directory. Root starts
+in `/` and every runtime process is an isolated Python (`-I`) started from
+`/`, so a module the agent writes into its tree (where an image's WORKDIR
+usually points) is never imported by root. The agent's command runs
+confined (file-size limit, first in line for the OOM killer). After grading,
+the archive is pruned to regular files and directories under its caps, and
+what the run's cgroup counted (OOM kills, forks refused at the pids limit,
+CPU throttling) goes to limits.json.
 """
 
 from __future__ import annotations
@@ -27,13 +34,12 @@ from pathlib import Path
 from typing import IO
 
 from ssebench.runtime import layout
-from ssebench.runtime.mcp_server import LOG_DIR
-from ssebench.runtime.process import User
-from ssebench.runtime.service import write_atomic
+from ssebench.runtime.files import prune_tree, write_atomic
+from ssebench.runtime.process import NEUTRAL_CWD, User, confined, python_command
 from ssebench.runtime.settings import RuntimeSettings, SettingsError, load_settings
 
 TIMED_OUT = 124
-PYTHON = sys.executable
+LOG_DIR = Path(layout.MCP_LOG_DIR)
 # Shared scratch directories: model's alone, so nothing sse-runner runs can
 # leave a file there for the agent to pick up.
 SHARED_TMP = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
@@ -68,7 +74,9 @@ def prepare_dirs(settings: RuntimeSettings, model: User) -> None:
 
 
 def start(module: str, log: IO[bytes], env: dict[str, str]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([PYTHON, "-m", module], stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env)
+    """A runtime process: isolated Python, started in `/`."""
+    return subprocess.Popen(python_command(module), cwd=NEUTRAL_CWD, stdin=subprocess.DEVNULL, stdout=log,
+                            stderr=log, env=env)
 
 
 def _tail(path: Path, lines: int = 20) -> str:
@@ -136,9 +144,10 @@ def run_agent(command: list[str], settings: RuntimeSettings, model: User, cwd: s
     """(exit status, seconds, timed out)."""
     started = time.monotonic()
     try:
-        agent = subprocess.Popen(command, cwd=cwd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+        agent = subprocess.Popen(confined(command, settings.file_size), cwd=cwd, stdin=subprocess.DEVNULL,
+                                 stdout=log, stderr=log,
                                  env=agent_env(settings, model), start_new_session=True,
-                                 **model.popen_kwargs())  # type: ignore[call-overload]
+                                 **model.popen_kwargs())
     except OSError as exc:
         log.write(f"[ssebench] cannot start the agent command {command}: {exc}\n".encode())
         return 127, time.monotonic() - started, False
@@ -161,7 +170,63 @@ def write_error(settings: RuntimeSettings, message: str) -> None:
     write_atomic(Path(settings.results), "result.json", json.dumps(result, indent=2) + "\n")
 
 
+def _cgroup_file(*names: str) -> dict[str, int]:
+    """`key value` lines of the first cgroup file that exists (v1 or v2 layout)."""
+    for name in names:
+        try:
+            text = Path("/sys/fs/cgroup", name).read_text()
+        except OSError:
+            continue
+        values = {}
+        for line in text.splitlines():
+            key, _, value = line.partition(" ")
+            if value.strip().lstrip("-").isdigit():
+                values[key] = int(value)
+        return values
+    return {}
+
+
+def _cgroup_value(*names: str) -> int | None:
+    for name in names:
+        try:
+            text = Path("/sys/fs/cgroup", name).read_text().strip()
+        except OSError:
+            continue
+        return int(text) if text.isdigit() else None
+    return None
+
+
+def limits_report() -> dict[str, object]:
+    """What the container's cgroup counted: OOM kills, forks refused at the pids limit, CPU throttling."""
+    memory = _cgroup_file("memory/memory.oom_control", "memory.events")
+    pids = _cgroup_file("pids/pids.events", "pids.events")
+    cpu = _cgroup_file("cpu/cpu.stat", "cpu,cpuacct/cpu.stat", "cpu.stat")
+    report: dict[str, object] = {
+        "memory": {"oom_kills": memory.get("oom_kill"),
+                   "limit": _cgroup_value("memory/memory.limit_in_bytes", "memory.max"),
+                   "peak": _cgroup_value("memory/memory.max_usage_in_bytes", "memory.peak")},
+        "pids": {"refused": pids.get("max"), "limit": _cgroup_value("pids/pids.max", "pids.max")},
+        "cpu": {"throttled": cpu.get("nr_throttled")},
+    }
+    hit = []
+    if memory.get("oom_kill"):
+        hit.append(f"memory: the OOM killer ended {memory['oom_kill']} process(es)")
+    if pids.get("max"):
+        hit.append(f"pids: {pids['max']} fork(s) refused at the limit")
+    report["hit"] = hit
+    return report
+
+
+def finish_archive(settings: RuntimeSettings) -> None:
+    """Leave the archive regular files and directories under their caps (model no longer runs)."""
+    pruned = prune_tree(Path(settings.archive), file_cap=settings.archive_file_cap, total_cap=settings.archive_cap)
+    record = {"kept_files": pruned.kept_files, "kept_bytes": pruned.kept_bytes, "dropped": pruned.dropped[:1000],
+              "dropped_count": len(pruned.dropped)}
+    write_atomic(Path(settings.results), "archive.json", json.dumps(record, indent=2) + "\n")
+
+
 def main(argv: list[str]) -> int:
+    os.chdir(NEUTRAL_CWD)  # never work in a directory an image's WORKDIR (the agent's tree) names
     try:
         settings = load_settings()
     except SettingsError as exc:
@@ -215,6 +280,14 @@ def main(argv: list[str]) -> int:
             evaluation.kill()
             write_error(settings, "the evaluator did not exit")
     say("graded: " + _tail(results / "evaluator.log", 1))
+    try:
+        finish_archive(settings)
+    except OSError as exc:
+        say(f"pruning the archive failed: {exc}")
+    report = limits_report()
+    write_atomic(results, "limits.json", json.dumps(report, indent=2) + "\n")
+    for line in report["hit"]:  # type: ignore[attr-defined]
+        say(f"limit hit: {line}")
 
     if settings.keep_alive:
         say("SSE_KEEP_ALIVE=1: the container stays up (the daemon still answers)")

@@ -17,7 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from ssebench.runtime.service import write_atomic
+from ssebench.runtime.files import write_atomic
 from ssebench.runtime.settings import SettingsError, load_settings
 
 

@@ -19,3 +19,4 @@ MCP_PORT = 3000
 RUNTIME_HOME = "/opt/ssebench"
 REFERENCE_PATCH = "/reference/patch.diff"
 CAPTURE_DIR = "/var/lib/ssebench-capture"
+MCP_LOG_DIR = "/tmp/sse-test-patch"

@@ -20,11 +20,11 @@ from typing import Any
 
 from sse.helper import ScriptResult
 
-from ssebench.runtime.daemon import MAX_LEVEL
-from ssebench.runtime.settings import DIFFICULTY_NAMES
+from ssebench.runtime.layout import MCP_LOG_DIR
+from ssebench.runtime.settings import DIFFICULTY_NAMES, allowed_actions
 
 MAX_WORDS = 10_000
-LOG_DIR = Path("/tmp/sse-test-patch")
+LOG_DIR = Path(MCP_LOG_DIR)
 
 NAMES = {"build": "build", "run_poc": "PoCs", "function_test": "function test", "intent_test": "intent test"}
 
@@ -94,7 +94,7 @@ def patch_report(difficulty: int, checks: Checks, save: Callable[[str], Path] = 
     """Run every check the level allows, in grading order, and describe the outcome."""
     caps = checks.capabilities
     level = f"difficulty {difficulty} ({DIFFICULTY_NAMES[difficulty]})"
-    allowed = {action for action, limit in MAX_LEVEL.items() if difficulty <= limit}
+    allowed = set(allowed_actions(difficulty))
     report = Report()
     built_ok: bool | None = None
 

@@ -5,15 +5,20 @@ and the three workers (bencher, bash tool, capture). The daemon app
 (`ssebench.runtime.daemon`) decides who may call what; this module does it.
 Workers are injected, so the daemon's rules are unit-tested with fakes and
 the workers themselves in real containers.
+
+The agent phase is checked twice for an agent's request: when it arrives
+(the daemon) and again when its work gets its turn (`agent_guard`), so a
+request that waited behind another runs nothing once the phase is over.
+Ending the phase kills every process of model and of sse-runner, so a check
+the agent started stops too, and grading starts from a fresh session.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import stat
 import subprocess
-import tempfile
+import threading
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
@@ -21,19 +26,23 @@ from typing import Any, Protocol
 
 from sse.helper import ScriptResult
 
+from ssebench.runtime import git
+from ssebench.runtime.bencher import BencherError, Guard
 from ssebench.runtime.capture import CaptureError, FileChange
+from ssebench.runtime.files import read_no_follow, write_atomic
 from ssebench.runtime.settings import RuntimeSettings
 from ssebench.runtime.taskfile import TaskFile
 
 MAX_DIALOG_BYTES = 64 * 1024 * 1024
+PHASE_OVER = "the agent phase is over: tools are closed on this listener"
 
 
 class BencherLike(Protocol):
     def new_session(self) -> Path: ...
-    def build(self, grading: bool = False) -> ScriptResult: ...
-    def run_poc(self, poc: str) -> ScriptResult: ...
-    def function_test(self, grading: bool = False) -> ScriptResult: ...
-    def intent_test(self, grading: bool = False) -> ScriptResult: ...
+    def build(self, grading: bool = False, guard: Guard = ...) -> ScriptResult: ...
+    def run_poc(self, poc: str, guard: Guard = ...) -> ScriptResult: ...
+    def function_test(self, grading: bool = False, guard: Guard = ...) -> ScriptResult: ...
+    def intent_test(self, grading: bool = False, guard: Guard = ...) -> ScriptResult: ...
 
 
 class BashLike(Protocol):
@@ -45,52 +54,6 @@ class CaptureLike(Protocol):
     def diff(self) -> str: ...
     def files(self) -> list[FileChange]: ...
     def commits_log(self, limit: int = 500) -> str: ...
-
-
-def write_atomic(directory: Path, name: str, data: str) -> Path:
-    """Write `directory/name` by temp file and rename: never half-written, never through a link."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, directory / name)  # replaces a planted symlink, never follows it
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return directory / name
-
-
-def read_no_follow(directory: Path, name: str, limit: int) -> bytes | None:
-    """Read a regular file without following a link anywhere in `directory/name`; None if absent."""
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
-    try:
-        dir_fd = os.open(directory, flags | os.O_DIRECTORY)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:  # a link (ENOTDIR/ELOOP with O_NOFOLLOW) or a file
-        raise PermissionError(f"{directory} is not a plain directory: {exc.strerror}") from exc
-    try:
-        try:
-            fd = os.open(name, flags, dir_fd=dir_fd)
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            raise PermissionError(f"{name} is not a regular file: {exc.strerror}") from exc
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise PermissionError(f"{name} is not a regular file")
-            chunks, size = [], 0
-            while size < limit and (chunk := os.read(fd, min(1 << 20, limit - size))):
-                chunks.append(chunk)
-                size += len(chunk)
-            return b"".join(chunks)
-        finally:
-            os.close(fd)
-    finally:
-        os.close(dir_fd)
 
 
 class TaskService:
@@ -111,6 +74,7 @@ class TaskService:
         self.version = version
         self.agent_running = True
         self.prepared: dict[str, Any] | None = None
+        self._grading = threading.Lock()
 
     # -- the public view ------------------------------------------------------
 
@@ -150,24 +114,35 @@ class TaskService:
 
     # -- checks ---------------------------------------------------------------
 
-    def bench(self, action: str, body: dict[str, Any]) -> ScriptResult:
-        grading = bool(body.get("grading", False))
+    def agent_guard(self) -> None:
+        """Raise 403 unless the agent phase still runs; called when an agent's work gets its turn."""
+        if not self.agent_running:
+            raise BencherError(403, PHASE_OVER)
+
+    def bench(self, action: str, body: dict[str, Any], *, for_agent: bool = False) -> ScriptResult:
+        grading = bool(body.get("grading", False)) and not for_agent
+        guard: Guard = self.agent_guard if for_agent else (lambda: None)
         if action == "build":
-            return self.bencher.build(grading=grading)
+            return self.bencher.build(grading=grading, guard=guard)
         if action == "run_poc":
-            return self.bencher.run_poc(str(body.get("poc", "")))
+            return self.bencher.run_poc(str(body.get("poc", "")), guard=guard)
         if action == "function_test":
-            return self.bencher.function_test(grading=grading)
+            return self.bencher.function_test(grading=grading, guard=guard)
         if action == "intent_test":
-            return self.bencher.intent_test(grading=grading)
+            return self.bencher.intent_test(grading=grading, guard=guard)
         raise ValueError(action)
 
     # -- the agent's change -----------------------------------------------------
 
     def diff(self) -> str:
+        """The live change during the agent phase; afterwards the graded one (nothing runs as model then)."""
+        if not self.agent_running:
+            return self.final_diff() or ""
         return self.capture.diff()
 
     def files(self) -> list[dict[str, Any]]:
+        if not self.agent_running:
+            return list((self.prepared or {}).get("changes") or [])
         return [asdict(change) for change in self.capture.files()]
 
     def dialog(self, since: int) -> dict[str, Any]:
@@ -186,42 +161,48 @@ class TaskService:
     # -- the end of the agent phase and grading -----------------------------
 
     async def agent_exited(self) -> None:
+        """End the agent phase: no tool of the agent runs from now on, and none of its processes lives."""
         self.agent_running = False
         await self.bash.close()
         self.end_agent()
 
     def prepare_grading(self) -> dict[str, Any]:
         """Fresh runner session; capture; final.patch and commits.log; apply onto the graded copy."""
-        if self.prepared is not None:
+        with self._grading:
+            if self.prepared is None:
+                self.prepared = self._prepare()
             return self.prepared
+
+    def _prepare(self) -> dict[str, Any]:
+        self.agent_running = False
         self.bencher.new_session()
         try:
             diff = self.capture.diff()
+            changes = [asdict(change) for change in self.capture.files()]
+            commits = self.capture.commits_log()
         except CaptureError as exc:
             # The tree is the agent's: if it made it uncapturable (a file it
-            # cannot read, say), that is its failure, not the harness's. An
-            # "error" here would drop the run from the score.
+            # cannot read, a change over the patch limit), that is its
+            # failure, not the harness's. An "error" would drop the run.
             write_atomic(self.results, "final.patch", "")
-            self.prepared = {"applied": False, "files": 0, "reason": "Patch capture failed", "log": str(exc)}
-            return self.prepared
+            return {"applied": False, "files": 0, "reason": "Patch capture failed", "log": str(exc), "changes": []}
+        finally:
+            self.end_agent()  # whatever the capture ran as model is gone before grading starts
         write_atomic(self.results, "final.patch", diff)
-        write_atomic(self.results, "commits.log", self.capture.commits_log())
+        write_atomic(self.results, "commits.log", commits)
         if not diff.strip():
-            self.prepared = {"applied": True, "files": 0, "log": "the agent changed nothing"}
-            return self.prepared
+            return {"applied": True, "files": 0, "log": "the agent changed nothing", "changes": []}
         applied = subprocess.run(
-            ["git", "apply", "--binary", "--whitespace=nowarn", "-p1", str(self.results / "final.patch")],
+            git.argv("apply", "--binary", "--whitespace=nowarn", "-p1", str(self.results / "final.patch")),
             cwd=self.repo, capture_output=True, text=True, check=False, timeout=600,
-            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "GIT_CONFIG_NOSYSTEM": "1",
-                 "GIT_CONFIG_GLOBAL": "/dev/null", "HOME": "/nonexistent",
-                 "GIT_CEILING_DIRECTORIES": str(self.repo.parent)},
+            env=git.env("/nonexistent", GIT_CEILING_DIRECTORIES=str(self.repo.parent)),
         )
-        self.prepared = {
+        return {
             "applied": applied.returncode == 0,
-            "files": diff.count("\ndiff --git ") + diff.startswith("diff --git "),
+            "files": len(changes),
             "log": (applied.stdout + applied.stderr).strip()[-4000:],
+            "changes": changes,
         }
-        return self.prepared
 
     def reference_patch(self) -> str:
         return self._text(self.task.patch) or ""
@@ -250,15 +231,24 @@ def container_service(settings: RuntimeSettings) -> TaskService:
     model, runner = User.named(layout.MODEL), User.named(layout.RUNNER)
     results = Path(settings.results)
     environ = dict(os.environ)
-    bencher = Bencher(task, Limits(settings.script_timeout, settings.output_cap), results, environ, runner)
+    limits = Limits(settings.script_timeout, settings.output_cap, copy_limit=settings.copy_limit,
+                    file_size=settings.file_size)
+    bencher = Bencher(task, limits, results, environ, runner, tree_owner=model)
     bencher.new_session()
-    capture = Capture(Path(task.source), Path(layout.CAPTURE_DIR), model)
-    capture.snapshot_base()
-    shell_env = {k: v for k, v in environ.items() if k != "SSE_ADMIN_SOCKET"}
+    capture = Capture(Path(task.source), Path(layout.CAPTURE_DIR), model, patch_limit=settings.patch_limit)
+    capture.prepare()
+    shell_env = {k: v for k, v in environ.items() if k not in ("SSE_ADMIN_SOCKET", "SSE_RESULTS")}
     shell_env.update(HOME=model.home, USER=model.name, LOGNAME=model.name, SHELL="/bin/bash")
-    bash = BashTool(model, Path(task.source), shell_env, settings.bash_timeout, settings.output_cap)
+    bash = BashTool(model, Path(task.source), shell_env, settings.bash_timeout, settings.output_cap,
+                    file_size=settings.file_size)
+
+    def end_agent() -> None:
+        kill_user(model)
+        kill_user(runner)
+
     return TaskService(
         task, task_dir=Path(layout.TASK_DIR), repo=Path(layout.REPO), results=results,
         archive=Path(settings.archive), bencher=bencher, bash=bash, capture=capture,
-        end_agent=lambda: kill_user(model), version=__version__,
+        end_agent=end_agent, version=__version__,
     )
+

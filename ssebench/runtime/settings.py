@@ -20,6 +20,14 @@ DIFFICULTY_NAMES = {
     4: "NO_BUILD",
 }
 
+# The highest difficulty level at which the agent may still run each action.
+MAX_LEVEL = {"build": 3, "function_test": 2, "run_poc": 1, "intent_test": 0}
+
+
+def allowed_actions(difficulty: int) -> list[str]:
+    return [action for action, level in MAX_LEVEL.items() if difficulty <= level]
+
+
 # Field name -> environment variable.
 ENV = {
     "difficulty": "SSE_DIFFICULTY",
@@ -36,6 +44,11 @@ ENV = {
     "grading_timeout": "SSE_GRADING_TIMEOUT",
     "output_cap": "SSE_OUTPUT_CAP",
     "keep_alive": "SSE_KEEP_ALIVE",
+    "file_size": "SSE_FILE_SIZE_LIMIT",
+    "copy_limit": "SSE_COPY_LIMIT",
+    "patch_limit": "SSE_PATCH_LIMIT",
+    "archive_file_cap": "SSE_ARCHIVE_FILE_CAP",
+    "archive_cap": "SSE_ARCHIVE_CAP",
 }
 
 
@@ -60,6 +73,14 @@ class RuntimeSettings(BaseModel):
     grading_timeout: float = Field(7200.0, gt=0)
     output_cap: int = Field(256 * 1024, ge=1024)
     keep_alive: bool = False
+    # The largest file a process of model or sse-runner may write (RLIMIT_FSIZE).
+    file_size: int = Field(4 << 30, ge=1 << 20)
+    # The most a check copies of a tree; the largest patch a capture makes.
+    copy_limit: int = Field(8 << 30, ge=1 << 20)
+    patch_limit: int = Field(64 << 20, ge=1 << 10)
+    # What of the agent's archive is kept: per file and in all.
+    archive_file_cap: int = Field(64 << 20, ge=1)
+    archive_cap: int = Field(256 << 20, ge=1)
 
     @field_validator("difficulty", mode="before")
     @classmethod

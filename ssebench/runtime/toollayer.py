@@ -7,8 +7,9 @@ It turns a case image into a task image whose answer the agent cannot reach:
    owned by model, with every `.git` removed and one commit, `buggy commit`;
 3. /ssebench root-only, except the build and test scripts and their support
    directories, which sse-runner's group may read and execute;
-4. no world-writable path that is not sticky;
-5. the run-time directories with their owners and modes.
+4. no world-writable path that is not sticky, no setuid or setgid program;
+5. the run-time directories with their owners and modes, and capture's
+   root-owned copy of the buggy commit.
 
 It reads only /ssebench/config.yaml and imports nothing of the host side.
 """
@@ -25,6 +26,7 @@ import sys
 from pathlib import Path
 
 from ssebench.runtime import layout
+from ssebench.runtime.capture import make_base
 from ssebench.runtime.taskfile import TaskFile, load_taskfile
 
 MODEL_UID = 1000
@@ -134,6 +136,15 @@ def strip_world_writable() -> None:
         os.chmod(path, stat.S_IMODE(mode) & ~0o002)
 
 
+def strip_set_id_bits() -> None:
+    """No setuid or setgid program: the container also runs with no-new-privileges, this is the second lock."""
+    out = subprocess.run(["find", "/", "-xdev", "-type", "f", "-perm", "/6000", "-print0"],
+                         check=False, capture_output=True).stdout
+    for raw in filter(None, out.split(b"\0")):
+        path = raw.decode(errors="surrogateescape")
+        os.chmod(path, stat.S_IMODE(os.lstat(path).st_mode) & ~0o6000)
+
+
 def make_runtime_dirs() -> None:
     runner_gid = grp.getgrnam(layout.RUNNER).gr_gid
     for path, gid, mode in (
@@ -162,8 +173,10 @@ def main() -> None:
     replace_source(task)
     protect_task_files(task)
     make_runtime_dirs()
+    make_base(Path(task.source), Path(layout.CAPTURE_DIR))
     lock_runtime()
     strip_world_writable()
+    strip_set_id_bits()
     print(f"toollayer: {task.id} ready: source {task.source}, original in {layout.REPO}", file=sys.stderr)
 
 

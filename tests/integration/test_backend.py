@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+import tarfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,6 +13,7 @@ import pytest
 from ssebench.backend import Backend, ContainerSpec, DockerBackend, Mount, RunTimeoutError
 from ssebench.engine import client
 from ssebench.errors import SSEBenchError
+from ssebench.limits import Limits
 from ssebench.settings import get_settings
 
 pytestmark = [pytest.mark.docker]
@@ -84,16 +87,54 @@ def test_failed_start_raises_and_leaves_nothing(backend: Backend, labels: dict[s
     assert client().containers.list(all=True, filters={"label": f"ssebench.session={labels['ssebench.session']}"}) == []
 
 
-def test_internal_network_has_no_route_out(backend: Backend, labels: dict[str, str]) -> None:
+PROBE = "timeout 5 bash -c 'exec 3<>/dev/tcp/deb.debian.org/80' && echo reached || echo unreachable"
+
+
+@pytest.mark.parametrize("internal", [True, False], ids=["internal", "open"])
+def test_networks_of_a_run(backend: Backend, labels: dict[str, str], internal: bool) -> None:
+    """Internal networks have no route out; the open one (positive control) reaches the mirror with the same probe."""
     name = f"ssebench-conformance-{uuid.uuid4().hex[:8]}"
-    assert backend.ensure_network(name, internal=True, labels=labels) == name
-    assert backend.ensure_network(name, internal=True, labels=labels) == name  # idempotent
-    assert len([n for n in client().networks.list(names=[name]) if n.name == name]) == 1
-    probe = "exec 3<>/dev/tcp/1.1.1.1/80 && echo reached || echo unreachable"
-    handle = backend.start(ContainerSpec(image=_image(), labels=labels, network=name,
-                                         command=["timeout", "5", "bash", "-c", probe]))
+    network = backend.create_network(name, internal=internal, labels=labels)
+    assert network.name == name and network.gateway
+    with pytest.raises(SSEBenchError):
+        backend.create_network(name, internal=internal, labels=labels)  # a run's network is its own
+    handle = backend.start(ContainerSpec(image=_image(), labels=labels, network=name, capabilities=None,
+                                         command=["bash", "-c", PROBE]))
     try:
         handle.wait(60)
-        assert "reached" not in handle.logs().replace("unreachable", "")
+        assert handle.logs().split()[-1] == ("unreachable" if internal else "reached")
+    finally:
+        handle.remove()
+    backend.remove_network(name)
+    backend.remove_network(name)  # gone already: a no-op
+    assert client().networks.list(names=[name]) == []
+
+
+def test_limits_privileges_and_export(backend: Backend, labels: dict[str, str]) -> None:
+    limits = Limits(pids=128, memory=256 << 20, cpus=0.5, file_size=1 << 20)
+    script = "grep -E '^(CapEff|NoNewPrivs)' /proc/self/status; mkdir -p /out/d; echo data > /out/d/f; ln -s /etc /out/l"
+    handle = backend.start(ContainerSpec(image=_image(), labels=labels, limits=limits, command=["bash", "-c", script]))
+    try:
+        assert handle.wait(60) == 0
+        status = handle.logs()
+        assert "CapEff:\t00000000000000eb" in status and "NoNewPrivs:\t1" in status, status
+        host = client().api.inspect_container(handle.id)["HostConfig"]
+        assert (host["PidsLimit"], host["Memory"], host["NanoCpus"]) == (128, 256 << 20, 500_000_000)
+        names = {m.name: m for m in tarfile.open(fileobj=io.BytesIO(b"".join(handle.export("/out")))).getmembers()}
+        assert names["out/d/f"].isfile() and names["out/l"].issym()
+        assert handle.memory_exhausted() is False
+        with pytest.raises(SSEBenchError):
+            b"".join(handle.export("/no/such/path"))
+    finally:
+        handle.remove()
+
+
+def test_memory_exhaustion_is_reported(backend: Backend, labels: dict[str, str]) -> None:
+    limits = Limits(pids=128, memory=128 << 20, cpus=1.0, file_size=1 << 20)
+    hog = "a=(); while true; do a+=($(head -c 1000000 /dev/zero | tr '\\0' x)); done"
+    handle = backend.start(ContainerSpec(image=_image(), labels=labels, limits=limits, command=["bash", "-c", hog]))
+    try:
+        handle.wait(120)
+        assert handle.memory_exhausted() is True
     finally:
         handle.remove()

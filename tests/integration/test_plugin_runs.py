@@ -200,7 +200,7 @@ def pytest_ssebench_backend(config):
 def test_infrastructure_errors_are_retried_failures_never(demo: pytest.Pytester, retries: str,
                                                           outcome: dict[str, int]) -> None:
     demo.makeconftest(FLAKY_CONFTEST)
-    result = demo.runpytest_subprocess("datasets/demo/c-demo", "--agent", "dummy", "--retries", retries,
+    result = demo.runpytest_subprocess("datasets/demo/c-demo", "--agent", "dummy", "--infra-retries", retries,
                                        "--results", "out", "-p", "no:cacheprovider")
     result.assert_outcomes(**outcome)
     runs = list((demo.path / "out" / "c-demo" / "none" / "dummy").glob("*-d2-sandbox-*"))

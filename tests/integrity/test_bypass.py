@@ -8,60 +8,33 @@ model and checks each fails, while the bash tool keeps working.
 from __future__ import annotations
 
 import json
-import textwrap
-import time
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from ssebench.engine import client
-from ssebench.image import image_names
-from ssebench.settings import Settings
-from ssebench.task import Task
+from tests.integrity.harness import LEVELS, HeldRun, Launcher
 
 pytestmark = [pytest.mark.docker, pytest.mark.integrity, pytest.mark.slow]
 
-PYTHON = "/opt/ssebench/venv/bin/python"
 ALLOWED = {0: {"build", "run_poc", "function_test", "intent_test"}, 2: {"build", "function_test"}, 4: set()}
 
 
-@pytest.fixture(scope="module", params=[0, 2, 4], ids=lambda level: f"d{level}")
-def run(request: pytest.FixtureRequest, settings: Settings, demo_images: list[Task]) -> Iterator[Any]:
-    """A c-demo run on an internal network, held in the agent phase at one level."""
-    task = next(t for t in demo_images if t.id == "c-demo")
-    labels = {"ssebench.session": f"integrity-{uuid.uuid4().hex[:8]}"}
-    network = client().networks.create(f"ssebench-integrity-{uuid.uuid4().hex[:8]}", internal=True, labels=labels)
-    container = client().containers.run(
-        image_names(settings, task)["tool"], ["sleep", "3600"], detach=True, init=True, labels=labels,
-        network=network.name, environment={"SSE_DIFFICULTY": str(request.param), "TIMEOUT": "3600"},
-    )
-    container.level = request.param
-    container.network_name = network.name
-    try:
-        deadline = time.monotonic() + 120
-        while b"] agent: " not in container.logs():
-            assert time.monotonic() < deadline, container.logs().decode(errors="replace")
-            time.sleep(0.2)
-        yield container
-    finally:
-        container.remove(force=True)
-        network.remove()
+@pytest.fixture(scope="module", params=LEVELS, ids=lambda level: f"d{level}")
+def run(request: pytest.FixtureRequest, launcher: Launcher) -> Iterator[HeldRun]:
+    """A c-demo run started as the plugin starts it, held in the agent phase at one level."""
+    held = launcher.start(level=request.param)
+    yield held
+    held.close()
 
 
-def as_model(container: Any, code: str) -> Any:
-    exit_code, (out, err) = container.exec_run(
-        [PYTHON, "-c", textwrap.dedent(code)], user="1000", demux=True,
-        environment={"SSE_DAEMON_SOCKET": "/tmp/sse.sock", "HOME": "/home/model"}, workdir="/src/tlvkit",
-    )
-    assert exit_code == 0, (err or b"").decode(errors="replace")
-    return json.loads(out.decode())
+def as_model(run: HeldRun, code: str) -> Any:
+    return run.py("1000", code)
 
 
-def sh(container: Any, user: str, script: str) -> tuple[int, str]:
-    exit_code, out = container.exec_run(["bash", "-c", script], user=user, workdir="/src/tlvkit")
-    return exit_code, out.decode(errors="replace")
+def sh(run: HeldRun, user: str, script: str) -> tuple[int, str]:
+    code, out = run.container.exec_run(["bash", "-c", script], user=user, workdir=run.source)
+    return code, out.decode(errors="replace")
 
 
 LISTENERS = """
@@ -91,6 +64,7 @@ def test_listeners_refuse_the_answer_and_withheld_checks(run: Any) -> None:
         assert codes["grading"] == 403
         for action in ("build", "run_poc", "function_test", "intent_test"):
             assert codes[action] == (200 if action in ALLOWED[run.level] else 403), (listener, action, codes)
+    assert "run_poc" not in ALLOWED[run.level] or out["socket"]["run_poc"] == 200  # a positive control
 
 
 def test_admin_socket_cannot_be_reached_nor_sockets_moved(run: Any) -> None:
@@ -139,21 +113,6 @@ def test_history_has_at_most_one_commit(run: Any) -> None:
     assert code == 0 and out.split() == ["1", "buggy", "commit"]
 
 
-def test_no_internet_directly_or_through_the_bash_tool(run: Any) -> None:
-    out = as_model(run, """
-    import json, socket
-    from sse.tools.bash import execute
-    def reach(host, port):
-        try:
-            socket.create_connection((host, port), timeout=5).close(); return True
-        except OSError:
-            return False
-    print(json.dumps({"ip": reach("1.1.1.1", 80), "dns": reach("deb.debian.org", 80),
-                      "bash": execute("timeout 5 bash -c 'exec 3<>/dev/tcp/1.1.1.1/80' && echo reached").stdout}))
-    """)
-    assert out == {"ip": False, "dns": False, "bash": ""}
-
-
 def test_bash_tool_still_works(run: Any) -> None:
     out = as_model(run, "import json; from sse.tools.bash import execute; r = execute('id -un; pwd');"
                         "print(json.dumps([r.code, r.stdout]))")
@@ -165,23 +124,3 @@ def test_nothing_the_runner_writes_can_reach_model(run: Any) -> None:
     code, writable = sh(run, "root", "runuser -u sse-runner -- find / /dev/shm -xdev -type d -writable 2>/dev/null")
     channels = [d for d in writable.split() if sh(run, "root", f"runuser -u model -- test -x '{d}'")[0] == 0]
     assert channels == []
-
-
-NEIGHBOUR = """
-import httpx, json, sys
-base = "http://" + sys.argv[1] + ":4263"
-with httpx.Client(base_url=base, timeout=60) as c:
-    print(json.dumps({"project": c.get("/project").status_code,
-                      "reference": c.get("/reference/patch").status_code,
-                      "bash": c.post("/tool/bash", json={"command": "touch /tmp/from-a-neighbour"}).status_code,
-                      "build": c.post("/tool/bencher", params={"action": "build"}, json={}).status_code}))
-"""
-
-
-def test_another_run_on_the_network_cannot_use_this_runs_tools(run: Any) -> None:
-    run.reload()
-    address = run.attrs["NetworkSettings"]["Networks"][run.network_name]["IPAddress"]
-    out = client().containers.run(run.image.id, [NEIGHBOUR, address], entrypoint=[PYTHON, "-c"], user="1000",
-                                  network=run.network_name, remove=True, labels={"ssebench.session": "integrity"})
-    assert json.loads(out.decode()) == {"project": 200, "reference": 403, "bash": 403, "build": 403}
-    assert sh(run, "root", "test -e /tmp/from-a-neighbour")[0] != 0

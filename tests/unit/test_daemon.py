@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -15,6 +15,8 @@ from sse.daemon import Daemon
 from sse.error import SDKError
 from sse.helper import ScriptResult
 
+from ssebench.runtime.bash import ToolClosed
+from ssebench.runtime.bencher import BencherError
 from ssebench.runtime.capture import FileChange
 from ssebench.runtime.daemon import ADMIN, AGENT, HTTP, MAX_LEVEL, create_app, listener_app
 from ssebench.runtime.service import TaskService
@@ -38,16 +40,20 @@ class FakeBencher:
         self.calls.append((name, arg))
         return ScriptResult(code=0, stdout=f"{name} ran", stderr="")
 
-    def build(self, grading: bool = False) -> ScriptResult:
+    def build(self, grading: bool = False, guard: Callable[[], None] = lambda: None) -> ScriptResult:
+        guard()
         return self._ran("build", grading)
 
-    def run_poc(self, poc: str) -> ScriptResult:
+    def run_poc(self, poc: str, guard: Callable[[], None] = lambda: None) -> ScriptResult:
+        guard()
         return self._ran("run_poc", poc)
 
-    def function_test(self, grading: bool = False) -> ScriptResult:
+    def function_test(self, grading: bool = False, guard: Callable[[], None] = lambda: None) -> ScriptResult:
+        guard()
         return self._ran("function_test", grading)
 
-    def intent_test(self, grading: bool = False) -> ScriptResult:
+    def intent_test(self, grading: bool = False, guard: Callable[[], None] = lambda: None) -> ScriptResult:
+        guard()
         return self._ran("intent_test", grading)
 
 
@@ -56,6 +62,8 @@ class FakeBash:
         self.closed = False
 
     async def run(self, command: str, timeout: float | None = None) -> ScriptResult:
+        if self.closed:
+            raise ToolClosed("closed")
         return ScriptResult(code=0, stdout=f"ran: {command}", stderr="")
 
     async def close(self) -> None:
@@ -138,6 +146,8 @@ ENDPOINTS = ([f"bencher:{a}" for a in ACTIONS] + [f"bencher:{a}:grading" for a i
 
 def expected_allowed(endpoint: str, kind: str, agent_phase: bool, difficulty: int) -> bool:
     """SPEC §5, written out independently of the daemon's code."""
+    if endpoint == "bash" and not agent_phase:
+        return False  # the shell is model's: no listener starts it once the phase is over
     if kind == ADMIN:
         return True
     if endpoint in READ_ONLY:
@@ -185,7 +195,7 @@ def test_refusals_say_why(service: TaskService, kind: str) -> None:
             daemon.tool("bencher", "build", {"grading": True})
 
 
-def test_agent_exited_closes_tools_on_agent_listeners_only(service: TaskService) -> None:
+def test_agent_exited_closes_tools_on_agent_listeners_and_the_shell_for_all(service: TaskService) -> None:
     with _connect(service, 0, ADMIN) as admin:
         with _connect(service, 0, AGENT) as agent:
             assert agent.tool("bash", None, {"command": "true"})["code"] == 0
@@ -200,7 +210,9 @@ def test_agent_exited_closes_tools_on_agent_listeners_only(service: TaskService)
                 agent.tool("bencher", "build", {})
             with pytest.raises(SDKError, match="admin socket only"):
                 agent.get("/reference/patch")  # not opened by the end of the phase either
-            assert admin.tool("bash", None, {"command": "true"})["code"] == 0
+            with pytest.raises(SDKError, match="agent phase is over"):
+                admin.tool("bash", None, {"command": "true"})  # the shell is model's: closed for every listener
+            assert admin.tool("bencher", "build", {"grading": True})["code"] == 0
             assert admin.get("/reference/patch") == {"diff": PATCH}
 
 
@@ -285,18 +297,31 @@ def test_unset_difficulty_is_level_2() -> None:
     assert load_settings({}).difficulty == 2
 
 
-def test_http_tools_only_for_this_container(service: TaskService) -> None:
-    """Another run's container on the network may read the public view, never run tools here."""
+@pytest.mark.parametrize("agent_phase", [True, False], ids=["agent-phase", "after-exit"])
+def test_http_peers_get_the_public_view_only(service: TaskService, agent_phase: bool) -> None:
+    """A peer on the run's network (the gateway, say) may read the public view, nothing of the run's work."""
+    service.agent_running = agent_phase
     with _connect(service, 0, HTTP, peer=("172.18.0.7", 41000)) as other:
         assert other.get("/project")["id"] == "t1"
-        for action in ACTIONS:
+        assert other.capabilities()["can_build"] is True
+        for endpoint in ENDPOINTS:
+            if endpoint in ("/project", "/capabilities", "/version"):
+                continue
             with pytest.raises(SDKError, match="served to this container only"):
-                other.tool("bencher", action, {"poc": "/ssebench/pocs/crash.bin"})
-        with pytest.raises(SDKError, match="served to this container only"):
-            other.tool("bash", None, {"command": "rm -rf ."})
-        with pytest.raises(SDKError, match="admin socket only"):
-            other.get("/reference/patch")
+                _call(other, endpoint)
     assert service.bencher.calls == []  # type: ignore[attr-defined]
+    assert service.agent_running is agent_phase
+
+
+def test_a_check_that_waited_for_its_turn_is_refused_after_the_phase(service: TaskService) -> None:
+    """The phase is checked again when the work gets its turn, not only when the request arrives."""
+    calls = service.bencher.calls  # type: ignore[attr-defined]
+    service.bencher.build(guard=service.agent_guard)  # type: ignore[call-arg]
+    service.agent_running = False
+    with pytest.raises(BencherError, match="agent phase is over"):
+        service.bench("build", {}, for_agent=True)
+    assert [name for name, _ in calls] == ["build"]
+    assert service.bench("build", {"grading": True})  # the evaluator's still runs
 
 
 class BrokenCapture(FakeCapture):

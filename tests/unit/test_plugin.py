@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import shutil
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -62,8 +64,12 @@ def test_without_agent_nothing_is_collected(demo: pytest.Pytester) -> None:
     (["--difficulty", "two"], "--difficulty 'two': give levels 0-4"),
     (["--mode", "sidecar"], "--mode sidecar: sidecar mode is not available yet"),
     (["--mode", "cloud"], "--mode 'cloud': the accepted mode is sandbox"),
-    (["--timeout", "0"], "--timeout 0.0: give the agent's time limit in seconds"),
-    (["--retries", "-1"], "--retries -1: give a whole number of retries"),
+    (["--agent-timeout", "0"], "--agent-timeout 0.0: give the agent's time limit in seconds"),
+    (["--infra-retries", "-1"], "--infra-retries -1: give a whole number of retries"),
+    (["--run-limits", "pids=10"], "--run-limits: pids=10 is too low for the runtime itself"),
+    (["--run-limits", "memory=lots"], "--run-limits: memory: 'lots' is not a size"),
+    (["--run-limits", "disk=1g"], "--run-limits: unknown limit 'disk'; use pids, memory, cpus, file_size"),
+    (["--run-limits", "cpus=999"], "--run-limits: cpus=999: give 0.01 to"),
 ])
 def test_bad_options_are_usage_errors(demo: pytest.Pytester, args: list[str], message: str) -> None:
     result = demo.runpytest("datasets/demo", "--agent", "dummy", *args, "--collect-only")
@@ -89,3 +95,26 @@ def test_ini_keys_give_defaults(demo: pytest.Pytester) -> None:
     demo.makeini("[pytest]\nssebench_agents = dummy\nssebench_difficulty = 1,3\n")
     ids = _ids(demo.runpytest("datasets/demo/c-demo", "--collect-only", "-q"))
     assert ids == ["datasets/demo/c-demo::dummy[none-d1-sandbox]", "datasets/demo/c-demo::dummy[none-d3-sandbox]"]
+
+
+# pytest-retry, loaded into pytester's in-process runs, breaks them (it reads
+# an option of its own that the inner run has not declared), so `make install`
+# puts it apart and only the subprocess below sees it.
+ISOLATED_PLUGINS = Path(sys.prefix) / "isolated-plugins"
+
+
+def test_options_live_beside_popular_plugins(demo: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One option namespace for every plugin: ours must not take a name that a popular one owns."""
+    assert (ISOLATED_PLUGINS / "pytest_retry").is_dir(), f"pytest-retry is not in {ISOLATED_PLUGINS}: run make install"
+    monkeypatch.setenv("PYTHONPATH", str(ISOLATED_PLUGINS))
+    helped = demo.runpytest_subprocess("--help")
+    assert helped.ret == 0, helped.stderr.str()
+    text = helped.stdout.str()
+    # Theirs (pytest-timeout, pytest-retry, pytest-rerunfailures, xdist, pytest-html), then ours.
+    for option in ("--timeout=", "--retries=", "--reruns=", "--numprocesses=", "--html=",
+                   "--agent-timeout=", "--infra-retries=", "--run-limits="):
+        assert option in text, option
+    ran = demo.runpytest_subprocess("datasets/demo/c-demo", "--agent", "dummy", "--timeout", "30", "--retries", "1",
+                                    "--agent-timeout", "60", "--infra-retries", "1", "--collect-only", "-q")
+    assert ran.ret == 0, ran.stderr.str()
+    assert "datasets/demo/c-demo::dummy[none-d2-sandbox]" in ran.stdout.str()

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from ssebench.agent import available_agents, load_agent
+from ssebench.limits import Limits
 from ssebench.reaper import Session
 from ssebench.result import make_run_dir, point_latest, read_result, read_safely
 from ssebench.run import REFERENCE_IN_CONTAINER, RunConfig, container_spec
@@ -21,7 +22,7 @@ from tests.helpers import DEMO
 def test_only_the_reference_agent_gets_the_reference_patch(agent_name: str, tmp_path: Path) -> None:
     agent = load_agent(get_settings().agents_dir, agent_name)
     task = load_task(DEMO / "c-demo")
-    spec = container_spec(RunConfig(task=task, agent=agent), "img", tmp_path, Session.new(), "r1", "net")
+    spec = container_spec(RunConfig(task=task, agent=agent), "img", Session.new(), "r1", "net")
     reference_mounts = [m for m in spec.mounts if m.container == REFERENCE_IN_CONTAINER]
     if agent_name == "reference":
         [mount] = reference_mounts
@@ -30,6 +31,9 @@ def test_only_the_reference_agent_gets_the_reference_patch(agent_name: str, tmp_
         assert reference_mounts == []
     assert spec.labels["ssebench.session"] and spec.labels["ssebench.run"] == "r1"
     assert spec.env["SSE_DIFFICULTY"] == "2" and "SSE_MODEL_NAME" not in spec.env
+    # Nothing else of the host enters a run: results come out by copy.
+    assert [m for m in spec.mounts if m.container != REFERENCE_IN_CONTAINER] == []
+    assert spec.limits == Limits() and spec.capabilities and "NET_RAW" not in spec.capabilities
 
 
 def test_run_dirs_are_never_reused(tmp_path: Path) -> None:
@@ -44,6 +48,7 @@ def test_run_dirs_are_never_reused(tmp_path: Path) -> None:
 
 def test_reading_a_run_never_follows_a_link(tmp_path: Path) -> None:
     run_dir = make_run_dir(tmp_path, "t", "none", "dummy", "run-1")
+    (run_dir / "archive").mkdir()
     secret = tmp_path / "host-secret"
     secret.write_text("the host's secret")
     (run_dir / "archive" / "dialog.jsonl").symlink_to(secret)

@@ -1,0 +1,171 @@
+"""The integrity suite's harness: runs started exactly as the plugin starts them, then attacked.
+
+`HeldRun` starts a run through `ssebench.run.running` (the same image,
+network, mounts and limits as a pytest item), with an agent that sleeps, so
+the run stays in its agent phase while a test attacks it as uid 1000 with
+`docker exec`. `finish()` ends the agent (the entrypoint then grades, as
+after any agent), waits, and copies the results out like a real run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import textwrap
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ssebench.agent import load_agent
+from ssebench.backend import DockerBackend
+from ssebench.engine import client
+from ssebench.image import image_names
+from ssebench.reaper import Session, reap_session
+from ssebench.result import make_run_dir, new_run_id, read_result, read_safely
+from ssebench.run import LiveRun, RunConfig, collect, limits_for, running
+from ssebench.settings import Settings
+from ssebench.task import Task
+
+PYTHON = "/opt/ssebench/venv/bin/python"
+LEVELS = [0, 2, 4]
+SLEEP = ["sleep", "3600"]
+
+
+@dataclass
+class HeldRun:
+    """A run in its agent phase, to attack; `finish()` lets it grade."""
+
+    live: LiveRun
+    config: RunConfig
+    run_dir: Path
+    level: int
+    source: str
+    stack: ExitStack
+    result: dict[str, Any] | None = None
+    summary: dict[str, Any] = field(default_factory=dict)
+
+    def close(self) -> None:
+        """Remove the run's container and network, as the end of a run does."""
+        self.stack.close()
+
+    @property
+    def container(self) -> Any:
+        return client().containers.get(self.live.handle.id)
+
+    def sh(self, user: str, script: str, workdir: str | None = None, check: bool = True) -> str:
+        """Run a bash script in the container as `user`; its output (asserting exit 0 when `check`)."""
+        code, out = self.container.exec_run(["bash", "-c", script], user=user, workdir=workdir or self.source)
+        text = str(out.decode(errors="replace"))
+        if check:
+            assert code == 0, f"exit {code} as {user}:\n{script}\n{text}"
+        return text
+
+    def status(self, user: str, script: str) -> int:
+        code, _ = self.container.exec_run(["bash", "-c", script], user=user, workdir=self.source)
+        return int(code)
+
+    def py(self, user: str, code: str, env: dict[str, str] | None = None) -> Any:
+        """Run isolated Python as `user` in the agent's working directory; what it prints, as JSON.
+
+        Isolated (-I) so that the test's own probe never imports what an attack planted there.
+        """
+        environment = {"SSE_DAEMON_SOCKET": "/tmp/sse.sock", "HOME": "/home/model", **(env or {})}
+        exit_code, (out, err) = self.container.exec_run([PYTHON, "-I", "-c", textwrap.dedent(code)], user=user,
+                                                        demux=True, environment=environment, workdir=self.source)
+        assert exit_code == 0, (err or b"").decode(errors="replace")
+        return json.loads(out.decode())
+
+    def finish(self, timeout: float = 600) -> dict[str, Any]:
+        """End the agent as its own exit would, wait for grading, and copy the run's files out."""
+        self.sh("root", "pkill -KILL -u model -x sleep || true")
+        status = self.live.handle.wait(timeout)
+        self.summary["exit_code"] = status
+        self.summary["files"] = collect(self.live.handle, self.run_dir)
+        self.result = read_result(self.run_dir)
+        assert self.result is not None, f"no result.json (exit {status}):\n{self.live.handle.logs()[-4000:]}"
+        return self.result
+
+    def owner_and_mode(self, path: str) -> tuple[int, int]:
+        """(uid, permission bits) of a path in the container, read from the engine (works once it stopped)."""
+        import io
+        import tarfile
+
+        stream = io.BytesIO(b"".join(self.live.handle.export(path)))
+        with tarfile.open(fileobj=stream) as archive:
+            top = archive.next()
+            assert top is not None
+            return top.uid, top.mode & 0o7777
+
+    def logs(self) -> str:
+        """Everything the run wrote: container output and every log copied out."""
+        parts = [self.live.handle.logs()]
+        for path in sorted(self.run_dir.glob("*.log")):
+            parts.append(read_safely(self.run_dir, path.name, limit=4 << 20) or "")
+        return "\n".join(parts)
+
+
+def wait_agent_phase(live: LiveRun, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    container = client().containers.get(live.handle.id)
+    while time.monotonic() < deadline:
+        if b"] agent: " in container.logs():
+            return
+        container.reload()
+        assert container.status == "running", container.logs().decode(errors="replace")
+        time.sleep(0.2)
+    raise AssertionError("the agent phase did not start:\n" + container.logs().decode(errors="replace"))
+
+
+@dataclass
+class Launcher:
+    """Starts runs of the demo's tasks for the integrity suite, and cleans up every one."""
+
+    settings: Settings
+    tasks: list[Task]
+    tmp: Path
+    stack: ExitStack
+    session: Session = field(default_factory=lambda: Session(id=f"integrity{uuid.uuid4().hex[:8]}",
+                                                             controller=os.getpid()))
+
+    def task(self, task_id: str) -> Task:
+        return next(t for t in self.tasks if t.id == task_id)
+
+    def start(self, task_id: str = "c-demo", *, agent: str = "dummy", level: int = 2,
+              command: list[str] | None = None, limits: dict[str, str] | None = None, timeout: float = 3600,
+              egress: str = "restricted", hold: bool = True) -> HeldRun:
+        task = self.task(task_id)
+        config = RunConfig(task=task, agent=load_agent(self.settings.agents_dir, agent), difficulty=level,
+                           timeout=timeout, egress=egress, limits=limits_for(self.settings, task, limits))
+        run_id = new_run_id(level, config.mode)
+        run_dir = make_run_dir(self.tmp / "results", task.id, config.model, agent, run_id)
+        image = image_names(self.settings, task, agent)["agent"]
+        own = ExitStack()
+        self.stack.callback(own.close)
+        live = own.enter_context(running(config, DockerBackend(), self.session, run_id, image,
+                                         command=command if command is not None else SLEEP))
+        held = HeldRun(live=live, config=config, run_dir=run_dir, level=level, source=task.config.source, stack=own)
+        if hold:
+            wait_agent_phase(live)
+        return held
+
+
+@contextmanager
+def launching(settings: Settings, tasks: list[Task], tmp: Path) -> Iterator[Launcher]:
+    with ExitStack() as stack:
+        launcher = Launcher(settings=settings, tasks=tasks, tmp=tmp, stack=stack)
+        try:
+            yield launcher
+        finally:
+            stack.close()
+            reap_session(launcher.session.id)
+
+
+def leftovers(label: str) -> list[str]:
+    """Containers and networks that carry `label` (e.g. ssebench.run=<id>)."""
+    label_filter = {"label": label}
+    return ([c.name for c in client().containers.list(all=True, filters=label_filter)]
+            + [n.name for n in client().networks.list(filters=label_filter)])

@@ -1,0 +1,118 @@
+"""Resource limits and privileges: what a run container gets, and what an agent cannot take.
+
+Every run container runs with no-new-privileges, only the capabilities the
+entrypoint needs, and pids, memory and CPU limits, all recorded in
+summary.json. A fork bomb, a memory hog and a 10 GB disk fill by the agent
+each end graded (or errored, with the limit named) within the run's time
+limit, while a run started beside it still passes, and leave nothing behind.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ssebench.agent import load_agent
+from ssebench.backend import RUN_CAPABILITIES, DockerBackend
+from ssebench.engine import client
+from ssebench.reaper import Session, reap_session
+from ssebench.run import RunConfig, RunRecord, execute, limits_for
+from ssebench.settings import Settings
+from ssebench.task import Task
+from tests.integrity.harness import LEVELS, Launcher, leftovers
+
+pytestmark = [pytest.mark.docker, pytest.mark.integrity, pytest.mark.slow]
+
+# Linux capability numbers of the ones the entrypoint keeps.
+CAP_BITS = {"CHOWN": 0, "DAC_OVERRIDE": 1, "FOWNER": 3, "KILL": 5, "SETGID": 6, "SETUID": 7}
+
+
+@pytest.mark.parametrize("level", LEVELS, ids=lambda level: f"d{level}")
+def test_run_container_is_confined_and_the_agent_gains_nothing(launcher: Launcher, level: int) -> None:
+    run = launcher.start(level=level, limits={"pids": "300", "memory": "1g", "cpus": "1", "file_size": "64m"})
+    host = client().api.inspect_container(run.live.handle.id)["HostConfig"]
+    assert host["PidsLimit"] == 300 and host["Memory"] == 1 << 30 and host["NanoCpus"] == 10**9
+    assert host["CapDrop"] == ["ALL"] and sorted(host["CapAdd"]) == sorted(RUN_CAPABILITIES)
+    assert host["SecurityOpt"] == ["no-new-privileges"]
+    status = run.sh("root", "grep -E '^(CapEff|NoNewPrivs)' /proc/1/status")
+    eff = int(status.split("CapEff:")[1].split()[0], 16)
+    assert eff == sum(1 << bit for bit in CAP_BITS.values()), hex(eff)
+    assert "NoNewPrivs:\t1" in status
+    # The agent's processes (its command, and the shell of its bash tool): no capability, no way up, the
+    # file-size limit, first to go when memory runs out.
+    agent = run.sh("root", "pid=$(pgrep -u model -x sleep); grep -E '^(CapEff|CapPrm|NoNewPrivs)' /proc/$pid/status; "
+                           "cat /proc/$pid/oom_score_adj; grep 'Max file size' /proc/$pid/limits")
+    assert "CapEff:\t0000000000000000" in agent and "CapPrm:\t0000000000000000" in agent
+    assert "NoNewPrivs:\t1" in agent and f"Max file size             {64 << 20}" in agent, agent
+    assert agent.splitlines()[3] == "1000", agent
+    shell = run.py("1000", "import json; from sse.tools.bash import execute as x;"
+                           "print(json.dumps([x('cat /proc/self/oom_score_adj; ulimit -f').stdout,"
+                           " x('head -c 70m /dev/zero > /tmp/big').code, x('su -c true root </dev/null').code,"
+                           " x('find / -xdev -perm /6000 -type f 2>/dev/null | wc -l').stdout]))")
+    assert shell[0].split() == ["1000", str((64 << 20) // 1024)], shell
+    assert shell[1] != 0 and shell[2] != 0, shell  # over the file-size limit; no way to root
+    assert shell[3].strip() == "0", shell  # no setuid or setgid program left
+
+
+HOG = "import time\nchunks = []\nwhile True:\n    chunks.append(bytearray(64 << 20))\n"
+FILL = ("for i in $(seq 1 10); do head -c 1G /dev/zero > /tmp/fill-$i || break; done; "
+        "head -c 1G /dev/urandom > big.bin; df -h / >&2")
+ATTACKS = {
+    # name: (level, agent command, limits, what the record must say)
+    "fork-bomb": (0, ["bash", "-c", "bomb() { bomb | bomb & }; bomb; sleep 20"], {"pids": "256"}, "pids"),
+    "memory-hog": (2, ["/opt/ssebench/venv/bin/python", "-I", "-c", HOG], {"memory": "768m"}, "memory"),
+    "disk-fill": (4, ["bash", "-c", FILL], {}, "patch limit"),
+}
+
+
+def _execute(settings: Settings, task: Task, agent: str, level: int, results: Path, session: Session,
+             command: list[str] | None = None, limits: dict[str, str] | None = None) -> RunRecord:
+    config = RunConfig(task=task, agent=load_agent(settings.agents_dir, agent), difficulty=level, timeout=180,
+                       grading_timeout=600, limits=limits_for(settings, task, limits))
+    return execute(config, settings, DockerBackend(), session, results, build=False, command=command)
+
+
+@pytest.mark.parametrize("attack", list(ATTACKS))
+def test_an_attack_on_resources_ends_graded_and_spares_its_neighbour(settings: Settings, integrity_images: list[Task],
+                                                                     tmp_path: Path, attack: str) -> None:
+    level, command, limits, said = ATTACKS[attack]
+    tasks = {t.id: t for t in integrity_images}
+    session = Session.new()
+    free_before = shutil.disk_usage("/var/lib/docker").free
+    neighbour: dict[str, Any] = {}
+
+    def beside() -> None:
+        time.sleep(5)  # while the attack is under way
+        neighbour["record"] = _execute(settings, tasks["go-demo"], "reference", 2, tmp_path, session)
+
+    thread = threading.Thread(target=beside)
+    started = time.monotonic()
+    try:
+        thread.start()
+        record = _execute(settings, tasks["c-demo"], "dummy", level, tmp_path, session, command, limits)
+        thread.join(900)
+        elapsed = time.monotonic() - started
+        assert leftovers(f"ssebench.session={session.id}") == [], "containers or networks left behind"
+    finally:
+        thread.join(900)
+        reap_session(session.id)
+    assert elapsed < 180 + 600 + 300, elapsed
+    text = f"{record.infra_error} {record.limits_hit} {record.patch_result}"
+    assert record.grade in ("passed", "failed") or record.infra_error, text
+    named = " ".join(record.limits_hit) if said != "patch limit" else str(record.patch_result.get("error_log"))
+    assert said in named, f"the record does not name the limit ({said}): {text}"
+    print(f"{attack}: grade {record.grade}, limits hit {record.limits_hit}, "
+          f"{record.patch_result.get('error_msg')}: {str(record.patch_result.get('error_log'))[:200]}")
+    summary = json.loads((record.run_dir / "summary.json").read_text())
+    assert summary["config"]["limits"]["pids"] == record.config.limits.pids
+    assert summary["network"] and summary["network"].startswith("ssebench-")
+    assert neighbour["record"].grade == "passed", neighbour["record"].infra_error
+    # The agent's files went with its container.
+    assert shutil.disk_usage("/var/lib/docker").free > free_before - (2 << 30)
+    assert sum(p.stat().st_size for p in tmp_path.rglob("*") if p.is_file()) < 512 << 20

@@ -1,0 +1,79 @@
+"""The end of the agent phase is final: nothing the agent queued runs after it.
+
+A check and a shell command of the agent are kept busy (a slow Makefile, a
+sleeping command) while another of each waits for its turn; then the agent
+phase ends. The waiting ones must be refused when they get their turn, no
+process of model or sse-runner may live on, and the run must still grade.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from tests.integrity.harness import LEVELS, Launcher
+
+pytestmark = [pytest.mark.docker, pytest.mark.integrity, pytest.mark.slow]
+
+# Root's client of the agent socket (agent-facing whoever connects): it must
+# outlive the end of the phase, which kills every process of model.
+QUEUE = """
+import json, threading, time, httpx
+def call(name, path, body, params=None):
+    c = httpx.Client(transport=httpx.HTTPTransport(uds="/tmp/sse.sock"), base_url="http://d", timeout=300)
+    started = time.monotonic()
+    try:
+        r = c.post(path, json=body, params=params)
+        out[name] = [r.status_code, r.text[-300:], time.monotonic() - started]
+    except Exception as exc:
+        out[name] = [0, repr(exc), time.monotonic() - started]
+out = {}
+calls = [("bash-busy", "/tool/bash", {"command": "sleep 8"}, None),
+         ("bash-queued", "/tool/bash", {"command": "touch /tmp/sse-archive/queued-bash-ran; sleep 600"}, None)]
+if BENCH:
+    calls += [("check-busy", "/tool/bencher", {}, {"action": "build"}),
+              ("check-queued", "/tool/bencher", {}, {"action": "build"})]
+threads = []
+for spec in calls:
+    t = threading.Thread(target=call, args=spec)
+    t.start()
+    threads.append(t)
+    time.sleep(0.7)
+open("/tmp/queued", "w").close()
+for t in threads:
+    t.join()
+with open("/tmp/sse-archive/queue.json", "w") as f:  # model is gone by now: nothing can change it
+    json.dump(out, f)
+"""
+
+
+@pytest.mark.parametrize("level", LEVELS, ids=lambda level: f"d{level}")
+def test_requests_that_waited_run_nothing_after_the_phase(launcher: Launcher, level: int) -> None:
+    run = launcher.start(level=level)
+    bench = level <= 3
+    run.sh("1000", "sed -i '1i $(shell sleep 8)' Makefile")  # a check that takes a while
+    container = run.container
+    exec_id = container.client.api.exec_create(container.id, ["/opt/ssebench/venv/bin/python", "-I", "-c",
+                                                             QUEUE.replace("BENCH", str(bench))], user="root")
+    container.client.api.exec_start(exec_id, detach=True)
+    deadline = time.monotonic() + 60
+    while run.status("root", "test -e /tmp/queued") != 0:
+        assert time.monotonic() < deadline, "the requests were not sent"
+        time.sleep(0.2)
+    time.sleep(1)  # the busy ones run, the queued ones wait
+    run.sh("root", "/opt/ssebench/venv/bin/python -I -c \"from sse.daemon import Daemon; "
+                   "Daemon('/run/ssebench/admin.sock').post('/admin/agent_exited', {})\"")
+    # (sse-runner's processes are grading's from now on: the check that was busy is judged by its time below.)
+    left = run.sh("root", "sleep 1; ps -o user=,args= -u model || true").strip()
+    assert left == "", f"processes of the agent outlived the phase:\n{left}"
+    result = run.finish()
+    assert result["patch_result"]["status"] in ("passed", "failed"), result
+    out = json.loads((run.run_dir / "archive" / "queue.json").read_text())
+    assert out["bash-queued"][0] == 403 and "agent phase is over" in out["bash-queued"][1], out
+    assert not (run.run_dir / "archive" / "queued-bash-ran").exists(), "a queued shell command ran after the phase"
+    if bench:
+        # It was running: it ends when the phase does (its processes killed), well before its 8 s sleep.
+        assert out["check-busy"][0] == 200 and out["check-busy"][2] < 7, out
+        assert out["check-queued"][0] == 403 and "agent phase is over" in out["check-queued"][1], out
