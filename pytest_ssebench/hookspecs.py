@@ -8,7 +8,7 @@ import pytest
 
 if TYPE_CHECKING:
     from ssebench.backend import Backend
-    from ssebench.run import RunConfig, RunRecord
+    from ssebench.run import ModelLink, RunConfig, RunRecord
 
 
 @pytest.hookspec(firstresult=True)
@@ -20,8 +20,13 @@ def pytest_ssebench_backend(config: pytest.Config) -> Backend | None:
 
 
 @pytest.hookspec(firstresult=True)
-def pytest_ssebench_model_env(config: pytest.Config, run: RunConfig) -> dict[str, str] | None:
-    """Return SSE_BASE_URL / SSE_API_KEY for a run's model (default: from SSEBENCH_BASE_URL / SSEBENCH_API_KEY)."""
+def pytest_ssebench_model_link(config: pytest.Config, run: RunConfig) -> ModelLink | None:
+    """Return how a run's agent reaches its model (default: the session's model gateway).
+
+    The first non-None result is used. A link grants the run access when it
+    starts and reports what it used when it ends; no provider key may enter
+    the run's container.
+    """
 
 
 def pytest_ssebench_run_finished(item: pytest.Item, record: RunRecord) -> None:

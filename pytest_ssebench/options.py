@@ -36,6 +36,9 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--run-limits", dest="ssebench_limits", default=None, metavar="LIMITS",
                     help="resource limits of every run container, overriding settings and tasks: "
                          "pids=N,memory=SIZE,cpus=N,file_size=SIZE (e.g. pids=512,memory=2g)")
+    group.addoption("--model-budget", dest="ssebench_budget", default=None, metavar="BUDGET",
+                    help="what one run may use of its model, overriding the model file: tokens=N,cost=USD "
+                         "(e.g. tokens=2000000,cost=5)")
     group.addoption("--keep-containers", action="store_true", default=False,
                     help="leave each run's container in place after it ends (for debugging)")
     group.addoption("--rebuild", action="store_true", default=False,
@@ -60,6 +63,7 @@ class Options:
     keep_containers: bool
     rebuild: bool
     limits: dict[str, str]
+    budget: dict[str, float] | None
 
 
 def _csv(text: str) -> list[str]:
@@ -122,6 +126,24 @@ def parse_options(config: pytest.Config) -> Options:
     except LimitsError as exc:
         raise pytest.UsageError(str(exc)) from None
 
+    budget = parse_budget(opt.ssebench_budget) if opt.ssebench_budget else None
+
     return Options(agents=agents, models=models, difficulties=levels, modes=modes, timeout=timeout,
                    egress=egress, results=results, retries=retries, keep_containers=bool(opt.keep_containers),
-                   rebuild=bool(opt.rebuild), limits=limits)
+                   rebuild=bool(opt.rebuild), limits=limits, budget=budget)
+
+
+def parse_budget(text: str) -> dict[str, float]:
+    """`tokens=N,cost=USD` -> {"tokens": N, "cost": USD}; a UsageError names --model-budget."""
+    budget: dict[str, float] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, _, value = part.partition("=")
+        try:
+            number = float(value)
+        except ValueError:
+            number = -1
+        if key.strip() not in ("tokens", "cost") or number <= 0 or (key.strip() == "tokens" and not number.is_integer()):
+            raise pytest.UsageError(f"--model-budget {text!r}: give tokens=N and/or cost=USD, both above zero, "
+                                    "e.g. --model-budget tokens=2000000,cost=5")
+        budget[key.strip()] = int(number) if key.strip() == "tokens" else number
+    return budget

@@ -7,13 +7,20 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_ssebench.transcript import render_transcript
+from sse.dialog import parse
+
 from ssebench.result import read_safely
 from ssebench.run import RunRecord
+
+# The most of a dialog the report reads to render it (the file itself is attached, tail first).
+DIALOG_BYTES = 8 << 20
 
 PREFIX = "ssebench."
 PATCH_FIELDS = ("status", "build_success", "pov_passed", "pov_total", "func_test_success",
                 "intent_test_success", "error_msg")
 RUNTIME_FIELDS = ("agent_duration", "agent_timeout", "evaluator_timeout", "agent_exit_code")
+USAGE_FIELDS = ("calls", "prompt_tokens", "completion_tokens", "cost", "stopped")
 
 
 def properties(record: RunRecord) -> list[tuple[str, object]]:
@@ -30,6 +37,10 @@ def properties(record: RunRecord) -> list[tuple[str, object]]:
     props += [(name, runtime.get(name)) for name in RUNTIME_FIELDS]
     if record.infra_error:
         props.append(("infra_error", record.infra_error))
+    if record.usage:  # the gateway's account of the run's model calls, never the agent's own
+        props += [(f"usage_{name}", record.usage.get(name)) for name in USAGE_FIELDS]
+    if record.limits_hit:
+        props.append(("limits_hit", "; ".join(record.limits_hit)))
     return [(PREFIX + key, "" if value is None else value) for key, value in props]
 
 
@@ -46,8 +57,16 @@ def grade_card(record: RunRecord) -> str:
             ("function test", _cell(grade.get("func_test_success"))),
             ("intent test", _cell(grade.get("intent_test_success"))),
             ("first failure", html.escape(str(grade.get("error_msg") or record.infra_error or "—"))),
-            ("agent time", f"{record.durations.get('agent', 0):.1f} s"),
-            ("run", html.escape(str(record.run_dir)))]
+            ("agent time", f"{record.durations.get('agent', 0):.1f} s")]
+    if record.usage:
+        u = record.usage
+        stopped = f"; stopped: {html.escape(str(u['stopped']))}" if u.get("stopped") else ""
+        rows.append(("model use", f"{u.get('calls', 0)} calls, {u.get('prompt_tokens', 0)} in + "
+                                  f"{u.get('completion_tokens', 0)} out tokens, ${float(u.get('cost') or 0):.4f}"
+                                  f"{stopped}"))
+    if record.limits_hit:
+        rows.append(("limits hit", html.escape("; ".join(record.limits_hit))))
+    rows.append(("run", html.escape(str(record.run_dir))))
     body = "".join(f"<tr><th style='text-align:left;padding-right:1em'>{k}</th><td>{v}</td></tr>" for k, v in rows)
     return f"<div><table>{body}</table></div>"
 
@@ -65,6 +84,10 @@ def html_extras(record: RunRecord) -> list[dict[str, Any]]:
     if patch is not None:
         shown = html.escape(patch) if patch.strip() else "(the agent changed nothing)"
         card += f"<details open><summary>final.patch</summary><pre>{shown}</pre></details>"
+    dialog = read_safely(record.run_dir, "archive/dialog.jsonl", limit=DIALOG_BYTES, tail=False)
+    if dialog:
+        card += ("<details open><summary>what the agent did (archive/dialog.jsonl)</summary>"
+                 f"{render_transcript(parse(dialog))}</details>")
     items = [extras.html(card)]
     for relative, name in (("archive/dialog.jsonl", "dialog.jsonl"), ("evaluator.log", "evaluator.log"),
                            ("agent.log", "agent.log")):
@@ -80,6 +103,9 @@ class Tally:
     outcomes: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     checks: dict[str, list[bool]] = field(default_factory=lambda: defaultdict(list))
     agent_times: list[float] = field(default_factory=list)
+    tokens: int = 0
+    cost: float = 0.0
+    metered: bool = False
 
     def add(self, outcome: str, props: dict[str, Any]) -> None:
         self.runs += 1
@@ -95,6 +121,14 @@ class Tally:
         duration = props.get(PREFIX + "agent_duration")
         if isinstance(duration, int | float):
             self.agent_times.append(float(duration))
+        for key in ("usage_prompt_tokens", "usage_completion_tokens"):
+            value = props.get(PREFIX + key)
+            if isinstance(value, int):
+                self.tokens += value
+                self.metered = True
+        cost = props.get(PREFIX + "usage_cost")
+        if isinstance(cost, int | float):
+            self.cost += float(cost)
 
     def rate(self, check: str) -> str:
         values = self.checks.get(check) or []
@@ -120,12 +154,13 @@ class ScoreTable:
 
     def lines(self) -> list[str]:
         header = ("agent", "model", "diff", "runs", "passed", "failed", "error", "build", "PoC", "function",
-                  "intent", "agent time")
+                  "intent", "agent time", "tokens", "cost")
         table = [header]
         for (agent, model, level), t in sorted(self.rows.items()):
             mean = f"{sum(t.agent_times) / len(t.agent_times):.1f}s" if t.agent_times else "-"
+            tokens, cost = (str(t.tokens), f"${t.cost:.4f}") if t.metered else ("-", "-")
             table.append((agent, model, str(level), str(t.runs), str(t.outcomes["passed"]),
                           str(t.outcomes["failed"]), str(t.outcomes["error"]), t.rate("build"), t.rate("poc"),
-                          t.rate("function"), t.rate("intent"), mean))
+                          t.rate("function"), t.rate("intent"), mean, tokens, cost))
         widths = [max(len(row[i]) for row in table) for i in range(len(header))]
         return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table]

@@ -30,6 +30,25 @@ def _is_task_dir(path: Path) -> bool:
     return (path / "sse" / "config.yaml").is_file()
 
 
+def check_models(settings: Settings, names: tuple[str, ...]) -> None:
+    """Every --model is declared in the models folder, and its provider key is exported; UsageError if not."""
+    from ssebench.gateway import load_models
+
+    try:
+        declared = load_models(settings.models_dir)
+    except (ConfigError, ConfigErrors) as exc:
+        raise pytest.UsageError(f"--model: {exc}") from None
+    for name in names:
+        model = declared.get(name)
+        if model is None:
+            known = ", ".join(sorted(declared)) or "none"
+            raise pytest.UsageError(f"--model {name}: no {settings.models_dir}/{name}.yaml (models declared: "
+                                    f"{known}); see models/README.md")
+        if model.api_key_env and not os.environ.get(model.api_key_env):
+            raise pytest.UsageError(f"--model {name}: {model.api_key_env} is not set; export the provider key "
+                                    f"on this host (it never enters a run's container)")
+
+
 class SSEBenchSession:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
@@ -52,9 +71,49 @@ class SSEBenchSession:
         self.is_controller = workerinput is None
         self.table = ScoreTable()
         self._backend: Any = None
+        # The model gateway: the controller runs it, workers reach its control API.
+        self.gateway: Any = None
+        self._link: Any = None
+        self.gateway_access: tuple[str, str] | None = None
+        if needing:
+            check_models(self.settings, self.options.models)
+            if workerinput is not None:
+                self.gateway_access = (workerinput["ssebench_gateway"], workerinput["ssebench_gateway_token"])
+            else:
+                self.gateway_access = self._start_gateway()
         self._registered_markers: set[str] = set()
         if config.pluginmanager.hasplugin("xdist"):
             config.pluginmanager.register(_XdistHooks(self), "ssebench-xdist")
+
+    def _start_gateway(self) -> tuple[str, str]:
+        from ssebench.gateway import GatewayError, GatewayProcess
+
+        state = self.options.results / ".gateway" / self.session.id
+        self.gateway = GatewayProcess(self.settings.models_dir, state, model_port=self.settings.gateway_port)
+        try:
+            self.gateway.start()
+        except GatewayError as exc:
+            raise pytest.UsageError(f"--model: the model gateway did not start: {exc}") from None
+        assert self.gateway.control_url is not None
+        return self.gateway.control_url, self.gateway.admin_token
+
+    def model_link(self, run: RunConfig) -> Any:
+        """How a run reaches its model: a plugin's link, else the session's gateway; None without a model."""
+        chosen = self.config.hook.pytest_ssebench_model_link(config=self.config, run=run)
+        if chosen is not None or run.model == "none" or self.gateway_access is None:
+            return chosen
+        if self._link is None:
+            from ssebench.gateway import Budget, GatewayClient, GatewayLink
+
+            budget = Budget.model_validate(self.options.budget) if self.options.budget else None
+            self._link = GatewayLink(GatewayClient(*self.gateway_access), budget=budget)
+        return self._link
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        if self._link is not None:
+            self._link.client.close()
+        if self.gateway is not None:
+            self.gateway.stop()
 
     # -- collection ---------------------------------------------------------
 
@@ -100,14 +159,10 @@ class SSEBenchSession:
         from ssebench.run import execute
 
         run = item.run
-        model_env = self.config.hook.pytest_ssebench_model_env(config=self.config, run=run)
-        if model_env is None and run.model != "none":
-            model_env = {k: os.environ[v] for k, v in (("SSE_BASE_URL", "SSEBENCH_BASE_URL"),
-                                                        ("SSE_API_KEY", "SSEBENCH_API_KEY")) if v in os.environ}
+        models = self.model_link(run)
         attempts = 1 + self.options.retries
         for attempt in range(attempts):
-            record = execute(run, self.settings, self.backend(), self.session, self.options.results,
-                             model_env=model_env)
+            record = execute(run, self.settings, self.backend(), self.session, self.options.results, models=models)
             self.config.hook.pytest_ssebench_run_finished(item=item, record=record)
             if record.infra_error is None:
                 break
@@ -193,3 +248,6 @@ class _XdistHooks:
     def pytest_configure_node(self, node: Any) -> None:
         node.workerinput["ssebench_session"] = self.session.session.id
         node.workerinput["ssebench_controller"] = str(self.session.session.controller)
+        if self.session.gateway_access is not None:
+            node.workerinput["ssebench_gateway"], node.workerinput["ssebench_gateway_token"] = (
+                self.session.gateway_access)

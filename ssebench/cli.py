@@ -7,6 +7,7 @@ import json
 import sys
 import time
 from collections.abc import Sequence
+from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -158,11 +159,20 @@ def cmd_run(args: argparse.Namespace) -> int:
                        egress=args.egress, keep_container=args.keep_container, limits=limits)
     session = Session.new()
     reap_orphans()
-    try:
-        record = execute(config, settings, DockerBackend(), session, args.results.resolve())
-    finally:
-        if not args.keep_container:
-            reap_session(session.id)
+    with ExitStack() as stack:
+        models = None
+        if agent.needs_model:
+            from ssebench.gateway import GatewayLink, GatewayProcess
+
+            gateway = stack.enter_context(GatewayProcess(settings.models_dir,
+                                                         args.results.resolve() / ".gateway" / session.id,
+                                                         model_port=settings.gateway_port))
+            models = GatewayLink(gateway.client())
+        try:
+            record = execute(config, settings, DockerBackend(), session, args.results.resolve(), models=models)
+        finally:
+            if not args.keep_container:
+                reap_session(session.id)
     grade = record.patch_result
     if record.infra_error:
         print(f"grade: error ({record.infra_error})")

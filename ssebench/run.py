@@ -159,7 +159,7 @@ class LiveRun:
 @contextmanager
 def running(config: RunConfig, backend: Backend, session: Session, run_id: str, image: str, *,
             command: list[str] | None = None, models: ModelLink | None = None,
-            usage: dict[str, Any] | None = None, model_env: dict[str, str] | None = None) -> Iterator[LiveRun]:
+            usage: dict[str, Any] | None = None) -> Iterator[LiveRun]:
     """Start a run's network and container; remove both afterwards (unless the run keeps its container).
 
     With `models`, the run gets access to its model for as long as it lasts;
@@ -171,7 +171,7 @@ def running(config: RunConfig, backend: Backend, session: Session, run_id: str, 
     handle: Handle | None = None
     opened = False
     try:
-        model_env = dict(model_env or {})
+        model_env: dict[str, str] = {}
         if models is not None and config.model != "none":
             model_env = models.open(run_id, config.model, network,
                                     ttl=config.timeout + config.grading_timeout + SLACK_SECONDS)
@@ -229,8 +229,7 @@ def _limits_hit(run_dir: Path, handle: Handle | None, config: RunConfig) -> list
 
 
 def execute(config: RunConfig, settings: Settings, backend: Backend, session: Session, results_root: Path,
-            *, build: bool = True, models: ModelLink | None = None,
-            model_env: dict[str, str] | None = None, command: list[str] | None = None) -> RunRecord:
+            *, build: bool = True, models: ModelLink | None = None, command: list[str] | None = None) -> RunRecord:
     """Run once and record it. Infrastructure failures are recorded, not raised.
 
     `command` replaces the agent image's command (tests give hostile agents this way).
@@ -253,7 +252,7 @@ def execute(config: RunConfig, settings: Settings, backend: Backend, session: Se
         image = image_names(settings, config.task, config.agent.name)["agent"]
         record.network = network_name(session, run_id)
         with running(config, backend, session, run_id, image, models=models, usage=usage,
-                     model_env=model_env, command=command) as live:
+                     command=command) as live:
             began = time.monotonic()
             try:
                 record.exit_code = live.handle.wait(config.timeout + config.grading_timeout + SLACK_SECONDS)

@@ -35,6 +35,10 @@ class Settings(BaseSettings):
     cache_dir: Path = _default_cache()
     images_dir: Path = PROJECT_ROOT / "images"
     agents_dir: Path = PROJECT_ROOT / "agents"
+    # Model declarations the gateway serves (ssebench.gateway), and the port its
+    # per-run listeners take on each run network's host address.
+    models_dir: Path = PROJECT_ROOT / "models"
+    gateway_port: int = Field(default=4080, ge=1024, le=65535)
     # How many tasks' image chains build at once. One build keeps about one
     # core busy (the daemon, the storage driver and dpkg take turns), so two
     # chains use a 2-core machine fully; see benchmarks/image_build.py.

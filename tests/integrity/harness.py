@@ -26,7 +26,7 @@ from ssebench.engine import client
 from ssebench.image import image_names
 from ssebench.reaper import Session, reap_session
 from ssebench.result import make_run_dir, new_run_id, read_result, read_safely
-from ssebench.run import LiveRun, RunConfig, collect, limits_for, running
+from ssebench.run import LiveRun, ModelLink, RunConfig, collect, limits_for, running
 from ssebench.settings import Settings
 from ssebench.task import Task
 
@@ -130,22 +130,26 @@ class Launcher:
     stack: ExitStack
     session: Session = field(default_factory=lambda: Session(id=f"integrity{uuid.uuid4().hex[:8]}",
                                                              controller=os.getpid()))
+    # What each run used of its model (filled when its run ends), by run id.
+    usage: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def task(self, task_id: str) -> Task:
         return next(t for t in self.tasks if t.id == task_id)
 
     def start(self, task_id: str = "c-demo", *, agent: str = "dummy", level: int = 2,
               command: list[str] | None = None, limits: dict[str, str] | None = None, timeout: float = 3600,
-              egress: str = "restricted", hold: bool = True) -> HeldRun:
+              egress: str = "restricted", hold: bool = True, model: str = "none",
+              models: ModelLink | None = None) -> HeldRun:
         task = self.task(task_id)
-        config = RunConfig(task=task, agent=load_agent(self.settings.agents_dir, agent), difficulty=level,
+        config = RunConfig(task=task, agent=load_agent(self.settings.agents_dir, agent), difficulty=level, model=model,
                            timeout=timeout, egress=egress, limits=limits_for(self.settings, task, limits))
         run_id = new_run_id(level, config.mode)
         run_dir = make_run_dir(self.tmp / "results", task.id, config.model, agent, run_id)
         image = image_names(self.settings, task, agent)["agent"]
         own = ExitStack()
         self.stack.callback(own.close)
-        live = own.enter_context(running(config, DockerBackend(), self.session, run_id, image,
+        live = own.enter_context(running(config, DockerBackend(), self.session, run_id, image, models=models,
+                                         usage=self.usage.setdefault(run_id, {}),
                                          command=command if command is not None else SLEEP))
         held = HeldRun(live=live, config=config, run_dir=run_dir, level=level, source=task.config.source, stack=own)
         if hold:

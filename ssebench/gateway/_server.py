@@ -1,0 +1,557 @@
+"""The gateway: per-run keys, budgets and accounting in front of OpenAI-compatible upstreams.
+
+Two kinds of listener share one `Gateway` in one process:
+
+- the CONTROL listener (127.0.0.1, admin bearer token): the harness registers
+  a run (`POST /runs`), gets its key and base URL, and finishes it
+  (`POST /runs/{id}/finish`) to get its usage;
+- MODEL listeners, one per address runs are served on (a run network's
+  gateway IP, where only that network's containers reach it):
+  `POST /v1/chat/completions` and `GET /v1/models`, with the run's key.
+
+A key is valid only for its run's model, only while the run is registered
+and not expired, and only on the listener its run was registered for. The
+upstream request carries the provider key from the gateway's environment;
+nothing the agent can see ever holds it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import hmac
+import ipaddress
+import json
+import logging
+import os
+import re
+import secrets
+import socket
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import httpx
+from pydantic import ConfigDict, Field, ValidationError, field_validator
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from ssebench.gateway._models import MODEL_PORT, Budget, ModelConfig
+from ssebench.gateway._usage import Usage, UsageRecord
+from ssebench.gateway.scripted import Playback, Reply, error_reply
+from ssebench.schema import Strict
+
+log = logging.getLogger("ssebench.gateway")
+
+RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+MAX_TTL_SECONDS = 7 * 24 * 3600
+# Upstream answers can take minutes for long outputs; connecting cannot.
+UPSTREAM_TIMEOUT = httpx.Timeout(600.0, connect=15.0)
+MAX_BODY_BYTES = 32 * 1024 * 1024
+
+
+class GatewayRefusal(Exception):
+    """A request the gateway answers with an error of its own: status, type, message."""
+
+    def __init__(self, status: int, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.kind = kind
+        self.message = message
+
+    def response(self) -> Response:
+        return JSONResponse({"error": {"type": self.kind, "message": self.message}}, self.status)
+
+
+class RunRequest(Strict):
+    """The body of `POST /runs`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    run_id: str
+    model: str
+    bind_host: str
+    ttl_seconds: float = Field(gt=0, le=MAX_TTL_SECONDS)
+    budget: Budget | None = None
+    port: int | None = Field(default=None, ge=0, le=65535)
+
+    @field_validator("run_id")
+    @classmethod
+    def _run_id(cls, value: str) -> str:
+        if not RUN_ID.match(value):
+            raise ValueError("must be letters, digits, '.', '_' or '-' (at most 128), starting with a letter or digit")
+        return value
+
+    @field_validator("bind_host")
+    @classmethod
+    def _host(cls, value: str) -> str:
+        try:
+            address = ipaddress.ip_address(value)
+        except ValueError:
+            raise ValueError(f"'{value}' must be an IP address (a run network's gateway IP, or 127.0.0.1)") from None
+        if address.is_unspecified:
+            raise ValueError(f"'{value}' would listen on every interface; give the run network's gateway IP")
+        return str(address)
+
+
+def key_hash(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+@dataclass
+class Run:
+    run_id: str
+    model: ModelConfig
+    key_digest: str
+    host: str
+    base_url: str
+    expires_at: float
+    budget: Budget | None
+    usage_file: Path
+    records: list[UsageRecord] = field(default_factory=list)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost: float = 0.0
+    refused: int = 0
+    stopped: str | None = None
+    finished: bool = False
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    def usage(self) -> Usage:
+        return Usage(run_id=self.run_id, model=self.model.name,
+                     calls=sum(1 for r in self.records if r.error != "budget exhausted"),
+                     prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens,
+                     total_tokens=self.prompt_tokens + self.completion_tokens, cost=round(self.cost, 10),
+                     refused=self.refused, stopped=self.stopped, budget=self.budget, records=list(self.records))
+
+    def exhausted(self) -> str | None:
+        if self.budget is None:
+            return None
+        return self.budget.exhausted(self.prompt_tokens + self.completion_tokens, self.cost)
+
+
+class Listeners(Protocol):
+    """Where model listeners come from: real sockets in the gateway process, fakes in tests."""
+
+    async def acquire(self, host: str, port: int) -> int:
+        """Listen on host:port (or join the listener already there); return the port. Raises OSError."""
+
+    async def release(self, host: str) -> None:
+        """One run less on host; the last one closes the listener."""
+
+
+@dataclass
+class Gateway:
+    """Every run's key, budget and records; the control and model apps are views of it."""
+
+    models: dict[str, ModelConfig]
+    state_dir: Path
+    listeners: Listeners
+    model_port: int = MODEL_PORT
+    upstream_transport: httpx.AsyncBaseTransport | None = None
+    clock: Callable[[], float] = time.time
+    environ: Mapping[str, str] = field(default_factory=lambda: os.environ)
+    runs: dict[str, Run] = field(default_factory=dict)
+    _keys: dict[str, Run] = field(default_factory=dict)
+    _registering: set[str] = field(default_factory=set)
+    _playbacks: dict[str, Playback] = field(default_factory=dict)
+    _client: httpx.AsyncClient | None = None
+
+    # -- runs --------------------------------------------------------------
+
+    async def register(self, request: RunRequest) -> dict[str, Any]:
+        """A key for a run of one model, served on `bind_host`. Raises GatewayRefusal."""
+        model = self.models.get(request.model)
+        if model is None:
+            known = ", ".join(sorted(self.models)) or "none"
+            raise GatewayRefusal(404, "unknown_model", f"no model '{request.model}' (models: {known})")
+        if request.run_id in self.runs or request.run_id in self._registering:
+            raise GatewayRefusal(409, "conflict", f"run '{request.run_id}' is already registered")
+        if model.api_key_env and not self.environ.get(model.api_key_env):
+            raise GatewayRefusal(400, "missing_provider_key",
+                                 f"model '{model.name}' needs the provider key in ${model.api_key_env} on the "
+                                 "host; export it before starting the session")
+        usage_dir = self.state_dir / "usage"
+        usage_dir.mkdir(parents=True, exist_ok=True)
+        usage_file = usage_dir / f"{request.run_id}.jsonl"
+        if usage_file.resolve().parent != usage_dir.resolve():
+            raise GatewayRefusal(400, "invalid_request", f"run_id '{request.run_id}' is not a plain name")
+        self._registering.add(request.run_id)  # the listener is awaited: no second registration meanwhile
+        try:
+            port = await self.listeners.acquire(request.bind_host,
+                                                self.model_port if request.port is None else request.port)
+        except OSError as exc:
+            raise GatewayRefusal(500, "listen_failed", f"cannot listen on {request.bind_host}: {exc.strerror or exc}; "
+                                 "is it the gateway IP of an existing network?") from None
+        finally:
+            self._registering.discard(request.run_id)
+        host = f"[{request.bind_host}]" if ":" in request.bind_host else request.bind_host
+        key = "sse-run-" + secrets.token_urlsafe(32)
+        run = Run(run_id=request.run_id, model=model, key_digest=key_hash(key), host=request.bind_host,
+                  base_url=f"http://{host}:{port}/v1", expires_at=self.clock() + request.ttl_seconds,
+                  budget=request.budget or model.budget, usage_file=usage_file)
+        self.runs[run.run_id] = run
+        self._keys[run.key_digest] = run
+        log.info("run %s registered: model %s on %s", run.run_id, model.name, run.base_url)
+        return {"run_id": run.run_id, "key": key, "base_url": run.base_url, "model": model.name,
+                "expires_at": run.expires_at}
+
+    def find(self, run_id: str) -> Run:
+        run = self.runs.get(run_id)
+        if run is None:
+            raise GatewayRefusal(404, "unknown_run", f"no run '{run_id}' is registered")
+        return run
+
+    async def finish(self, run_id: str) -> Usage:
+        """Revoke a run's key and return its usage; finishing twice returns the same usage."""
+        run = self.find(run_id)
+        if not run.finished:
+            run.finished = True
+            self._keys.pop(run.key_digest, None)
+            await self.listeners.release(run.host)
+            log.info("run %s finished: %d calls, %d tokens", run.run_id, len(run.records),
+                     run.prompt_tokens + run.completion_tokens)
+        return run.usage()
+
+    async def close(self) -> None:
+        for run in list(self.runs.values()):
+            await self.finish(run.run_id)
+        if self._client is not None:
+            await self._client.aclose()
+
+    # -- model calls ---------------------------------------------------------
+
+    def authorise(self, request: Request, host: str) -> Run:
+        """The run whose key the request carries, on this listener. Raises GatewayRefusal (401)."""
+        header = request.headers.get("authorization", "")
+        scheme, _, key = header.partition(" ")
+        if scheme.lower() != "bearer" or not key.strip():
+            raise GatewayRefusal(401, "authentication_error", "send the run's key as 'Authorization: Bearer <key>'")
+        run = self._keys.get(key_hash(key.strip()))
+        if run is None or run.host != host:
+            raise GatewayRefusal(401, "authentication_error", "invalid key: not a key of a run served here")
+        if self.clock() >= run.expires_at:
+            raise GatewayRefusal(401, "authentication_error", f"the key of run {run.run_id} has expired")
+        return run
+
+    def _playback(self, model: ModelConfig) -> Playback:
+        if model.name not in self._playbacks:
+            assert model.script_path is not None
+            self._playbacks[model.name] = Playback.from_file(model.script_path)
+        return self._playbacks[model.name]
+
+    async def _upstream(self, run: Run, body: dict[str, Any]) -> Reply:
+        model = run.model
+        if model.script is not None:
+            return self._playback(model).respond(body, caller=run.run_id)
+        assert model.base_url is not None
+        if self._client is None:
+            self._client = httpx.AsyncClient(timeout=UPSTREAM_TIMEOUT, transport=self.upstream_transport,
+                                             follow_redirects=False)
+        headers = {"content-type": "application/json"}
+        if model.api_key_env:
+            headers["authorization"] = f"Bearer {self.environ.get(model.api_key_env, '')}"
+        try:
+            response = await self._client.post(f"{model.base_url}/chat/completions", json=body, headers=headers)
+        except httpx.HTTPError as exc:
+            return error_reply(502, "upstream_unreachable",
+                               f"the upstream of model {model.name} did not answer: {type(exc).__name__}")
+        if response.status_code in (401, 403):
+            # Never pass these bodies on: providers quote (part of) the key they refused.
+            return error_reply(502, "upstream_auth_error",
+                               f"the upstream refused the gateway's credentials ({response.status_code}); "
+                               f"the operator should check ${model.api_key_env or '(no api_key_env)'}")
+        return Reply(response.status_code, response.content,
+                     response.headers.get("content-type", "application/json").split(";")[0])
+
+    def _upstream_body(self, run: Run, body: dict[str, Any]) -> dict[str, Any]:
+        out = {**body, "model": run.model.upstream_id}
+        cap = run.model.max_output_tokens
+        if cap is not None:
+            present = [k for k in ("max_tokens", "max_completion_tokens") if k in out]
+            for name in present:
+                if not isinstance(out[name], int) or out[name] > cap:
+                    out[name] = cap
+            if not present:
+                out["max_tokens"] = cap
+        return out
+
+    def _record(self, run: Run, record: UsageRecord) -> None:
+        run.records.append(record)
+        run.prompt_tokens += record.prompt_tokens
+        run.completion_tokens += record.completion_tokens
+        run.cost += record.cost
+        with run.usage_file.open("a", encoding="utf-8") as out:
+            out.write(record.model_dump_json() + "\n")
+        log.info("run %s: %s -> %d, %d+%d tokens, %.2fs%s", run.run_id, run.model.name, record.status,
+                 record.prompt_tokens, record.completion_tokens, record.latency,
+                 f", {record.error}" if record.error else "")
+
+    async def complete(self, run: Run, body: dict[str, Any]) -> Reply:
+        """One chat completion for `run`: the budget, the upstream call, its record."""
+        async with run.lock:
+            why = run.exhausted()
+            if why is not None:
+                run.stopped = run.stopped or f"budget exhausted: {why}"
+                run.refused += 1
+                self._record(run, UsageRecord(ts=self.clock(), run=run.run_id, model=run.model.name, status=429,
+                                              error="budget exhausted"))
+                return error_reply(429, "budget_exhausted", f"the run's budget is exhausted ({why}); no more calls are forwarded")
+            started = time.monotonic()
+            reply = await self._upstream(run, self._upstream_body(run, body))
+            latency = round(time.monotonic() - started, 4)
+            prompt, completion, error = 0, 0, None
+            if reply.status != 200:
+                error = f"upstream answered {reply.status}: {reply.body[:200].decode('utf-8', 'replace')}"
+            else:
+                prompt, completion, error = _usage_of(reply.body)
+            cost = run.model.price.cost(prompt, completion)
+            self._record(run, UsageRecord(ts=self.clock(), run=run.run_id, model=run.model.name,
+                                          status=reply.status, prompt_tokens=prompt, completion_tokens=completion,
+                                          cost=cost, latency=latency, error=error))
+            if (why := run.exhausted()) is not None:
+                run.stopped = run.stopped or f"budget exhausted: {why}"
+            return reply
+
+    # -- the apps ------------------------------------------------------------
+
+    def model_app(self, host: str) -> Starlette:
+        """The app of the model listener on `host`: keys of runs registered for `host` only."""
+
+        async def completions(request: Request) -> Response:
+            try:
+                run = self.authorise(request, host)
+                raw = await request.body()
+                if len(raw) > MAX_BODY_BYTES:
+                    raise GatewayRefusal(413, "invalid_request_error", "request body too large")
+                try:
+                    body = json.loads(raw)
+                except ValueError:
+                    raise GatewayRefusal(400, "invalid_request_error", "the body is not JSON") from None
+                if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
+                    raise GatewayRefusal(400, "invalid_request_error",
+                                         "the body must be a JSON object with a messages list")
+                if body.get("model") != run.model.name:
+                    raise GatewayRefusal(403, "permission_error",
+                                         f"this key is for model '{run.model.name}' only, not "
+                                         f"'{body.get('model')}'")
+                if body.get("stream"):
+                    raise GatewayRefusal(400, "invalid_request_error",
+                                         "streaming is not supported by the SSEBench gateway; send stream: false")
+            except GatewayRefusal as refusal:
+                return refusal.response()
+            reply = await self.complete(run, body)
+            return Response(reply.body, reply.status, media_type=reply.content_type)
+
+        async def models(request: Request) -> Response:
+            try:
+                run = self.authorise(request, host)
+            except GatewayRefusal as refusal:
+                return refusal.response()
+            return JSONResponse({"object": "list", "data": [{"id": run.model.name, "object": "model",
+                                                             "owned_by": "ssebench"}]})
+
+        return Starlette(routes=[Route("/v1/chat/completions", completions, methods=["POST"]),
+                                 Route("/v1/models", models, methods=["GET"])])
+
+    def control_app(self, admin_token: str) -> Starlette:
+        """The harness's API, behind the admin token."""
+
+        def check(request: Request) -> None:
+            given = request.headers.get("authorization", "")
+            if not hmac.compare_digest(given.encode(), f"Bearer {admin_token}".encode()):
+                raise GatewayRefusal(401, "authentication_error", "the control API needs the admin token")
+
+        async def health(request: Request) -> Response:
+            check(request)
+            listening = sorted({r.host for r in self.runs.values() if not r.finished})
+            return JSONResponse({"status": "ok", "models": sorted(self.models),
+                                 "runs": sum(1 for r in self.runs.values() if not r.finished),
+                                 "listeners": listening})
+
+        async def register(request: Request) -> Response:
+            check(request)
+            try:
+                data = json.loads(await request.body())
+                run_request = RunRequest.model_validate(data)
+            except ValueError as exc:  # ValidationError is a ValueError
+                raise GatewayRefusal(400, "invalid_request", _first_problem(exc)) from None
+            return JSONResponse(await self.register(run_request))
+
+        async def finish(request: Request) -> Response:
+            check(request)
+            return JSONResponse((await self.finish(request.path_params["run_id"])).model_dump())
+
+        async def usage(request: Request) -> Response:
+            check(request)
+            return JSONResponse(self.find(request.path_params["run_id"]).usage().model_dump())
+
+        async def on_refusal(request: Request, exc: Exception) -> Response:
+            assert isinstance(exc, GatewayRefusal)
+            return exc.response()
+
+        return Starlette(routes=[Route("/health", health, methods=["GET"]),
+                                 Route("/runs", register, methods=["POST"]),
+                                 Route("/runs/{run_id}/finish", finish, methods=["POST"]),
+                                 Route("/runs/{run_id}/usage", usage, methods=["GET"])],
+                         exception_handlers={GatewayRefusal: on_refusal})
+
+
+def _first_problem(exc: Exception) -> str:
+    if isinstance(exc, ValidationError):
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        message = str(first["msg"]).removeprefix("Value error, ")
+        return f"{where}: {message}" if where else message
+    return "the body is not JSON"
+
+
+def _usage_of(body: bytes) -> tuple[int, int, str | None]:
+    """(prompt tokens, completion tokens, error) of an upstream 200 answer."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return 0, 0, f"upstream answer is not JSON ({len(body)} bytes)"
+    usage = data.get("usage") if isinstance(data, dict) else None
+    if not isinstance(usage, dict):
+        return 0, 0, "upstream answer reports no usage"
+    prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+    if not (isinstance(prompt, int) and isinstance(completion, int)) or prompt < 0 or completion < 0:
+        return 0, 0, "upstream usage is not a pair of token counts"
+    return prompt, completion, None
+
+
+# -- serving ------------------------------------------------------------------
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(128)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def _server(app: Starlette) -> Any:
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:  # the process handles signals once, for every server
+            yield
+
+    return Server(uvicorn.Config(app, lifespan="off", log_level="warning", access_log=False,
+                                 timeout_keep_alive=30, timeout_graceful_shutdown=3))
+
+
+@dataclass
+class _Listening:
+    server: Any
+    task: asyncio.Task[None]
+    port: int
+    users: int = 1
+
+
+@dataclass
+class UvicornListeners:
+    """Model listeners as uvicorn servers in this process's event loop."""
+
+    app_for: Callable[[str], Starlette]
+    active: dict[str, _Listening] = field(default_factory=dict)
+
+    async def acquire(self, host: str, port: int) -> int:
+        if host in self.active:
+            self.active[host].users += 1
+            return self.active[host].port
+        sock = _listen(host, port)
+        bound = int(sock.getsockname()[1])
+        server = _server(self.app_for(host))
+        task = asyncio.create_task(server.serve(sockets=[sock]))
+        for _ in range(200):
+            if server.started or task.done():
+                break
+            await asyncio.sleep(0.01)
+        if not server.started:
+            server.should_exit = True
+            sock.close()
+            raise OSError(f"the listener on {host}:{bound} did not start")
+        self.active[host] = _Listening(server, task, bound)
+        log.info("listening for model calls on %s:%d", host, bound)
+        return bound
+
+    async def release(self, host: str) -> None:
+        listening = self.active.get(host)
+        if listening is None:
+            return
+        listening.users -= 1
+        if listening.users > 0:
+            return
+        del self.active[host]
+        listening.server.should_exit = True
+        with contextlib.suppress(asyncio.TimeoutError, Exception):
+            await asyncio.wait_for(listening.task, 10)
+        log.info("closed the model listener on %s", host)
+
+
+async def serve(models: dict[str, ModelConfig], state_dir: Path, admin_token: str, *, control_port: int = 0,
+                model_port: int = MODEL_PORT, parent_pid: int | None = None) -> None:
+    """Run the gateway until SIGTERM/SIGINT (or until `parent_pid` is gone).
+
+    Writes `<state_dir>/control.json` ({url, pid}) once the control listener answers.
+    """
+    import signal
+
+    holder: dict[str, Gateway] = {}
+    listeners = UvicornListeners(lambda host: holder["gateway"].model_app(host))
+    gateway = Gateway(models=models, state_dir=state_dir, listeners=listeners, model_port=model_port)
+    holder["gateway"] = gateway
+    sock = _listen("127.0.0.1", control_port)
+    port = int(sock.getsockname()[1])
+    control = _server(gateway.control_app(admin_token))
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+
+    async def watch_parent() -> None:
+        while parent_pid is not None:
+            try:
+                os.kill(parent_pid, 0)
+            except ProcessLookupError:
+                log.warning("parent process %d is gone; stopping", parent_pid)
+                stop.set()
+                return
+            except PermissionError:
+                pass
+            await asyncio.sleep(2)
+
+    serving = asyncio.create_task(control.serve(sockets=[sock]))
+    watcher = asyncio.create_task(watch_parent())
+    while not control.started and not serving.done():
+        await asyncio.sleep(0.01)
+    if serving.done():
+        await serving
+        return
+    ready = state_dir / "control.json"
+    temporary = ready.with_suffix(".tmp")
+    temporary.write_text(json.dumps({"url": f"http://127.0.0.1:{port}", "pid": os.getpid()}))
+    os.replace(temporary, ready)
+    log.info("control API on http://127.0.0.1:%d; models: %s", port, ", ".join(sorted(models)) or "none")
+    stopping = asyncio.create_task(stop.wait())
+    await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    control.should_exit = True
+    watcher.cancel()
+    await gateway.close()
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(serving, 10)
+    log.info("stopped")

@@ -1,0 +1,223 @@
+"""Model files and scripted playback: what the gateway serves, read strictly, played back without state."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+import ssebench.gateway
+from ssebench.errors import ConfigError, ConfigErrors
+from ssebench.gateway import Budget, Price, load_model, load_models
+from ssebench.gateway.scripted import MALFORMED_ARGUMENTS, Playback, Script, load_script
+
+MODELS = Path(__file__).resolve().parents[2] / "models"
+
+
+def test_exports_are_pinned() -> None:
+    assert ssebench.gateway.__all__ == sorted(ssebench.gateway.__all__)
+    assert ssebench.gateway.__all__ == [
+        "Budget", "GatewayClient", "GatewayError", "GatewayLink", "GatewayProcess", "ModelConfig", "Price", "RunKey", "Usage",
+        "UsageRecord", "load_model", "load_models",
+    ]
+
+
+# -- model files ------------------------------------------------------------------
+
+
+def test_the_shipped_models_load_and_the_example_is_ignored() -> None:
+    models = load_models(MODELS)
+    assert sorted(models) == ["scripted-budget", "scripted-fix", "scripted-garbage", "scripted-wander"]
+    fix = models["scripted-fix"]
+    assert fix.script_path == MODELS / "scripted" / "fix.yaml"
+    assert fix.upstream_id == "scripted-fix" and fix.base_url is None
+    assert fix.price == Price(input=3.0, output=15.0)
+    assert models["scripted-budget"].budget == Budget(tokens=5000)
+    assert (MODELS / "example-openai.yaml.example").is_file()
+
+
+def test_the_example_is_a_valid_model_once_copied(tmp_path: Path) -> None:
+    target = tmp_path / "gpt-4o-mini.yaml"
+    target.write_text((MODELS / "example-openai.yaml.example").read_text())
+    model = load_model(target)
+    assert model.base_url == "https://api.openai.com/v1" and model.api_key_env == "OPENAI_API_KEY"
+    assert model.max_output_tokens == 4096 and model.budget == Budget(tokens=2_000_000, cost=2.0)
+
+
+def _write(folder: Path, name: str, data: dict[str, Any]) -> Path:
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def _problems(path: Path) -> list[str]:
+    with pytest.raises((ConfigError, ConfigErrors)) as caught:
+        load_model(path)
+    error = caught.value
+    return [str(e) for e in (error.errors if isinstance(error, ConfigErrors) else [error])]
+
+
+@pytest.mark.parametrize(("data", "field", "words"), [
+    ({"name": "other", "base_url": "http://x/v1"}, "name", "differs from the file name"),
+    ({"name": "m", "base_url": "http://x/v1", "script": "s.yaml"}, "", "exactly one of base_url"),
+    ({"name": "m"}, "", "exactly one of base_url"),
+    ({"name": "m", "base_url": "ftp://x/v1"}, "base_url", "must be an http(s) URL"),
+    ({"name": "m", "base_url": "http://x/v1?key=1"}, "base_url", "must not carry a query"),
+    ({"name": "m", "base_url": "http://x/v1", "api_key": "sk-123"}, "", "never write a provider key into a file"),
+    ({"name": "m", "base_url": "http://x/v1", "api_key_env": "sk-123"}, "api_key_env", "NAME of an environment"),
+    ({"name": "m", "base_url": "http://x/v1", "prices": {}}, "prices", "unknown key"),
+    ({"name": "m", "base_url": "http://x/v1", "price": {"input": -1}}, "price.input", "greater than or equal"),
+    ({"name": "m", "base_url": "http://x/v1", "budget": {"tokens": 0}}, "budget.tokens", "greater than 0"),
+    ({"name": "m", "base_url": "http://x/v1", "budget": {"tokens": "many"}}, "budget.tokens", "integer"),
+    ({"name": "m", "script": "/etc/passwd"}, "script", "must be relative to the model file"),
+    ({"name": "m", "script": "missing.yaml"}, "script", "not found"),
+])
+def test_a_bad_model_file_names_file_field_and_fix(tmp_path: Path, data: dict[str, Any], field: str,
+                                                    words: str) -> None:
+    path = _write(tmp_path, "m", data)
+    problems = _problems(path)
+    assert any(p.startswith(f"{path}: {field}") and words in p for p in problems), problems
+
+
+def test_a_bad_script_fails_when_its_model_loads(tmp_path: Path) -> None:
+    (tmp_path / "s.yaml").write_text("conversations:\n  - match: x\n    steps:\n      - times: 2\n")
+    path = _write(tmp_path, "m", {"name": "m", "script": "s.yaml"})
+    problems = _problems(path)
+    assert any(str(tmp_path / "s.yaml") in p and "conversations[0].steps[0]" in p for p in problems), problems
+
+
+def test_load_models_reports_every_bad_file_and_ignores_the_rest(tmp_path: Path) -> None:
+    _write(tmp_path, "good", {"name": "good", "base_url": "http://127.0.0.1:8000/v1"})
+    _write(tmp_path, "bad1", {"name": "bad1"})
+    _write(tmp_path, "bad2", {"name": "wrong", "base_url": "http://x/v1"})
+    (tmp_path / "sub").mkdir()
+    _write(tmp_path / "sub", "deep", {"name": "deep"})
+    (tmp_path / "notes.yml").write_text("not: a model")
+    with pytest.raises(ConfigErrors) as caught:
+        load_models(tmp_path)
+    assert sorted(e.path.name for e in caught.value.errors) == ["bad1.yaml", "bad2.yaml"]
+    (tmp_path / "bad1.yaml").unlink()
+    (tmp_path / "bad2.yaml").unlink()
+    assert list(load_models(tmp_path)) == ["good"]
+    assert load_models(tmp_path / "absent") == {}
+
+
+def test_price_and_budget_arithmetic() -> None:
+    assert Price(input=3.0, output=15.0).cost(1_000_000, 100_000) == pytest.approx(4.5)
+    assert Budget(tokens=100).exhausted(99, 0.0) is None
+    assert Budget(tokens=100).exhausted(100, 0.0) == "100 of 100 tokens used"
+    assert Budget(cost=1.0).exhausted(10**9, 0.99) is None
+    assert "spent" in (Budget(cost=1.0).exhausted(0, 1.0) or "")
+    assert Budget().exhausted(10**12, 10**6) is None
+
+
+# -- scripted playback ---------------------------------------------------------------
+
+
+SCRIPT = {
+    "conversations": [
+        {"match": "# Task: alpha", "steps": [
+            {"content": "first", "tool_calls": [{"name": "bash", "arguments": {"command": "ls"}}],
+             "usage": {"prompt_tokens": 10, "completion_tokens": 2}, "reasoning": "thinking first"},
+            {"error": {"status": 503, "body": "busy"}, "times": 2},
+            {"garbage": "<html>"},
+            {"content": "second", "usage": {"prompt_tokens": 20, "completion_tokens": 3}},
+            {"malformed_tool_call": True, "times": 2, "usage": {"prompt_tokens": 5, "completion_tokens": 1}},
+            {"error": {"status": 429, "body": '{"error": {"type": "rate_limit_error", "message": "slow"}}'}},
+        ]},
+        {"match": "", "steps": [{"content": "anything else"}]},
+    ],
+}
+
+
+def _playback(tmp_path: Path, script: dict[str, Any] = SCRIPT) -> Playback:
+    path = tmp_path / "script.yaml"
+    path.write_text(yaml.safe_dump(script))
+    return Playback.from_file(path)
+
+
+def _request(text: str, assistants: int) -> dict[str, Any]:
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "sys"}, {"role": "user", "content": text}]
+    for i in range(assistants):
+        messages += [{"role": "assistant", "content": f"a{i}"}, {"role": "tool", "content": "r"}]
+    return {"model": "m", "messages": messages}
+
+
+def test_the_answer_follows_the_number_of_assistant_messages(tmp_path: Path) -> None:
+    playback = _playback(tmp_path)
+    first = playback.respond(_request("# Task: alpha (C)", 0), "k")
+    assert first.status == 200 and first.usage == (10, 2)
+    message = first.json()["choices"][0]["message"]
+    assert message["content"] == "first" and message["reasoning_content"] == "thinking first"
+    assert message["tool_calls"] == [{"id": "call_0_0", "type": "function",
+                                      "function": {"name": "bash", "arguments": '{"command": "ls"}'}}]
+    assert first.json()["choices"][0]["finish_reason"] == "tool_calls"
+    assert first.json()["usage"] == {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12}
+    # The same request again is the same answer: no state for answers.
+    assert playback.respond(_request("# Task: alpha (C)", 0), "k").json()["choices"] == first.json()["choices"]
+
+
+def test_faults_are_served_times_times_per_caller_before_their_answer(tmp_path: Path) -> None:
+    playback = _playback(tmp_path)
+    at_one = _request("# Task: alpha", 1)
+    seen = [(r.status, r.body) for r in (playback.respond(at_one, "k1") for _ in range(4))]
+    assert seen[:3] == [(503, b"busy"), (503, b"busy"), (200, b"<html>")]
+    assert json.loads(seen[3][1])["choices"][0]["message"]["content"] == "second"
+    # Another caller gets the faults afresh.
+    assert playback.respond(at_one, "k2").status == 503
+
+
+def test_malformed_tool_calls_take_positions_and_trailing_faults_end_the_script(tmp_path: Path) -> None:
+    playback = _playback(tmp_path)
+    for position in (2, 3):
+        reply = playback.respond(_request("# Task: alpha", position), "k")
+        call = reply.json()["choices"][0]["message"]["tool_calls"][0]
+        assert call["function"]["arguments"] == MALFORMED_ARGUMENTS and reply.usage == (5, 1)
+        with pytest.raises(ValueError):
+            json.loads(call["function"]["arguments"])
+    at_four = _request("# Task: alpha", 4)
+    assert playback.respond(at_four, "k").status == 429
+    ended = playback.respond(at_four, "k")
+    assert ended.status == 500 and "ends in faults" in ended.json()["error"]["message"]
+    beyond = playback.respond(_request("# Task: alpha", 5), "k")
+    assert beyond.status == 500 and "no step for assistant turn 6" in beyond.json()["error"]["message"]
+
+
+def test_the_first_matching_conversation_plays(tmp_path: Path) -> None:
+    playback = _playback(tmp_path)
+    reply = playback.respond(_request("something else", 0), "k")
+    assert reply.json()["choices"][0]["message"]["content"] == "anything else"
+    assert reply.json()["choices"][0]["finish_reason"] == "stop"
+    only_alpha = _playback(tmp_path, {"conversations": SCRIPT["conversations"][:1]})
+    refused = only_alpha.respond(_request("something else", 0), "k")
+    assert refused.status == 400 and "no conversation matches" in refused.json()["error"]["message"]
+    assert only_alpha.respond({"messages": "x"}, "k").status == 400
+
+
+@pytest.mark.parametrize(("step", "words"), [
+    ({"content": "x", "error": {"status": 500}}, "either an answer"),
+    ({"garbage": "x", "malformed_tool_call": True}, "either an answer"),
+    ({"usage": {"prompt_tokens": 1}}, "needs content or tool_calls"),
+    ({"content": "x", "times": 3}, "times applies to faults only"),
+    ({"error": {"status": 200}}, "greater than or equal to 400"),
+    ({"content": "x", "tool_calls": [{"name": "bash", "arguments": "ls"}]}, "valid dictionary"),
+])
+def test_a_bad_step_is_refused(tmp_path: Path, step: dict[str, Any], words: str) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({"conversations": [{"match": "x", "steps": [step]}]}))
+    with pytest.raises(ConfigErrors) as caught:
+        load_script(path)
+    assert any(words in str(e) for e in caught.value.errors), str(caught.value)
+
+
+def test_the_shipped_scripts_have_a_conversation_per_demo_project() -> None:
+    fix = load_script(MODELS / "scripted" / "fix.yaml")
+    assert [c.match for c in fix.conversations] == ["# Task: tlvkit", "# Task: kvrec", "# Task: pakfile"]
+    for conversation in fix.conversations:
+        names = [c.name for s in conversation.steps for c in s.tool_calls]
+        assert names[-2:] == ["test_patch", "finish"] and "edit_file" in names
+    for name in ("wander", "garbage"):
+        assert isinstance(load_script(MODELS / "scripted" / f"{name}.yaml"), Script)
