@@ -159,11 +159,12 @@ class LiveRun:
 @contextmanager
 def running(config: RunConfig, backend: Backend, session: Session, run_id: str, image: str, *,
             command: list[str] | None = None, models: ModelLink | None = None,
-            usage: dict[str, Any] | None = None) -> Iterator[LiveRun]:
+            usage: dict[str, Any] | None = None, env: dict[str, str] | None = None) -> Iterator[LiveRun]:
     """Start a run's network and container; remove both afterwards (unless the run keeps its container).
 
     With `models`, the run gets access to its model for as long as it lasts;
-    what it used is put into `usage` when it ends.
+    what it used is put into `usage` when it ends. `env` adds runtime
+    settings (SSE_*) to the container's environment.
     """
     labels = {**session.labels(), "ssebench.run": run_id}
     network = backend.create_network(network_name(session, run_id), internal=config.egress == "restricted",
@@ -176,7 +177,9 @@ def running(config: RunConfig, backend: Backend, session: Session, run_id: str, 
             model_env = models.open(run_id, config.model, network,
                                     ttl=config.timeout + config.grading_timeout + SLACK_SECONDS)
             opened = True
-        handle = backend.start(container_spec(config, image, session, run_id, network.name, model_env, command))
+        spec = container_spec(config, image, session, run_id, network.name, model_env, command)
+        spec.env.update(env or {})
+        handle = backend.start(spec)
         yield LiveRun(handle=handle, network=network, run_id=run_id)
     finally:
         try:

@@ -86,12 +86,8 @@ class BashTool:
         """Kill the shell and refuse every later call, queued ones included."""
         self.closed = True
         shell, self._shell = self._shell, None
-        if shell is not None and shell.returncode is None:
-            try:
-                os.killpg(shell.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            await shell.wait()
+        if shell is not None:
+            await _end(shell)
 
     async def _read_until(self, stream: asyncio.StreamReader, marker: bytes, tail: _Tail) -> int | None:
         """Copy the stream into `tail` until `marker` and its status; None at EOF."""
@@ -164,13 +160,28 @@ class BashTool:
     async def _replace(self, shell: asyncio.subprocess.Process) -> None:
         # Only the shell's own process group: model's other processes are the
         # agent's, and the agent keeps running.
-        try:
-            os.killpg(shell.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        await shell.wait()
+        await _end(shell)
         if self._shell is shell:
             self._shell = None
+
+
+async def _end(shell: asyncio.subprocess.Process) -> None:
+    """Kill the shell's process group and let go of its pipes.
+
+    asyncio's wait() also waits for the pipes to close, and a process the
+    command left behind in another session holds them open: waiting for it
+    would block the tool (and the end of the agent phase) for good.
+    """
+    try:
+        os.killpg(shell.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    try:
+        await asyncio.wait_for(shell.wait(), 2)
+    except asyncio.TimeoutError:
+        transport = getattr(shell, "_transport", None)
+        if transport is not None:
+            transport.close()  # closes our ends of the pipes; the shell itself is dead
 
 
 def _strip(text: str) -> str:

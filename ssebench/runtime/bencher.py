@@ -42,7 +42,7 @@ from sse.helper import ScriptResult
 
 from ssebench.runtime import git, layout
 from ssebench.runtime.files import create_exclusive
-from ssebench.runtime.process import NEUTRAL_CWD, ROOT_PATH, AsUser, User, confined, kill_user
+from ssebench.runtime.process import NEUTRAL_CWD, ROOT_PATH, AsUser, User, clear_user, confined, kill_user
 from ssebench.runtime.taskfile import TaskFile
 
 TIMED_OUT = 124
@@ -120,7 +120,7 @@ class Bencher:
             return self._new_session()
 
     def _new_session(self) -> Path:
-        kill_user(self.runner)
+        clear_user(self.runner)
         for old in self.runner_dir.glob("session-*"):
             shutil.rmtree(old, ignore_errors=True)
         self._sessions += 1

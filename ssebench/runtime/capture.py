@@ -22,6 +22,7 @@ import secrets
 import shutil
 import subprocess
 import tempfile
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -98,12 +99,13 @@ def make_base(source: Path, root: Path) -> None:
 class Capture:
     """The agent's change as a patch, immune to anything in the agent's `.git`."""
 
-    def __init__(self, source: Path, root: Path, owner: User, *, patch_limit: int) -> None:
+    def __init__(self, source: Path, root: Path, owner: User, *, patch_limit: int, time_limit: float = 300.0) -> None:
         self.source = source
         self.owner = owner
         self.root = root
         self.repo = root / BASE_REPO
         self.patch_limit = patch_limit
+        self.time_limit = time_limit
         self.base: str | None = None
 
     def prepare(self) -> str:
@@ -123,8 +125,9 @@ class Capture:
         try:
             (scratch / "objects").mkdir(mode=0o700)
             shutil.copyfile(self.root / BASE_INDEX, scratch / "index")
-            for path in (scratch, scratch / "objects", scratch / "index"):
-                os.chown(path, self.owner.uid, self.owner.gid)
+            # The directory last: until it is the owner's, nothing in it can be swapped for a link.
+            for path in (scratch / "objects", scratch / "index", scratch):
+                os.chown(path, self.owner.uid, self.owner.gid, follow_symlinks=False)
             yield scratch
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
@@ -134,8 +137,12 @@ class Capture:
                        GIT_INDEX_FILE=str(scratch / "index"), GIT_OBJECT_DIRECTORY=str(scratch / "objects"),
                        GIT_ALTERNATE_OBJECT_DIRECTORIES=str(self.repo / "objects"))
 
-    def _git(self, scratch: Path, *args: str, env: dict[str, str] | None = None, check: bool = True) -> str:
-        """Run git as the owner; its output is capped at the patch limit."""
+    def _git(self, scratch: Path, *args: str, env: dict[str, str] | None = None, check: bool = True) -> bytes:
+        """Run git as the owner; its output is capped at the patch limit, its time at the time limit.
+
+        The output stays bytes: a change may hold any bytes, and the graded
+        patch must be exactly the change.
+        """
         # stderr goes to an unnamed file: a pipe left unread while stdout is
         # read could fill up and stall git.
         errors = tempfile.TemporaryFile()
@@ -145,6 +152,9 @@ class Capture:
             **self.owner.popen_kwargs(),
         )
         assert process.stdout is not None
+        # A fifo the agent left where git reads (.gitignore, .git/HEAD) would block it for good.
+        timer = threading.Timer(self.time_limit, process.kill)
+        timer.start()
         chunks: list[bytes] = []
         size = 0
         over = False
@@ -155,23 +165,24 @@ class Capture:
                 process.kill()
                 break
             chunks.append(chunk)
-        try:
-            process.wait(timeout=600)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        process.wait()
+        late = not timer.is_alive() and process.returncode == -9 and not over
+        timer.cancel()
         process.stdout.close()
         with errors:
             errors.seek(0)
             err = errors.read()[-8192:]
         if over:
             raise CaptureError(f"the change is larger than the patch limit of {self.patch_limit} bytes")
+        if late:
+            raise CaptureError(f"git {args[0]} did not finish within {self.time_limit:.0f} s (limit: capture time); "
+                               "is there a fifo or a file that never ends in the tree?")
         if check and process.returncode != 0:
             message = err.decode(errors="replace").strip()[-2000:]
             if process.returncode in (-25, 153):  # SIGXFSZ: git wrote an object over the file-size limit
                 message = f"a changed file is larger than the patch limit of {self.patch_limit} bytes"
             raise CaptureError(f"git {args[0]} failed: {message}")
-        return b"".join(chunks).decode("utf-8", errors="surrogateescape")
+        return b"".join(chunks)
 
     def _stage_all(self, scratch: Path) -> str:
         if self.base is None:
@@ -180,18 +191,23 @@ class Capture:
         self._git(scratch, "add", "--all")
         return self.base
 
-    def diff(self) -> str:
-        """Every change against the initial commit, as a binary-safe unified diff."""
+    def patch(self) -> bytes:
+        """Every change against the initial commit, as a binary-safe unified diff, byte for byte."""
         with self._scratch() as scratch:
             base = self._stage_all(scratch)
             return self._git(scratch, "diff", "--cached", "--binary", "--full-index", "--no-ext-diff",
                              "--no-textconv", "--no-color", "--no-renames", base)
 
+    def diff(self) -> str:
+        """The patch, for reading (bytes that are not UTF-8 shown as replacement characters)."""
+        return self.patch().decode("utf-8", errors="replace")
+
     def files(self) -> list[FileChange]:
         with self._scratch() as scratch:
             base = self._stage_all(scratch)
-            statuses = self._git(scratch, "diff", "--cached", "--name-status", "--no-renames", "-z", base).split("\0")
-            numstat = self._git(scratch, "diff", "--cached", "--numstat", "--no-renames", "-z", base).split("\0")
+            statuses = _text(self._git(scratch, "diff", "--cached", "--name-status", "--no-renames", "-z",
+                                       base)).split("\0")
+            numstat = _text(self._git(scratch, "diff", "--cached", "--numstat", "--no-renames", "-z", base)).split("\0")
         counts: dict[str, tuple[int | None, int | None]] = {}
         for row in numstat:
             parts = row.split("\t")
@@ -210,7 +226,12 @@ class Capture:
         """The agent's own commits, read from its `.git` with every program-running setting overridden."""
         with self._scratch() as scratch:
             env = git.env(str(scratch), GIT_DIR=str(self.source / ".git"))
-            return self._git(scratch, "log", "--no-show-signature", "--no-decorate", "--no-color",
-                             f"--max-count={limit}", "--format=%H %an <%ae> %ad%n    %s", "--date=iso-strict",
-                             "HEAD", env=env, check=False)
+            return _text(self._git(scratch, "log", "--no-show-signature", "--no-decorate", "--no-color",
+                                   f"--max-count={limit}", "--format=%H %an <%ae> %ad%n    %s", "--date=iso-strict",
+                                   "HEAD", env=env, check=False))
+
+
+def _text(data: bytes) -> str:
+    """git's output for reading: names and messages may hold any bytes."""
+    return data.decode("utf-8", errors="replace")
 

@@ -42,8 +42,13 @@ def error_result(message: str, log: str | None = None) -> dict[str, Any]:
             "func_test_success": None, "intent_test_success": None, "error_msg": message, "error_log": log}
 
 
-def grade_with_limit(limit: float) -> tuple[dict[str, Any], bool]:
-    """(patch_result, timed_out). Grading runs in a thread so the limit can end the wait."""
+def grade_with_limit(limit: float, results: Path | None = None) -> tuple[dict[str, Any], bool]:
+    """(patch_result, timed_out). Grading runs in a thread so the limit can end the wait.
+
+    Once the patch is applied (final.patch written), what runs is the
+    agent's code: checks that do not finish in time are the patch's failure,
+    not an ungraded error that would drop the run from the score.
+    """
     outcome: dict[str, Any] = {}
 
     def work() -> None:
@@ -60,7 +65,12 @@ def grade_with_limit(limit: float) -> tuple[dict[str, Any], bool]:
     thread.start()
     thread.join(limit)
     if thread.is_alive():
-        return error_result(f"grading did not finish within its time limit of {limit:.0f} s"), True
+        message = f"grading did not finish within its time limit of {limit:.0f} s"
+        if results is not None and (results / "final.patch").is_file():
+            failed = error_result("Grading time limit: the checks of the patched tree did not finish within "
+                                  f"{limit:.0f} s")
+            return {**failed, "status": "failed"}, True
+        return error_result(message), True
     return outcome["result"], False
 
 
@@ -70,7 +80,7 @@ def main() -> int:
     except SettingsError as exc:
         print(f"ssebench-evaluator: {exc}", file=sys.stderr)
         return 2
-    patch_result, timed_out = grade_with_limit(settings.grading_timeout)
+    patch_result, timed_out = grade_with_limit(settings.grading_timeout, Path(settings.results))
     result = {"patch_result": patch_result, "runtime_result": runtime_result(os.environ, timed_out)}
     path = write_atomic(Path(settings.results), "result.json", json.dumps(result, indent=2) + "\n")
     print(f"ssebench-evaluator: {patch_result['status']}"

@@ -15,9 +15,11 @@ from __future__ import annotations
 import os
 import pwd
 import signal
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TypedDict
 
 # Root's commands (git, tar) are looked up here only: an image's PATH may
@@ -75,34 +77,62 @@ class User:
         return {"user": self.uid, "group": self.gid, "extra_groups": []}
 
 
-def _status(pid: str) -> dict[str, str] | None:
+def _status(path: str) -> dict[str, str] | None:
     try:
-        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as status:
+        with open(path, encoding="ascii", errors="replace") as status:
             return dict(line.split(":", 1) for line in status if ":" in line)
     except OSError:
         return None
 
 
+def _state_of(pid: str, fields: dict[str, str]) -> str:
+    """The state letter of a process, looking past a leader that exited while its other threads run.
+
+    Such a process reads as a zombie in /proc/<pid>/status, yet lives: its
+    state is that of its live threads (running unless all are stopped).
+    """
+    state = fields.get("State", "").strip()[:1]
+    if state != "Z" or fields.get("Threads", "1").strip() in ("0", "1"):
+        return state
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return state
+    live = []
+    for task in tasks:
+        found = _status(f"/proc/{pid}/task/{task}/status")
+        letter = found.get("State", "").strip()[:1] if found else ""
+        if letter not in ("Z", "X", ""):
+            live.append(letter)
+    if not live:
+        return "Z"
+    return "T" if all(letter in ("T", "t") for letter in live) else "R"
+
+
 def _processes(uid: int) -> dict[int, str]:
-    """Live processes (not zombies) whose real or effective uid is `uid`, with their state letter."""
+    """Live processes whose real or effective uid is `uid`, with their state letter.
+
+    Zombies are left out, but not a process whose leader thread exited while
+    others run on: killing its pid ends all of them.
+    """
     found = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
-        fields = _status(entry)
+        fields = _status(f"/proc/{entry}/status")
         if fields is None:
             continue
-        state = fields.get("State", "").strip()[:1]
-        if state in ("Z", "X", ""):
-            continue
         real, effective = fields.get("Uid", "-1 -1").split()[:2]
-        if uid in (int(real), int(effective)):
+        if uid not in (int(real), int(effective)):
+            continue
+        state = _state_of(entry, fields)
+        if state not in ("Z", "X", ""):
             found[int(entry)] = state
     return found
 
 
 def pids_of(uid: int) -> list[int]:
-    """Live processes (not zombies) whose real or effective uid is `uid`."""
+    """Live processes (not zombies, but ghosts with a dead leader included) whose real or effective uid is `uid`."""
     return sorted(_processes(uid))
 
 
@@ -145,3 +175,47 @@ def kill_user(user: User, *, deadline: float = 30.0) -> int:
         stop_rounds = 0
         time.sleep(0.005)
     return killed
+
+
+_IPC = {"shm": "-m", "msg": "-q", "sem": "-s"}
+
+
+def remove_ipc(user: User) -> int:
+    """Remove the System V IPC objects and POSIX message queues `user` owns or made; return how many.
+
+    They outlive every process, so they would carry data from one check, or
+    from the agent, to the next; root removes them (as their creator) when it
+    clears a user, once none of the user's processes runs.
+    """
+    removed = 0
+    for kind, flag in _IPC.items():
+        try:
+            rows = Path(f"/proc/sysvipc/{kind}").read_text().splitlines()
+        except OSError:
+            continue
+        if not rows:
+            continue
+        header = rows[0].split()
+        for row in rows[1:]:
+            values = dict(zip(header, row.split()))
+            if str(user.uid) in (values.get("uid"), values.get("cuid")):
+                ident = values.get("shmid") or values.get("msqid") or values.get("semid")
+                # As the user: root would need CAP_IPC_OWNER, which run containers do not get.
+                done = subprocess.run(["/usr/bin/ipcrm", flag, str(ident)], cwd=NEUTRAL_CWD, check=False,
+                                      capture_output=True, env={"PATH": ROOT_PATH}, **user.popen_kwargs())
+                removed += done.returncode == 0
+    queues = Path("/dev/mqueue")
+    if queues.is_dir():
+        for queue in queues.iterdir():
+            try:
+                if queue.lstat().st_uid == user.uid:
+                    queue.unlink()
+                    removed += 1
+            except OSError:
+                pass
+    return removed
+
+
+def clear_user(user: User) -> int:
+    """Kill every process of `user` and remove what outlives processes (IPC objects); return how many."""
+    return kill_user(user) + remove_ipc(user)

@@ -30,6 +30,7 @@ from ssebench.runtime import git
 from ssebench.runtime.bencher import BencherError, Guard
 from ssebench.runtime.capture import CaptureError, FileChange
 from ssebench.runtime.files import read_no_follow, write_atomic
+from ssebench.runtime.process import confined
 from ssebench.runtime.settings import RuntimeSettings
 from ssebench.runtime.taskfile import TaskFile
 
@@ -51,6 +52,7 @@ class BashLike(Protocol):
 
 
 class CaptureLike(Protocol):
+    def patch(self) -> bytes: ...
     def diff(self) -> str: ...
     def files(self) -> list[FileChange]: ...
     def commits_log(self, limit: int = 500) -> str: ...
@@ -61,7 +63,7 @@ class TaskService:
 
     def __init__(self, task: TaskFile, *, task_dir: Path, repo: Path, results: Path, archive: Path,
                  bencher: BencherLike, bash: BashLike, capture: CaptureLike,
-                 end_agent: Callable[[], object], version: str) -> None:
+                 end_agent: Callable[[], object], version: str, file_size: int | None = None) -> None:
         self.task = task
         self.task_dir = task_dir
         self.repo = repo
@@ -72,6 +74,7 @@ class TaskService:
         self.capture = capture
         self.end_agent = end_agent
         self.version = version
+        self.file_size = file_size
         self.agent_running = True
         self.prepared: dict[str, Any] | None = None
         self._grading = threading.Lock()
@@ -163,8 +166,8 @@ class TaskService:
     async def agent_exited(self) -> None:
         """End the agent phase: no tool of the agent runs from now on, and none of its processes lives."""
         self.agent_running = False
+        self.end_agent()  # first: a process the agent left behind may hold the shell's pipes
         await self.bash.close()
-        self.end_agent()
 
     def prepare_grading(self) -> dict[str, Any]:
         """Fresh runner session; capture; final.patch and commits.log; apply onto the graded copy."""
@@ -177,7 +180,7 @@ class TaskService:
         self.agent_running = False
         self.bencher.new_session()
         try:
-            diff = self.capture.diff()
+            diff = self.capture.patch()
             changes = [asdict(change) for change in self.capture.files()]
             commits = self.capture.commits_log()
         except CaptureError as exc:
@@ -193,14 +196,15 @@ class TaskService:
         if not diff.strip():
             return {"applied": True, "files": 0, "log": "the agent changed nothing", "changes": []}
         applied = subprocess.run(
-            git.argv("apply", "--binary", "--whitespace=nowarn", "-p1", str(self.results / "final.patch")),
-            cwd=self.repo, capture_output=True, text=True, check=False, timeout=600,
+            confined(git.argv("apply", "--binary", "--whitespace=nowarn", "-p1", str(self.results / "final.patch")),
+                     self.file_size),
+            cwd=self.repo, capture_output=True, check=False, timeout=600,
             env=git.env("/nonexistent", GIT_CEILING_DIRECTORIES=str(self.repo.parent)),
         )
         return {
             "applied": applied.returncode == 0,
             "files": len(changes),
-            "log": (applied.stdout + applied.stderr).strip()[-4000:],
+            "log": (applied.stdout + applied.stderr).decode("utf-8", errors="replace").strip()[-4000:],
             "changes": changes,
         }
 
@@ -213,7 +217,7 @@ class TaskService:
 
     def final_diff(self) -> str | None:
         raw = read_no_follow(self.results, "final.patch", 256 * 1024 * 1024)
-        return None if raw is None else raw.decode("utf-8", errors="surrogateescape")
+        return None if raw is None else raw.decode("utf-8", errors="replace")
 
 
 def container_service(settings: RuntimeSettings) -> TaskService:
@@ -224,7 +228,7 @@ def container_service(settings: RuntimeSettings) -> TaskService:
     from ssebench.runtime.bash import BashTool
     from ssebench.runtime.bencher import Bencher, Limits
     from ssebench.runtime.capture import Capture
-    from ssebench.runtime.process import User, kill_user
+    from ssebench.runtime.process import User, clear_user
     from ssebench.runtime.taskfile import load_taskfile
 
     task = load_taskfile(Path(layout.TASK_DIR) / "config.yaml")
@@ -235,7 +239,8 @@ def container_service(settings: RuntimeSettings) -> TaskService:
                     file_size=settings.file_size)
     bencher = Bencher(task, limits, results, environ, runner, tree_owner=model)
     bencher.new_session()
-    capture = Capture(Path(task.source), Path(layout.CAPTURE_DIR), model, patch_limit=settings.patch_limit)
+    capture = Capture(Path(task.source), Path(layout.CAPTURE_DIR), model, patch_limit=settings.patch_limit,
+                      time_limit=settings.capture_timeout)
     capture.prepare()
     shell_env = {k: v for k, v in environ.items() if k not in ("SSE_ADMIN_SOCKET", "SSE_RESULTS")}
     shell_env.update(HOME=model.home, USER=model.name, LOGNAME=model.name, SHELL="/bin/bash")
@@ -243,12 +248,12 @@ def container_service(settings: RuntimeSettings) -> TaskService:
                     file_size=settings.file_size)
 
     def end_agent() -> None:
-        kill_user(model)
-        kill_user(runner)
+        clear_user(model)
+        clear_user(runner)
 
     return TaskService(
         task, task_dir=Path(layout.TASK_DIR), repo=Path(layout.REPO), results=results,
         archive=Path(settings.archive), bencher=bencher, bash=bash, capture=capture,
-        end_agent=end_agent, version=__version__,
+        end_agent=end_agent, version=__version__, file_size=settings.file_size,
     )
 

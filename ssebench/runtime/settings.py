@@ -47,6 +47,7 @@ ENV = {
     "file_size": "SSE_FILE_SIZE_LIMIT",
     "copy_limit": "SSE_COPY_LIMIT",
     "patch_limit": "SSE_PATCH_LIMIT",
+    "capture_timeout": "SSE_CAPTURE_TIMEOUT",
     "archive_file_cap": "SSE_ARCHIVE_FILE_CAP",
     "archive_cap": "SSE_ARCHIVE_CAP",
 }
@@ -78,6 +79,7 @@ class RuntimeSettings(BaseModel):
     # The most a check copies of a tree; the largest patch a capture makes.
     copy_limit: int = Field(8 << 30, ge=1 << 20)
     patch_limit: int = Field(64 << 20, ge=1 << 10)
+    capture_timeout: float = Field(300.0, gt=0)
     # What of the agent's archive is kept: per file and in all.
     archive_file_cap: int = Field(64 << 20, ge=1)
     archive_cap: int = Field(256 << 20, ge=1)

@@ -139,17 +139,19 @@ class Launcher:
     def start(self, task_id: str = "c-demo", *, agent: str = "dummy", level: int = 2,
               command: list[str] | None = None, limits: dict[str, str] | None = None, timeout: float = 3600,
               egress: str = "restricted", hold: bool = True, model: str = "none",
-              models: ModelLink | None = None) -> HeldRun:
+              models: ModelLink | None = None, env: dict[str, str] | None = None,
+              grading_timeout: float = 3600) -> HeldRun:
         task = self.task(task_id)
         config = RunConfig(task=task, agent=load_agent(self.settings.agents_dir, agent), difficulty=level, model=model,
-                           timeout=timeout, egress=egress, limits=limits_for(self.settings, task, limits))
+                           timeout=timeout, egress=egress, limits=limits_for(self.settings, task, limits),
+                           grading_timeout=grading_timeout)
         run_id = new_run_id(level, config.mode)
         run_dir = make_run_dir(self.tmp / "results", task.id, config.model, agent, run_id)
         image = image_names(self.settings, task, agent)["agent"]
         own = ExitStack()
         self.stack.callback(own.close)
         live = own.enter_context(running(config, DockerBackend(), self.session, run_id, image, models=models,
-                                         usage=self.usage.setdefault(run_id, {}),
+                                         usage=self.usage.setdefault(run_id, {}), env=env,
                                          command=command if command is not None else SLEEP))
         held = HeldRun(live=live, config=config, run_dir=run_dir, level=level, source=task.config.source, stack=own)
         if hold:

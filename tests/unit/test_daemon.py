@@ -71,6 +71,9 @@ class FakeBash:
 
 
 class FakeCapture:
+    def patch(self) -> bytes:
+        return b""
+
     def diff(self) -> str:
         return ""
 
@@ -325,7 +328,7 @@ def test_a_check_that_waited_for_its_turn_is_refused_after_the_phase(service: Ta
 
 
 class BrokenCapture(FakeCapture):
-    def diff(self) -> str:
+    def patch(self) -> bytes:
         from ssebench.runtime.capture import CaptureError
 
         raise CaptureError("git add failed: error: open(\"secret.c\"): Permission denied")

@@ -1,0 +1,76 @@
+"""No process (or IPC object) of the agent or of a check outlives its time, however it hides.
+
+A "ghost" is a process whose main thread has exited while another thread
+runs on: /proc/<pid> then reads as a zombie although the process lives. One
+is started by the agent (through its bash tool) and one by code a check runs
+(as sse-runner). After the check, the runner's must be gone; after the end
+of the agent phase, the agent's must be gone, before grading starts. The
+count is taken thread by thread, from /proc/<pid>/task, independently of the
+runtime's own way of finding processes.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.integrity.harness import LEVELS, Launcher
+
+pytestmark = [pytest.mark.docker, pytest.mark.integrity, pytest.mark.slow]
+
+GHOST = r"""
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+static void *spin(void *arg) { (void)arg; for (;;) sleep(1); return 0; }
+int main(void) {
+    if (fork() != 0) return 0;          /* leave the caller's process group behind */
+    setsid();
+    pthread_t t;
+    pthread_create(&t, 0, spin, 0);
+    syscall(SYS_exit, 0);               /* the leader exits alone: a zombie entry, a live process */
+}
+"""
+
+# Live threads of a uid, counted from every task of every process (a zombie leader's included).
+THREADS = r"""
+n=0
+for s in /proc/[0-9]*/task/[0-9]*/status; do
+  st=$(awk '/^State:/{print $2}' "$s" 2>/dev/null); uid=$(awk '/^Uid:/{print $2}' "$s" 2>/dev/null)
+  [ "$uid" = "{uid}" ] && [ "$st" != Z ] && [ "$st" != X ] && n=$((n+1))
+done
+echo $n
+"""
+
+
+def _threads(run: object, uid: int) -> int:
+    return int(run.sh("root", THREADS.replace("{uid}", str(uid))).strip())  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("level", LEVELS, ids=lambda level: f"d{level}")
+def test_ghost_processes_are_killed(launcher: Launcher, level: int) -> None:
+    run = launcher.start(level=level)
+    run.sh("1000", f"cat > /tmp/ghost.c <<'EOF'\n{GHOST}\nEOF\ngcc -pthread -o /tmp/ghost /tmp/ghost.c")
+    runner = 999
+    if level <= 3:
+        # The agent's build code starts a ghost as sse-runner; the check must not leave it behind.
+        run.sh("1000", "cp /tmp/ghost.c . && sed -i '1i $(shell gcc -pthread -o .g ghost.c && ./.g >/dev/null 2>&1 </dev/null)' Makefile")
+        assert run.py("1000", "import json; from sse import project; print(json.dumps(project.build().code))") == 0
+        assert _threads(run, runner) == 0, "a process of a check outlived it"
+        run.sh("1000", "git checkout -q Makefile && rm -f ghost.c")
+    # The agent starts one through its bash tool, and one of its own.
+    run.py("1000", "import json; from sse.tools.bash import execute; print(json.dumps(execute('/tmp/ghost').code))")
+    run.sh("1000", "/tmp/ghost")
+    assert _threads(run, 1000) >= 2  # the ghosts live (a positive control of the count)
+    # IPC objects outlive processes: a channel from the agent to what runs after it.
+    run.sh("1000", "ipcmk -M 4096 -p 0666 && ipcmk -Q -p 0666 && ipcmk -S 1 -p 0666")
+    assert run.sh("root", "awk 'NR>1 && $8==1000' /proc/sysvipc/shm | wc -l").strip() == "1"
+    # (Bounded: a ghost holding the shell's pipes once made the end of the phase wait for ever.)
+    run.sh("root", "timeout 60 /opt/ssebench/venv/bin/python -I -c \"from sse.daemon import Daemon; "
+                   "Daemon('/run/ssebench/admin.sock').post('/admin/agent_exited', {})\"")
+    assert _threads(run, 1000) == 0, "a process of the agent outlived the agent phase"
+    left = run.sh("root", "cat /proc/sysvipc/shm /proc/sysvipc/msg /proc/sysvipc/sem | awk 'NR>1' | grep -c ' 1000 ' "
+                          "|| true").strip()
+    assert left == "0", "IPC objects of the agent outlived the agent phase"
+    result = run.finish()
+    assert result["patch_result"]["status"] == "failed"
