@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-DATASET ?= datasets/demo
+DATASET ?= datasets/pilot
 
 .PHONY: install bootstrap images bench test clean-images
 
@@ -19,8 +19,12 @@ $(BIN)/ssebench: pyproject.toml sdk/pyproject.toml
 
 install: $(BIN)/ssebench
 
-# The OS image: pulled if a registry answers, else debootstrap (needs root).
+# The OS image: pulled if a registry answers, else made with debootstrap
+# (needs root; installed from Debian's mirror when missing).
 bootstrap: install
+	@if ! command -v debootstrap >/dev/null && [ ! -x /usr/sbin/debootstrap ]; then \
+	  echo "installing debootstrap (makes the OS image when no registry can supply it)"; \
+	  $(SUDO) apt-get install -y -q debootstrap >/dev/null; fi
 	$(BIN)/ssebench images bootstrap || $(SUDO) $(BIN)/ssebench images bootstrap
 
 images: bootstrap

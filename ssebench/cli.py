@@ -32,16 +32,19 @@ def cmd_tasks_list(args: argparse.Namespace) -> int:
     tasks = load_tasks(args.path, check_files=False)
     if args.json:
         rows = [
-            {"id": t.id, "dataset": t.dataset, "language": t.language, "project": t.config.project,
-             "path": str(t.path), "checks": t.checks(), "originality": t.config.originality}
+            {"id": t.id, "dataset": t.dataset, "dataset_version": t.dataset_version, "language": t.language,
+             "project": t.config.project, "advisories": t.advisories(), "path": str(t.path), "checks": t.checks(),
+             "originality": t.config.originality}
             for t in tasks
         ]
         print(json.dumps(rows, indent=2))
         return 0
     width = max((len(t.id) for t in tasks), default=4)
-    print(f"{'TASK':<{width}}  {'DATASET':<10} {'LANG':<5} {'PROJECT':<20} CHECKS")
+    adv = max((len(", ".join(t.advisories())) for t in tasks), default=8)
+    print(f"{'TASK':<{width}}  {'DATASET':<10} {'LANG':<5} {'PROJECT':<18} {'ADVISORY':<{adv}}  CHECKS")
     for t in tasks:
-        print(f"{t.id:<{width}}  {t.dataset:<10} {t.language:<5} {t.config.project:<20} {','.join(t.checks())}")
+        print(f"{t.id:<{width}}  {t.dataset:<10} {t.language:<5} {t.config.project:<18} "
+              f"{', '.join(t.advisories()) or '-':<{adv}}  {','.join(t.checks())}")
     print(f"{len(tasks)} task(s)")
     return 0
 
@@ -72,6 +75,29 @@ def cmd_dataset_validate(args: argparse.Namespace) -> int:
         return 1
     print(f"{len(tasks)} task(s): images build")
     return 0
+
+
+def cmd_dataset_verify(args: argparse.Namespace) -> int:
+    from ssebench.dataset import find_datasets, load_dataset_config, load_tasks
+    from ssebench.settings import get_settings
+    from ssebench.verify import summary, verify, write_reports
+
+    started = time.monotonic()
+    tasks = load_tasks(args.path)
+    datasets = find_datasets(args.path) if not (args.path / "sse").is_dir() else [args.path.resolve().parent]
+    name = ",".join(d.resolve().name for d in datasets) or tasks[0].dataset
+    version = ",".join(load_dataset_config(d).version for d in datasets) or None
+    results = args.results.resolve()
+    verdicts = verify(get_settings(), tasks, results, jobs=args.jobs,
+                      say=lambda m: print(m, file=sys.stderr, flush=True))
+    report = summary(verdicts, name, version, time.monotonic() - started)
+    md, js = write_reports(report, results)
+    for verdict in verdicts:
+        for problem in verdict.problems:
+            print(f"INVALID {problem}")
+    valid = sum(v.valid for v in verdicts)
+    print(f"{valid} of {len(verdicts)} task(s) valid in {report['seconds']:.0f} s; summary: {md} and {js}")
+    return 0 if valid == len(verdicts) else 1
 
 
 def _positive(text: str) -> int:
@@ -222,6 +248,17 @@ def parser() -> argparse.ArgumentParser:
     validate.add_argument("path", nargs="?", type=Path, default=DEFAULT_PATH, help="default: ./datasets")
     validate.add_argument("--no-build", action="store_true", help="check files only; do not build images")
     validate.set_defaults(func=cmd_dataset_validate)
+
+    check = dataset_sub.add_parser(
+        "verify", help="run reference and dummy on every task and check the task is valid",
+        description="Run the reference and dummy agents on every task under PATH: the reference must pass every "
+        "check, the dummy must build, pass the function test and fail every PoC. Writes a summary (markdown and "
+        "JSON) beside the runs; exits 1 naming each task and check that disagrees.",
+    )
+    check.add_argument("path", nargs="?", type=Path, default=DEFAULT_PATH, help="default: ./datasets")
+    check.add_argument("-n", "--jobs", type=_positive, default=1, metavar="N", help="runs at a time (default 1)")
+    check.add_argument("--results", type=Path, default=Path("results"), metavar="DIR", help="default ./results")
+    check.set_defaults(func=cmd_dataset_verify)
 
     images = sub.add_parser("images", help="build images", description="Build and bootstrap images.")
     images_sub = images.add_subparsers(dest="action", required=True, metavar="ACTION")

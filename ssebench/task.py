@@ -20,6 +20,7 @@ from ssebench.schema import Strict, read_yaml, validate
 
 TASK_ID_PATTERN = re.compile(r"^[A-Za-z0-9]+(?:(?:[._]|__|-+)[A-Za-z0-9]+)*$")
 TASK_ID_MAX = 128
+ADVISORY = re.compile(r"\b(CVE-\d{4}-\d{4,}|RUSTSEC-\d{4}-\d{4}|GHSA(?:-[0-9a-z]{4}){3})\b", re.IGNORECASE)
 
 # Where the files named in config.yaml (paths inside /ssebench) live in the
 # task folder. Scripts are the one directory the upstream layout flattens.
@@ -259,6 +260,17 @@ class Task:
     @property
     def dockerfile(self) -> Path:
         return self.path / "Dockerfile"
+
+    def advisories(self) -> list[str]:
+        """The advisory ids (CVE, RUSTSEC, GHSA) the task names in its id and references, in order."""
+        found: list[str] = []
+        for text in (self.id, *self.config.reference):
+            for match in ADVISORY.findall(text):
+                prefix, _, rest = match.partition("-")
+                advisory = f"{prefix.upper()}-{rest.lower() if prefix.upper() == 'GHSA' else rest.upper()}"
+                if advisory not in found:
+                    found.append(advisory)
+        return found
 
     def checks(self) -> list[str]:
         """The checks this task supports, in grading order."""

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -53,3 +59,40 @@ def write_dataset(root: Path, name: str = "tinyset", tasks: tuple[str, ...] = ("
     for task_id in tasks:
         write_task(folder, task_id)
     return folder
+
+
+@contextmanager
+def scripted_upstream(script: Path, key_variable: str, key: str, model: str | None = None) -> Iterator[int]:
+    """A scripted model served as a real OpenAI-compatible HTTP server on loopback that wants `key`; its port."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    command = [sys.executable, "-m", "ssebench.gateway.scripted", "--script", str(script), "--port", str(port),
+               "--api-key-env", key_variable, *(["--model", model] if model else [])]
+    process = subprocess.Popen(command, env={"PATH": "/usr/bin:/bin", key_variable: key},
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                assert process.poll() is None and time.monotonic() < deadline, "the scripted upstream did not start"
+                time.sleep(0.05)
+        yield port
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def wait_for_agent_phase(container: Any, timeout: float = 180) -> None:
+    """Wait until a run container's entrypoint started the agent; fail with its log if it stopped first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if b"] agent: " in container.logs():
+            return
+        container.reload()
+        assert container.status == "running", container.logs().decode(errors="replace")
+        time.sleep(0.2)
+    raise AssertionError("the agent phase did not start:\n" + container.logs().decode(errors="replace"))

@@ -15,9 +15,6 @@ valid only on its own run's listener.
 from __future__ import annotations
 
 import json
-import socket
-import subprocess
-import sys
 import textwrap
 import time
 import uuid
@@ -31,6 +28,7 @@ import pytest
 from ssebench.engine import client, image_id
 from ssebench.gateway import GatewayClient, GatewayProcess, RunKey
 from ssebench.task import Task
+from tests.helpers import scripted_upstream
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -61,30 +59,10 @@ def image(demo_images: list[Task]) -> str:
 
 
 @pytest.fixture(scope="module")
-def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+def upstream() -> Iterator[int]:
     """The scripted model as an HTTP upstream on loopback that wants the provider key."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = int(sock.getsockname()[1])
-    log = tmp_path_factory.mktemp("upstream") / "upstream.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "ssebench.gateway.scripted", "--script", str(MODELS / "scripted" / "fix.yaml"),
-             "--port", str(port), "--api-key-env", "UPSTREAM_KEY"],
-            env={"PATH": "/usr/bin:/bin", "UPSTREAM_KEY": SECRET}, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                assert process.poll() is None and time.monotonic() < deadline, log.read_text()
-                time.sleep(0.05)
+    with scripted_upstream(MODELS / "scripted" / "fix.yaml", "UPSTREAM_KEY", SECRET) as port:
         yield port
-    finally:
-        process.terminate()
-        process.wait(10)
 
 
 @pytest.fixture(scope="module")

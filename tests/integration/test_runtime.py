@@ -6,7 +6,6 @@ import json
 import shutil
 import subprocess
 import textwrap
-import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,6 +18,7 @@ from ssebench.engine import client
 from ssebench.image import image_names
 from ssebench.settings import Settings
 from ssebench.task import Task
+from tests.helpers import wait_for_agent_phase
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -61,17 +61,6 @@ def finish(c: Any, run_dir: Path, timeout: int = 300) -> dict[str, Any]:
     logs = c.logs().decode(errors="replace")
     assert (run_dir / "result.json").exists(), f"no result.json; exit {status}; logs:\n{logs}"
     return json.loads((run_dir / "result.json").read_text())  # type: ignore[no-any-return]
-
-
-def wait_agent_phase(c: Any, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if b"] agent: " in c.logs():
-            return
-        c.reload()
-        assert c.status == "running", c.logs().decode(errors="replace")
-        time.sleep(0.2)
-    raise AssertionError("the agent phase did not start:\n" + c.logs().decode(errors="replace"))
 
 
 def run_as(c: Any, user: str, code: str, env: dict[str, str] | None = None) -> Any:
@@ -153,7 +142,7 @@ def held(settings: Settings, demo_images: list[Task], tmp_path: Path) -> Iterato
     task = _task(demo_images, "c-demo")
     env = {"SSE_BASH_TIMEOUT": "3", "SSE_DIFFICULTY": "2"}
     with container(image_names(settings, task)["tool"], ["sleep", "600"], tmp_path, env=env) as c:
-        wait_agent_phase(c)
+        wait_for_agent_phase(c)
         yield c
 
 

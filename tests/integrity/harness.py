@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import textwrap
-import time
 import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -29,6 +28,7 @@ from ssebench.result import make_run_dir, new_run_id, read_result, read_safely
 from ssebench.run import LiveRun, ModelLink, RunConfig, collect, limits_for, running
 from ssebench.settings import Settings
 from ssebench.task import Task
+from tests.helpers import wait_for_agent_phase
 
 PYTHON = "/opt/ssebench/venv/bin/python"
 LEVELS = [0, 2, 4]
@@ -108,18 +108,6 @@ class HeldRun:
         return "\n".join(parts)
 
 
-def wait_agent_phase(live: LiveRun, timeout: float = 180) -> None:
-    deadline = time.monotonic() + timeout
-    container = client().containers.get(live.handle.id)
-    while time.monotonic() < deadline:
-        if b"] agent: " in container.logs():
-            return
-        container.reload()
-        assert container.status == "running", container.logs().decode(errors="replace")
-        time.sleep(0.2)
-    raise AssertionError("the agent phase did not start:\n" + container.logs().decode(errors="replace"))
-
-
 @dataclass
 class Launcher:
     """Starts runs of the demo's tasks for the integrity suite, and cleans up every one."""
@@ -155,7 +143,7 @@ class Launcher:
                                          command=command if command is not None else SLEEP))
         held = HeldRun(live=live, config=config, run_dir=run_dir, level=level, source=task.config.source, stack=own)
         if hold:
-            wait_agent_phase(live)
+            wait_for_agent_phase(client().containers.get(live.handle.id))
         return held
 
 

@@ -7,7 +7,6 @@ model and checks each fails, while the bash tool keeps working.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from typing import Any
 

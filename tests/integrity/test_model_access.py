@@ -12,17 +12,13 @@ Another model, another run's key, a key after the run: refused.
 from __future__ import annotations
 
 import json
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from ssebench.gateway import GatewayClient, GatewayLink, GatewayProcess
 from ssebench.settings import PROJECT_ROOT
+from tests.helpers import scripted_upstream
 from tests.integrity.harness import LEVELS, Launcher
 
 pytestmark = [pytest.mark.docker, pytest.mark.integrity, pytest.mark.slow]
@@ -56,13 +52,11 @@ print(json.dumps({"own": ask(os.environ["SSE_MODEL_NAME"], key), "other-model": 
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayClient]:
     """The gateway, serving `remote`: the scripted model behind a real HTTP upstream that wants SECRET."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = int(sock.getsockname()[1])
-    upstream = subprocess.Popen([sys.executable, "-m", "ssebench.gateway.scripted", "--script", str(SCRIPT),
-                                 "--port", str(port), "--api-key-env", "UPSTREAM_KEY", "--model", "remote-upstream"],
-                                env={"PATH": "/usr/bin:/bin", "UPSTREAM_KEY": SECRET}, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
+    with scripted_upstream(SCRIPT, "UPSTREAM_KEY", SECRET, model="remote-upstream") as port:
+        yield from _gateway(tmp_path_factory, port)
+
+
+def _gateway(tmp_path_factory: pytest.TempPathFactory, port: int) -> Iterator[GatewayClient]:
     models = tmp_path_factory.mktemp("models")
     (models / "remote.yaml").write_text(f"name: remote\nbase_url: http://127.0.0.1:{port}/v1\n"
                                         "upstream_model: remote-upstream\napi_key_env: UPSTREAM_KEY\n"
@@ -73,22 +67,12 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayClient]
     mp = pytest.MonkeyPatch()
     mp.setenv("UPSTREAM_KEY", SECRET)
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                assert upstream.poll() is None and time.monotonic() < deadline
-                time.sleep(0.05)
         with GatewayProcess(models, tmp_path_factory.mktemp("gateway"), model_port=4081) as process:
             gateway_client = process.client()
             yield gateway_client
             gateway_client.close()
     finally:
         mp.undo()
-        upstream.terminate()
-        upstream.wait(10)
 
 
 @pytest.mark.parametrize("level", LEVELS, ids=lambda level: f"d{level}")

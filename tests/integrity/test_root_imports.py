@@ -22,10 +22,10 @@ MARK = "SSEBENCH-PLANTED-IMPORT"
 
 # Every top-level name an isolated runtime Python could resolve: the standard
 # library's, every package on the runtime's path, and the usual start-up hooks.
-NAMES = f"""
+NAMES = """
 import json, pkgutil, sys
-names = set(sys.stdlib_module_names) | {{m.name for m in pkgutil.iter_modules()}}
-names |= {{"ssebench", "sse", "sitecustomize", "usercustomize", "encodings", "site", "__main__"}}
+names = set(sys.stdlib_module_names) | {m.name for m in pkgutil.iter_modules()}
+names |= {"ssebench", "sse", "sitecustomize", "usercustomize", "encodings", "site", "__main__"}
 print(json.dumps(sorted(n for n in names if n.isidentifier())))
 """
 

@@ -1,0 +1,147 @@
+"""Verifying a dataset: every task valid, shown by running the reference and dummy agents on it.
+
+A task is valid when the reference agent passes every check it supports,
+and the dummy agent (no change) builds, passes the function test and fails
+every proof of concept (SPEC §3). `verify` runs both agents on every task,
+N runs at a time, through the same code as a pytest item, and says for each
+task which check, if any, disagrees.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from ssebench.agent import load_agent
+from ssebench.backend import DockerBackend
+from ssebench.build import build_images
+from ssebench.reaper import Session, reap_orphans, reap_session
+from ssebench.run import RunConfig, RunRecord, execute, limits_for
+from ssebench.settings import Settings
+from ssebench.task import Task
+
+AGENTS = ("reference", "dummy")
+
+
+@dataclass
+class TaskVerdict:
+    task: Task
+    records: dict[str, RunRecord] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+    build_seconds: float | None = None
+
+    @property
+    def valid(self) -> bool:
+        return not self.problems
+
+
+def judge(task: Task, agent: str, record: RunRecord) -> list[str]:
+    """What is wrong with one run for a valid task, each naming the task and the check; empty when right."""
+    checks = task.checks()
+    grade = record.patch_result
+    where = f"{task.id} ({agent})"
+    if record.infra_error:
+        return [f"{where}: not graded: {record.infra_error.splitlines()[0]}"]
+    problems = []
+    if agent == "reference":
+        if record.grade != "passed":
+            problems.append(f"{where}: graded {record.grade}, expected passed: {grade.get('error_msg')}")
+        wanted = {"build": "build_success", "function_test": "func_test_success",
+                  "intent_test": "intent_test_success"}
+        for check, key in wanted.items():
+            if check in checks and grade.get(key) is not True:
+                problems.append(f"{where}: {check} did not pass")
+        if "poc" in checks and (grade.get("pov_total") is None or grade.get("pov_passed") != grade.get("pov_total")):
+            problems.append(f"{where}: poc: {grade.get('pov_passed')} of {grade.get('pov_total')} fixed, expected all")
+        return problems
+    if "build" in checks and grade.get("build_success") is not True:
+        problems.append(f"{where}: build failed without any change")
+    if "function_test" in checks and grade.get("func_test_success") is not True:
+        problems.append(f"{where}: function_test fails without any change")
+    if "poc" in checks and grade.get("pov_passed") != 0:
+        problems.append(f"{where}: poc: {grade.get('pov_passed')} of {grade.get('pov_total')} PoCs pass without "
+                        "any change, expected none")
+    return problems
+
+
+def verify(settings: Settings, tasks: list[Task], results: Path, *, jobs: int = 1,
+           say: Callable[[str], None] = print) -> list[TaskVerdict]:
+    """Build every image, run reference and dummy on every task, judge each run."""
+    verdicts = {t.id: TaskVerdict(t) for t in tasks}
+    agents = {name: load_agent(settings.agents_dir, name) for name in AGENTS}
+    for name, agent in agents.items():
+        started = time.monotonic()
+        outcome = build_images(settings, tasks, agent, jobs=max(jobs, settings.build_jobs), say=say)
+        for task_id, failure in outcome.failures.items():
+            verdicts[task_id].problems.append(f"{task_id}: images do not build ({failure.layer} layer): "
+                                              f"see {failure.log_path}")
+        say(f"images for {name}: {len(outcome.report.built)} built, {len(outcome.report.reused)} reused "
+            f"({time.monotonic() - started:.0f} s)")
+    session = Session.new()
+    reap_orphans()
+    backend = DockerBackend()
+    lock = threading.Lock()
+
+    def one(task: Task, agent: str) -> None:
+        config = RunConfig(task=task, agent=agents[agent], limits=limits_for(settings, task))
+        record = execute(config, settings, backend, session, results, build=False)
+        problems = judge(task, agent, record)
+        with lock:
+            verdicts[task.id].records[agent] = record
+            verdicts[task.id].problems.extend(problems)
+            say(f"{task.id} {agent}: {record.grade}" + (f" — {problems[0]}" if problems else " — as expected"))
+
+    runnable = [t for t in tasks if not verdicts[t.id].problems]
+    try:
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            for future in [pool.submit(one, t, a) for t in runnable for a in AGENTS]:
+                future.result()
+    finally:
+        reap_session(session.id)
+    return [verdicts[t.id] for t in tasks]
+
+
+def summary(verdicts: list[TaskVerdict], dataset: str, version: str | None, seconds: float) -> dict[str, Any]:
+    rows = []
+    for v in verdicts:
+        row: dict[str, Any] = {"task": v.task.id, "language": v.task.language, "project": v.task.config.project,
+                               "advisories": v.task.advisories(), "checks": v.task.checks(), "valid": v.valid,
+                               "problems": v.problems}
+        for agent, record in v.records.items():
+            row[agent] = {"grade": record.grade, "run_dir": str(record.run_dir),
+                          "seconds": record.durations.get("total"), "result": record.patch_result}
+        rows.append(row)
+    return {"dataset": dataset, "version": version, "verified_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "seconds": round(seconds, 1), "valid": all(v.valid for v in verdicts), "tasks": rows}
+
+
+def markdown(report: dict[str, Any]) -> str:
+    lines = [f"# Verification of {report['dataset']} ({report['version']})", "",
+             f"{report['verified_at']}, {report['seconds']:.0f} s: "
+             f"{sum(r['valid'] for r in report['tasks'])} of {len(report['tasks'])} tasks valid.", "",
+             "| task | language | advisories | reference | dummy | valid |", "|---|---|---|---|---|---|"]
+    for row in report["tasks"]:
+        ref = (row.get("reference") or {}).get("grade", "-")
+        dummy = (row.get("dummy") or {}).get("grade", "-")
+        lines.append(f"| {row['task']} | {row['language']} | {', '.join(row['advisories']) or '-'} | {ref} | "
+                     f"{dummy} | {'yes' if row['valid'] else 'NO'} |")
+    problems = [p for row in report["tasks"] for p in row["problems"]]
+    if problems:
+        lines += ["", "## Problems", ""] + [f"- {p}" for p in problems]
+    return "\n".join(lines) + "\n"
+
+
+def write_reports(report: dict[str, Any], out: Path) -> tuple[Path, Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    stem = f"verify-{report['dataset']}-{report['verified_at'].replace(':', '').replace('+0000', 'Z')}"
+    md, js = out / f"{stem}.md", out / f"{stem}.json"
+    md.write_text(markdown(report), encoding="utf-8")
+    js.write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
+    return md, js
