@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DATASET ?= datasets/pilot
 
-.PHONY: install bootstrap images bench test clean-images
+.PHONY: install bootstrap images bench test chromium clean-images
 
 # A venv keeps the harness off the system Python (Debian refuses pip there).
 $(BIN)/ssebench: pyproject.toml sdk/pyproject.toml
@@ -38,8 +38,13 @@ bench: images
 	  --html=report.html --self-contained-html $(PYTEST_ARGS); status=$$?; \
 	  if [ $$status -gt 1 ]; then exit $$status; fi; echo "report: report.html, runs: results/"
 
+# The suite reads the HTML report as a person sees it, in Debian's Chromium.
+chromium:
+	@command -v chromium >/dev/null || { echo "installing chromium (the report test renders report.html)"; \
+	  $(SUDO) apt-get install -y -q chromium >/dev/null; }
+
 # pytest's exit status 5 means it collected nothing: a failure, said plainly.
-test: bootstrap
+test: bootstrap chromium
 	@$(BIN)/python -m pytest $(PYTEST_ARGS); status=$$?; \
 	  if [ $$status = 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$status
 

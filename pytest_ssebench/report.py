@@ -26,8 +26,11 @@ USAGE_FIELDS = ("calls", "prompt_tokens", "completion_tokens", "cost", "stopped"
 def properties(record: RunRecord) -> list[tuple[str, object]]:
     """result.json's fields (and the run's identity) as junit-xml properties."""
     config = record.config
+    task = config.task
     props: list[tuple[str, object]] = [
-        ("task", config.task.id), ("agent", config.agent.name), ("model", config.model),
+        ("task", task.id), ("project", task.config.project), ("language", task.language),
+        ("advisories", ", ".join(task.advisories())), ("dataset_version", task.dataset_version),
+        ("agent", config.agent.name), ("model", config.model),
         ("difficulty", config.difficulty), ("mode", config.mode), ("run_id", record.run_id),
         ("run_dir", str(record.run_dir)), ("grade", record.grade),
     ]
@@ -44,6 +47,16 @@ def properties(record: RunRecord) -> list[tuple[str, object]]:
     return [(PREFIX + key, "" if value is None else value) for key, value in props]
 
 
+def vulnerability_cell(user_properties: list[tuple[str, object]]) -> str:
+    """The advisory ids and project of a run, escaped, for the report's results table ("" for other tests)."""
+    props = dict(user_properties)
+    project = str(props.get(PREFIX + "project") or "")
+    advisories = str(props.get(PREFIX + "advisories") or "")
+    if not project:
+        return ""
+    return html.escape(f"{advisories or 'no advisory'} · {project}")
+
+
 def _cell(value: Any) -> str:
     return {True: "✔ passed", False: "✘ failed", None: "— not run"}.get(value, html.escape(str(value)))
 
@@ -52,7 +65,11 @@ def grade_card(record: RunRecord) -> str:
     grade = record.patch_result
     colour = {"passed": "#1a7f37", "failed": "#cf222e"}.get(record.grade, "#9a6700")
     pocs = "— not run" if grade.get("pov_total") is None else f"{grade['pov_passed']} / {grade['pov_total']} fixed"
-    rows = [("grade", f'<b style="color:{colour}">{html.escape(record.grade)}</b>'),
+    task = record.config.task
+    what = f"{task.id}: {task.config.project} ({task.language})"
+    rows = [("task", html.escape(what)),
+            ("advisories", html.escape(", ".join(task.advisories()) or "—")),
+            ("grade", f'<b style="color:{colour}">{html.escape(record.grade)}</b>'),
             ("build", _cell(grade.get("build_success"))), ("PoCs", html.escape(pocs)),
             ("function test", _cell(grade.get("func_test_success"))),
             ("intent test", _cell(grade.get("intent_test_success"))),

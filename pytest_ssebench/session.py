@@ -17,7 +17,7 @@ import pytest
 
 from pytest_ssebench.collect import RECORD, RunItem, TaskDirectory, dataset_marker
 from pytest_ssebench.options import Options, parse_options
-from pytest_ssebench.report import ScoreTable, html_extras, properties
+from pytest_ssebench.report import ScoreTable, html_extras, properties, vulnerability_cell
 from ssebench.agent import Agent, load_agent
 from ssebench.errors import ConfigError, ConfigErrors, SSEBenchError
 from ssebench.reaper import Session
@@ -84,6 +84,8 @@ class SSEBenchSession:
         self._registered_markers: set[str] = set()
         if config.pluginmanager.hasplugin("xdist"):
             config.pluginmanager.register(_XdistHooks(self), "ssebench-xdist")
+        if config.pluginmanager.hasplugin("html"):
+            config.pluginmanager.register(_HtmlHooks(), "ssebench-html")
 
     def _start_gateway(self) -> tuple[str, str]:
         from ssebench.gateway import GatewayError, GatewayProcess
@@ -251,3 +253,13 @@ class _XdistHooks:
         if self.session.gateway_access is not None:
             node.workerinput["ssebench_gateway"], node.workerinput["ssebench_gateway_token"] = (
                 self.session.gateway_access)
+
+
+class _HtmlHooks:
+    """Hooks that exist only with pytest-html: a column naming each run's vulnerability and project."""
+
+    def pytest_html_results_table_header(self, cells: list[str]) -> None:
+        cells.insert(2, '<th class="sortable" data-column-type="vulnerability">Vulnerability</th>')
+
+    def pytest_html_results_table_row(self, report: pytest.TestReport, cells: list[str]) -> None:
+        cells.insert(2, f"<td>{vulnerability_cell(report.user_properties)}</td>")

@@ -294,7 +294,8 @@ def write_summary(record: RunRecord) -> None:
     task = record.config.task
     write_json(record.run_dir / "summary.json", {
         "task": {"id": task.id, "dataset": task.dataset, "dataset_version": task.dataset_version,
-                 "language": task.language, "project": task.config.project, "path": str(task.path)},
+                 "language": task.language, "project": task.config.project,
+                 "advisories": task.advisories(), "path": str(task.path)},
         "config": record.config.describe(),
         "grade": record.grade,
         "error": record.infra_error,

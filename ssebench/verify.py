@@ -10,6 +10,8 @@ task which check, if any, disagrees.
 from __future__ import annotations
 
 import json
+import re
+import shlex
 import threading
 import time
 from collections.abc import Callable
@@ -22,7 +24,9 @@ from typing import Any
 from ssebench.agent import load_agent
 from ssebench.backend import DockerBackend
 from ssebench.build import build_images
-from ssebench.reaper import Session, reap_orphans, reap_session
+from ssebench.engine import client, docker_errors
+from ssebench.image import image_names
+from ssebench.reaper import SESSION, Session, reap_orphans, reap_session
 from ssebench.run import RunConfig, RunRecord, execute, limits_for
 from ssebench.settings import Settings
 from ssebench.task import Task
@@ -71,6 +75,41 @@ def judge(task: Task, agent: str, record: RunRecord) -> list[str]:
     return problems
 
 
+# Debian patch files a task's Dockerfile names: the fix's own file, which the agent must not see named.
+_PATCH_NAME = re.compile(r"(?:debian/patches/|STOP_AT=)([\w.+-]+\.(?:patch|diff))")
+
+# Run as the agent (uid 1000) in the tool image, with no network: every readable
+# file, compressed or not, and every git history that names a term.
+_SEARCH = r"""
+cd /
+grep -rlFi -f /tmp/terms --exclude-dir=proc --exclude-dir=sys --exclude-dir=dev / 2>/dev/null
+find / -xdev -name '*.gz' -type f -readable 2>/dev/null | while read -r f; do
+  zcat -- "$f" 2>/dev/null | grep -qFi -f /tmp/terms && echo "$f (compressed)"; done
+find / -xdev -name .git 2>/dev/null | while read -r g; do
+  git -C "${g%/.git}" log --all --format='%H %s%n%b' 2>/dev/null | grep -qFi -f /tmp/terms && echo "$g (history)"; done
+true
+"""
+
+
+def leak_terms(task: Task) -> list[str]:
+    """What no agent-visible file may name: the task's advisory ids and the fix's Debian patch file names."""
+    dockerfile = (task.path / "Dockerfile").read_text(encoding="utf-8", errors="replace")
+    names = [name for name in _PATCH_NAME.findall(dockerfile) if name != "series"]
+    return list(dict.fromkeys([*task.advisories(), *names]))
+
+
+def visible_mentions(image: str, terms: list[str], session: Session) -> list[str]:
+    """The files and git histories in `image` that uid 1000 can read and that name any of `terms`."""
+    if not terms:
+        return []
+    script = f"printf '%s\\n' {' '.join(shlex.quote(t) for t in terms)} > /tmp/terms\n{_SEARCH}"
+    with docker_errors(f"searching {image}"):
+        out = client().containers.run(image, ["-c", script], entrypoint=["/bin/sh"], user="1000:1000",
+                                      network_disabled=True, remove=True, labels={SESSION: session.id},
+                                      stdout=True, stderr=False)
+    return [line for line in out.decode(errors="replace").splitlines() if line and line != "/tmp/terms"]
+
+
 def verify(settings: Settings, tasks: list[Task], results: Path, *, jobs: int = 1,
            say: Callable[[str], None] = print) -> list[TaskVerdict]:
     """Build every image, run reference and dummy on every task, judge each run."""
@@ -89,6 +128,16 @@ def verify(settings: Settings, tasks: list[Task], results: Path, *, jobs: int = 
     backend = DockerBackend()
     lock = threading.Lock()
 
+    def hidden(task: Task) -> None:
+        terms = leak_terms(task)
+        found = visible_mentions(image_names(settings, task)["tool"], terms, session)
+        with lock:
+            if found:
+                verdicts[task.id].problems.append(
+                    f"{task.id}: the agent (uid 1000) can read what names the fix ({', '.join(terms)}): "
+                    + ", ".join(found[:10]))
+            say(f"{task.id} hidden: {len(found)} agent-readable files name {', '.join(terms)}")
+
     def one(task: Task, agent: str) -> None:
         config = RunConfig(task=task, agent=agents[agent], limits=limits_for(settings, task))
         record = execute(config, settings, backend, session, results, build=False)
@@ -101,7 +150,9 @@ def verify(settings: Settings, tasks: list[Task], results: Path, *, jobs: int = 
     runnable = [t for t in tasks if not verdicts[t.id].problems]
     try:
         with ThreadPoolExecutor(max_workers=jobs) as pool:
-            for future in [pool.submit(one, t, a) for t in runnable for a in AGENTS]:
+            futures = [pool.submit(hidden, t) for t in runnable]
+            futures += [pool.submit(one, t, a) for t in runnable for a in AGENTS]
+            for future in futures:
                 future.result()
     finally:
         reap_session(session.id)

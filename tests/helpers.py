@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import html
+import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -14,6 +17,7 @@ from typing import Any
 import yaml
 
 DEMO = Path(__file__).resolve().parent.parent / "datasets" / "demo"
+PILOT = DEMO.parent / "pilot"
 
 
 def task_config(task_id: str = "tiny-1", **overrides: Any) -> dict[str, Any]:
@@ -96,3 +100,13 @@ def wait_for_agent_phase(container: Any, timeout: float = 180) -> None:
         assert container.status == "running", container.logs().decode(errors="replace")
         time.sleep(0.2)
     raise AssertionError("the agent phase did not start:\n" + container.logs().decode(errors="replace"))
+
+
+def rendered_text(page: Path) -> str:
+    """An HTML file's text as a person sees it: Debian's Chromium runs its scripts, then the DOM's text."""
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert chromium, "Chromium is missing: `make test` installs Debian's chromium package (apt-get install chromium)"
+    dom = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=15000",
+                          "--dump-dom", f"file://{page}?collapsed="], capture_output=True, text=True, timeout=180,
+                         check=True).stdout
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", dom)).split())

@@ -16,7 +16,7 @@ import pytest
 
 from ssebench.engine import client
 from ssebench.task import Task
-from tests.helpers import DEMO
+from tests.helpers import DEMO, rendered_text
 
 pytest_plugins = ["pytester"]
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -208,3 +208,35 @@ def test_infrastructure_errors_are_retried_failures_never(demo: pytest.Pytester,
     assert len(runs) == (1 if retries == "0" else 2)
     if retries == "0":
         result.stdout.fnmatch_lines(["*Infrastructure error, not a grade: the engine hiccuped*"])
+
+
+# -- a model-driven agent through the plugin, read in a browser ----------------------
+
+def test_chat_agent_fixes_the_demo_through_the_gateway_and_the_report_shows_it(demo: pytest.Pytester) -> None:
+    import yaml
+    from sse.dialog import read, validate
+
+    models = Path(__file__).resolve().parents[2] / "models"
+    result = demo.runpytest_subprocess("datasets/demo", "--agent", "chat-agent", "--model", "scripted-fix",
+                                       "--results", "out", "--html", "report.html", "--self-contained-html",
+                                       "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=3)
+    script = yaml.safe_load((models / "scripted" / "fix.yaml").read_text())
+    runs = sorted((demo.path / "out").glob("*/scripted-fix/chat-agent/*-d2-sandbox-*"))
+    assert len(runs) == 3
+    for run_dir in runs:
+        dialog = read(run_dir / "archive" / "dialog.jsonl")
+        assert validate(dialog) == [], run_dir
+        prompt = next(r["text"] for r in dialog if r["type"] == "prompt")
+        [steps] = [c["steps"] for c in script["conversations"] if c["match"] in prompt]
+        usage = json.loads((run_dir / "summary.json").read_text())["usage"]
+        expected = (sum(s["usage"]["prompt_tokens"] for s in steps), sum(s["usage"]["completion_tokens"] for s in steps))
+        assert (usage["prompt_tokens"], usage["completion_tokens"]) == expected, run_dir
+        assert usage["calls"] == len(steps) and usage["stopped"] is None
+        assert usage["cost"] == pytest.approx((expected[0] * 3.0 + expected[1] * 15.0) / 1e6)
+    text = rendered_text(demo.path / "report.html")
+    # What a person sees: the runs, the vulnerability column, and each transcript with its tool calls.
+    assert "3 Passed" in text and "Vulnerability" in text
+    for seen in ("chat-agent with model scripted-fix", "Task prompt", "view_file", "edit_file", "test_patch",
+                 "tokens: 1850 in / 74 out", "complete: done", "TLV_ERR_TOO_LONG", "model use"):
+        assert seen in text, seen

@@ -1,0 +1,81 @@
+"""The CI subset of the pilot dataset: one real CVE per language, end to end through the plugin.
+
+The whole pilot is checked by `ssebench dataset verify datasets/pilot`
+(about an hour from an empty engine); CI runs these three tasks.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+
+import pytest
+
+from ssebench.agent import load_agent
+from ssebench.build import build_images
+from ssebench.dataset import load_tasks
+from ssebench.image import image_names
+from ssebench.reaper import Session, reap_session
+from ssebench.settings import Settings
+from ssebench.task import Task
+from ssebench.verify import leak_terms, visible_mentions
+from tests.helpers import PILOT, rendered_text
+
+pytest_plugins = ["pytester"]
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+SUBSET = ("libcue-CVE-2023-43641", "jwt-go-CVE-2020-26160", "time-CVE-2026-25727")
+
+
+@pytest.fixture(scope="module")
+def pilot_subset(settings: Settings) -> list[Task]:
+    """The subset's images with both agents, built or reused."""
+    tasks = [t for t in load_tasks(PILOT) if t.id in SUBSET]
+    assert sorted(t.id for t in tasks) == sorted(SUBSET)
+    for agent in ("reference", "dummy"):
+        outcome = build_images(settings, tasks, load_agent(settings.agents_dir, agent))
+        assert not outcome.failures, {k: str(v) for k, v in outcome.failures.items()}
+    return tasks
+
+
+@pytest.fixture
+def session() -> Iterator[Session]:
+    session = Session.new()
+    yield session
+    reap_session(session.id)
+
+
+def test_reference_passes_and_dummy_fails_on_the_poc(pytester: pytest.Pytester, pilot_subset: list[Task]) -> None:
+    (pytester.path / "datasets" / "pilot").mkdir(parents=True)
+    shutil.copy(PILOT / "dataset.yaml", pytester.path / "datasets" / "pilot")
+    for task in pilot_subset:
+        shutil.copytree(task.path, pytester.path / "datasets" / "pilot" / task.id)
+    result = pytester.runpytest_subprocess("datasets/pilot", "--agent", "reference", "--agent", "dummy", "-n", "2",
+                                           "--results", "out", "--html", "report.html", "--self-contained-html",
+                                           "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=3, failed=3)
+    failures = result.stdout.str().split("short test summary info")[0]
+    assert failures.count("A proof of concept still reproduces: /ssebench/pocs/") == 3
+    summaries = [json.loads(p.read_text()) for p in (pytester.path / "out").glob("*/none/*/*/summary.json")]
+    assert len(summaries) == 6
+    for summary in summaries:
+        task = summary["task"]
+        assert task["dataset_version"] == "pilot-v1" and task["id"].split("-", 1)[-1] in " ".join(task["advisories"])
+        assert summary["grade"] == ("passed" if summary["config"]["agent"] == "reference" else "failed")
+    text = rendered_text(pytester.path / "report.html")
+    for shown in ("CVE-2023-43641 · libcue", "CVE-2020-26160 · jwt-go", "CVE-2026-25727, RUSTSEC-2026-0009 · time"):
+        assert shown in text, shown
+
+
+@pytest.mark.parametrize("task_id", SUBSET)
+def test_the_agent_cannot_read_what_names_the_fix(pilot_subset: list[Task], settings: Settings, session: Session,
+                                                  task_id: str) -> None:
+    task = next(t for t in pilot_subset if t.id == task_id)
+    image = image_names(settings, task)["tool"]
+    terms = leak_terms(task)
+    assert task.advisories()[0] in terms
+    assert visible_mentions(image, terms, session) == []
+    # Positive control: the same search, as the same user, finds the source tree's own name.
+    source_name = task.config.source.rstrip("/").rsplit("/", 1)[-1]
+    assert any(path.startswith(task.config.source) for path in visible_mentions(image, [source_name], session))
