@@ -72,7 +72,12 @@ def failure_text(record: RunRecord) -> str:
             sentence = template.format(rest=message[len(prefix):])
             break
     log = str(grade.get("error_log") or "").rstrip().splitlines()[-LOG_LINES:]
-    lines = [sentence, f"Checks: {grade_line(grade)}.", f"Run directory: {record.run_dir}"]
+    lines = [sentence, f"Checks: {grade_line(grade)}."]
+    if record.limits_hit:
+        lines.append(f"Limits hit: {'; '.join(record.limits_hit)}.")
+    if record.usage and record.usage.get("stopped"):
+        lines.append(f"Model calls stopped by the gateway: {record.usage['stopped']}.")
+    lines.append(f"Run directory: {record.run_dir}")
     if log:
         lines += ["", f"Last {len(log)} lines of its log:", *log]
     return "\n".join(lines)

@@ -34,3 +34,18 @@ def test_a_task_without_an_advisory_says_so_and_other_tests_get_an_empty_cell(tm
     assert vulnerability_cell([("ssebench.project", "<b>x</b>"), ("ssebench.advisories", "CVE-1")]) == \
         "CVE-1 · &lt;b&gt;x&lt;/b&gt;"
     assert vulnerability_cell([("other", 1)]) == ""
+
+
+def test_a_failure_says_why_the_model_was_stopped_and_which_limits_were_hit(tmp_path: Path) -> None:
+    from pytest_ssebench.collect import failure_text
+
+    record = _record("c-demo", tmp_path)
+    record.result = {"patch_result": {"error_msg": "PoC failed: /ssebench/pocs/long_value.tlv", "build_success": True,
+                                      "pov_passed": 0, "pov_total": 1}}
+    assert "stopped" not in failure_text(record) and "Limits" not in failure_text(record)
+    record.usage = {"calls": 2, "stopped": "budget exhausted: 5105 of 5000 tokens used"}
+    record.limits_hit = ["memory: 1 OOM kill"]
+    lines = failure_text(record).splitlines()
+    assert lines[0] == "A proof of concept still reproduces: /ssebench/pocs/long_value.tlv."
+    assert "Model calls stopped by the gateway: budget exhausted: 5105 of 5000 tokens used." in lines
+    assert "Limits hit: memory: 1 OOM kill." in lines
