@@ -61,8 +61,10 @@ def test_run_container_is_confined_and_the_agent_gains_nothing(launcher: Launche
 
 
 HOG = "import time\nchunks = []\nwhile True:\n    chunks.append(bytearray(64 << 20))\n"
-FILL = ("for i in $(seq 1 10); do head -c 1G /dev/zero > /tmp/fill-$i || break; done; "
-        "head -c 1G /dev/urandom > big.bin; df -h / >&2")
+# The change over the patch limit first: how much of the 10 GB a loaded machine
+# writes before the agent's time limit must not decide what the record says.
+FILL = ("head -c 200m /dev/urandom > big.bin; "
+        "for i in $(seq 1 10); do head -c 1G /dev/zero > /tmp/fill-$i || break; done; df -h / >&2")
 ATTACKS = {
     # name: (level, agent command, limits, what the record must say)
     "fork-bomb": (0, ["bash", "-c", "bomb() { bomb | bomb & }; bomb; sleep 20"], {"pids": "256"}, "pids"),

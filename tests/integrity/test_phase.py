@@ -9,6 +9,7 @@ process of model or sse-runner may live on, and the run must still grade.
 from __future__ import annotations
 
 import json
+import re
 import time
 
 import pytest
@@ -16,6 +17,9 @@ import pytest
 from tests.integrity.harness import LEVELS, Launcher
 
 pytestmark = [pytest.mark.docker, pytest.mark.integrity, pytest.mark.slow]
+
+# How capture runs git as the tree's owner (ssebench.runtime.process.confined, ssebench.runtime.git).
+CAPTURE_GIT = re.compile(r"/usr/bin/prlimit --fsize=\d+ --core=0 -- /usr/bin/choom -n 1000 -- /usr/bin/git --no-pager ")
 
 # Root's client of the agent socket (agent-facing whoever connects): it must
 # outlive the end of the phase, which kills every process of model.
@@ -65,9 +69,14 @@ def test_requests_that_waited_run_nothing_after_the_phase(launcher: Launcher, le
     time.sleep(1)  # the busy ones run, the queued ones wait
     run.sh("root", "/opt/ssebench/venv/bin/python -I -c \"from sse.daemon import Daemon; "
                    "Daemon('/run/ssebench/admin.sock').post('/admin/agent_exited', {})\"")
-    # (sse-runner's processes are grading's from now on: the check that was busy is judged by its time below.)
-    left = run.sh("root", "sleep 1; ps -o user=,args= -u model || true").strip()
-    assert left == "", f"processes of the agent outlived the phase:\n{left}"
+    # (sse-runner's processes are grading's from now on: the check that was busy is judged by its time below.
+    # So is the capture of the agent's change, which the daemon runs as the tree's owner once the agent is
+    # gone: a model process whose parent is the daemon and whose program is capture's confined git.)
+    left = run.sh("root", "sleep 1; ps -o pid=,ppid=,args= -u model || true").strip().splitlines()
+    daemons = set(run.sh("root", "pgrep -f 'ssebench[.]runtime[.]daemon' || true").split())
+    strays = [line for line in left if line.split()[1] not in daemons
+              or not CAPTURE_GIT.match(line.split(None, 2)[2])]
+    assert strays == [], "processes of the agent outlived the phase:\n" + "\n".join(strays)
     result = run.finish()
     assert result["patch_result"]["status"] in ("passed", "failed"), result
     out = json.loads((run.run_dir / "archive" / "queue.json").read_text())
