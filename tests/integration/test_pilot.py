@@ -57,14 +57,14 @@ def test_reference_passes_and_dummy_fails_on_the_poc(pytester: pytest.Pytester, 
     result.assert_outcomes(passed=3, failed=3)
     failures = result.stdout.str().split("short test summary info")[0]
     assert failures.count("A proof of concept still reproduces: /ssebench/pocs/") == 3
-    summaries = [json.loads(p.read_text()) for p in (pytester.path / "out").glob("*/none/*/*/summary.json")]
+    summaries = [json.loads(p.read_text()) for p in (pytester.path / "out").glob("*/none/*/*-sandbox-*/summary.json")]
     assert len(summaries) == 6
     for summary in summaries:
         task = summary["task"]
-        assert task["dataset_version"] == "pilot-v1" and task["id"].split("-", 1)[-1] in " ".join(task["advisories"])
+        assert task["dataset_version"] == "pilot-v1" and any(a in task["id"] for a in task["advisories"]), task
         assert summary["grade"] == ("passed" if summary["config"]["agent"] == "reference" else "failed")
     text = rendered_text(pytester.path / "report.html")
-    for shown in ("CVE-2023-43641 · libcue", "CVE-2020-26160 · jwt-go", "CVE-2026-25727, RUSTSEC-2026-0009 · time"):
+    for shown in ("CVE-2023-43641, GHSA-5982-x7hv-r9cj · libcue", "CVE-2020-26160 · jwt-go", "CVE-2026-25727, RUSTSEC-2026-0009 · time"):
         assert shown in text, shown
 
 
