@@ -24,7 +24,7 @@ install: $(BIN)/ssebench
 bootstrap: install
 	@if ! command -v debootstrap >/dev/null && [ ! -x /usr/sbin/debootstrap ]; then \
 	  echo "installing debootstrap (makes the OS image when no registry can supply it)"; \
-	  $(SUDO) apt-get install -y -q debootstrap >/dev/null; fi
+	  $(SUDO) apt-get update -q >/dev/null && $(SUDO) apt-get install -y -q debootstrap >/dev/null; fi
 	$(BIN)/ssebench images bootstrap || $(SUDO) $(BIN)/ssebench images bootstrap
 
 images: bootstrap
@@ -41,7 +41,7 @@ bench: images
 # The suite reads the HTML report as a person sees it, in Debian's Chromium.
 chromium:
 	@command -v chromium >/dev/null || { echo "installing chromium (the report test renders report.html)"; \
-	  $(SUDO) apt-get install -y -q chromium >/dev/null; }
+	  $(SUDO) apt-get update -q >/dev/null && $(SUDO) apt-get install -y -q chromium >/dev/null; }
 
 # pytest's exit status 5 means it collected nothing: a failure, said plainly.
 test: bootstrap chromium
