@@ -76,6 +76,8 @@ def test_the_agent_cannot_read_what_names_the_fix(pilot_subset: list[Task], sett
     terms = leak_terms(task)
     assert task.advisories()[0] in terms
     assert visible_mentions(image, terms, session) == []
-    # Positive control: the same search, as the same user, finds the source tree's own name.
+    # Positive control: the same search, as the same user, with the same terms and the source tree's own
+    # name last, finds files of the tree.
     source_name = task.config.source.rstrip("/").rsplit("/", 1)[-1]
-    assert any(path.startswith(task.config.source) for path in visible_mentions(image, [source_name], session))
+    found = visible_mentions(image, [*terms, source_name], session)
+    assert any(path.startswith(task.config.source) for path in found), found
