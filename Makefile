@@ -5,16 +5,18 @@ BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DATASET ?= datasets/pilot
 
-.PHONY: install bootstrap images bench test chromium clean-images
+.PHONY: install bootstrap images bench test typecheck chromium clean-images
 
 # A venv keeps the harness off the system Python (Debian refuses pip there).
-$(BIN)/ssebench: pyproject.toml sdk/pyproject.toml
+$(BIN)/ssebench: pyproject.toml sdk/pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[dev]' -e ./sdk
-	# pytest-retry apart from the venv's plugins: the suite checks our options
-	# beside it in a subprocess (autoloaded, it breaks in-process pytester runs).
-	$(BIN)/python -m pip install -q --target $(VENV)/isolated-plugins --no-deps pytest-retry
+	# Popular plugins apart from the venv's: the suite runs our plugin beside
+	# them in a subprocess (autoloaded, pytest-retry and pytest-randomly change
+	# the suite's own in-process pytester runs).
+	$(BIN)/python -m pip install -q --target $(VENV)/isolated-plugins --no-deps \
+	  pytest-retry pytest-randomly pytest-cov coverage
 	touch $@
 
 install: $(BIN)/ssebench
@@ -43,8 +45,12 @@ chromium:
 	@command -v chromium >/dev/null || { echo "installing chromium (the report test renders report.html)"; \
 	  $(SUDO) apt-get update -q >/dev/null && $(SUDO) apt-get install -y -q chromium >/dev/null; }
 
+# STYLE.md's aim, kept: mypy --strict over the packages (pyproject.toml's [tool.mypy]).
+typecheck: install
+	$(BIN)/python -m mypy
+
 # pytest's exit status 5 means it collected nothing: a failure, said plainly.
-test: bootstrap chromium
+test: typecheck bootstrap chromium
 	@$(BIN)/python -m pytest $(PYTEST_ARGS); status=$$?; \
 	  if [ $$status = 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$status
 

@@ -16,14 +16,15 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_ssebench.report import properties
 from ssebench.errors import ConfigError, ConfigErrors
 from ssebench.result import read_safely
 from ssebench.run import RunConfig, RunRecord
-from ssebench.dataset import load_task_in_place
 from ssebench.task import Task
 
 if TYPE_CHECKING:
-    from pytest_ssebench.session import SSEBenchSession
+    from pytest_ssebench.runner import Runner
+    from pytest_ssebench.session import SSEBenchPlugin
 
 RECORD = pytest.StashKey[RunRecord]()
 CONFIG = pytest.StashKey[RunConfig]()
@@ -92,12 +93,12 @@ def error_text(record: RunRecord) -> str:
 
 
 class RunItem(pytest.Item):
-    """One run: task x agent x model x difficulty x mode."""
+    """One run: task x agent x model x difficulty x mode (x trial)."""
 
-    def __init__(self, *, run: RunConfig, plugin: SSEBenchSession, **kwargs: Any) -> None:
+    def __init__(self, *, run: RunConfig, runner: Runner, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.stash[CONFIG] = run
-        self.session_plugin = plugin
+        self.runner = runner
         task = run.task
         for marker in (task.language, run.mode, "ssebench", dataset_marker(task.dataset)):
             self.add_marker(marker)
@@ -107,8 +108,10 @@ class RunItem(pytest.Item):
         return self.stash[CONFIG]
 
     def setup(self) -> None:
-        record = self.session_plugin.execute(self)
+        record = self.runner.run(self.run, lambda attempt: self.ihook.pytest_ssebench_run_finished(
+            item=self, record=attempt))
         self.stash[RECORD] = record
+        self.user_properties.extend(properties(record))
         if record.infra_error is not None:
             pytest.fail(error_text(record), pytrace=False)
 
@@ -129,13 +132,13 @@ class RunItem(pytest.Item):
 class TaskDirectory(pytest.Directory):
     """A task folder: its runs are its children; nothing inside it is collected as tests."""
 
-    def __init__(self, *, session_plugin: SSEBenchSession, **kwargs: Any) -> None:
+    def __init__(self, *, session_plugin: SSEBenchPlugin, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.session_plugin = session_plugin
 
     def _task(self) -> Task:
         try:
-            return load_task_in_place(self.path)
+            return self.session_plugin.loader.load(self.path)
         except ConfigErrors as exc:
             raise self.CollectError("\n".join(str(e) for e in exc.errors)) from None
         except ConfigError as exc:
@@ -143,9 +146,9 @@ class TaskDirectory(pytest.Directory):
 
     def collect(self) -> Iterator[pytest.Item]:
         task = self._task()
-        for run in self.session_plugin.runs_of(task):
-            name = f"{run.agent.name}[{run.model}-d{run.difficulty}-{run.mode}]"
-            yield RunItem.from_parent(self, name=name, run=run, plugin=self.session_plugin)
+        plugin = self.session_plugin
+        for run in plugin.runs_of(task):
+            yield RunItem.from_parent(self, name=plugin.item_name(run), run=run, runner=plugin.runner)
 
     class CollectError(Exception):
         pass

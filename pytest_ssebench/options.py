@@ -1,17 +1,164 @@
-"""The plugin's options: declared once, validated once, with usage errors that name the option."""
+"""The plugin's options: each declared once (flag, environment variable, ini key, default, parser).
+
+Every value is checked by one parser, wherever it comes from: on the
+command line argparse calls it (`type=`), so a bad flag is a usage error
+naming the flag; a bad environment or ini value is a usage error naming the
+variable or key. Names never clash with popular plugins: pytest-timeout
+owns `--timeout`, pytest-retry `--retries`, pytest-rerunfailures `--reruns`,
+pytest-repeat `--count`. This module imports nothing heavy: loading the
+plugin costs every pytest run of the environment almost nothing.
+"""
 
 from __future__ import annotations
 
+import argparse
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from ssebench.limits import Limits, LimitsError, parse_limits
-from ssebench.run import EGRESS
+from ssebench.defaults import AGENT_TIMEOUT, EGRESS, MODES
 
 DIFFICULTIES = range(0, 5)
+
+
+def _csv(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def difficulties(text: str) -> tuple[int, ...]:
+    try:
+        levels = tuple(dict.fromkeys(int(x) for x in _csv(text)))
+    except ValueError:
+        levels = ()
+    if not levels or any(level not in DIFFICULTIES for level in levels):
+        raise argparse.ArgumentTypeError(f"{text!r}: give levels 0-4 separated by commas, e.g. 0,2,4")
+    return levels
+
+
+def modes(text: str) -> tuple[str, ...]:
+    chosen = tuple(dict.fromkeys(_csv(text)))
+    for mode in chosen:
+        if mode == "sidecar":
+            raise argparse.ArgumentTypeError("sidecar mode is not available yet; use sandbox")
+        if mode not in MODES:
+            raise argparse.ArgumentTypeError(f"{mode!r}: the accepted modes are {', '.join(MODES)}")
+    if not chosen:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a mode, e.g. sandbox")
+    return chosen
+
+
+def seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a time in seconds above zero, e.g. 1800")
+    return value
+
+
+def count(minimum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = minimum - 1
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{text!r}: give a whole number of at least {minimum}")
+        return value
+
+    parse.__name__ = "count"
+    return parse
+
+
+def egress(text: str) -> str:
+    if text not in EGRESS:
+        raise argparse.ArgumentTypeError(f"{text!r}: use {' or '.join(EGRESS)}")
+    return text
+
+
+def limits(text: str) -> dict[str, str]:
+    from ssebench.limits import Limits, LimitsError, parse_limits
+
+    try:
+        parsed = parse_limits(text, "--run-limits")
+        if parsed:
+            Limits().merged(parsed, "--run-limits")
+    except LimitsError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--run-limits: ")) from None
+    return parsed
+
+
+def budget(text: str) -> dict[str, float]:
+    """`tokens=N,cost=USD` -> {"tokens": N, "cost": USD}."""
+    parsed: dict[str, float] = {}
+    for part in _csv(text):
+        key, _, value = part.partition("=")
+        key = key.strip()
+        try:
+            number = float(value)
+        except ValueError:
+            number = -1
+        if key not in ("tokens", "cost") or number <= 0 or (key == "tokens" and not number.is_integer()):
+            raise argparse.ArgumentTypeError(f"{text!r}: give tokens=N and/or cost=USD, both above zero, "
+                                             "e.g. tokens=2000000,cost=5")
+        parsed[key] = int(number) if key == "tokens" else number
+    if not parsed:
+        raise argparse.ArgumentTypeError(f"{text!r}: give tokens=N and/or cost=USD")
+    return parsed
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One option: its flag, and where else its value may come from, in order of precedence."""
+
+    flag: str
+    dest: str
+    parse: Callable[[str], Any] | None
+    help: str
+    metavar: str | None = None
+    env: str | None = None
+    ini: str | None = None
+    default: str | None = None
+
+
+SETTINGS = (
+    Setting("--difficulty", "ssebench_difficulty", difficulties, "comma-separated levels 0-4 (default 2)",
+            "LEVELS", env="SSEBENCH_DIFFICULTY", ini="ssebench_difficulty", default="2"),
+    Setting("--mode", "ssebench_mode", modes, "comma-separated modes: sandbox (default)", "MODES",
+            default="sandbox"),
+    Setting("--agent-timeout", "ssebench_timeout", seconds,
+            f"the agent's time limit per run (default {AGENT_TIMEOUT:.0f})", "SECONDS",
+            env="SSEBENCH_TIMEOUT", default=str(AGENT_TIMEOUT)),
+    Setting("--egress", "ssebench_egress", egress,
+            "restricted (default): an internal network with no route out; open: a normal bridge",
+            "restricted|open", env="SSEBENCH_EGRESS", default="restricted"),
+    Setting("--results", "ssebench_results", None, "where run directories go (default results/)", "DIR",
+            env="SSEBENCH_RESULTS", ini="ssebench_results", default="results"),
+    Setting("--infra-retries", "ssebench_retries", count(0),
+            "retry a run N times after an infrastructure error (never after a failed grade)", "N",
+            env="SSEBENCH_RETRIES", ini="ssebench_retries", default="0"),
+    Setting("--trials", "ssebench_trials", count(1),
+            "run each task x agent x model x difficulty N times, as N items (default 1)", "N",
+            env="SSEBENCH_TRIALS", ini="ssebench_trials", default="1"),
+    Setting("--run-limits", "ssebench_limits", limits,
+            "resource limits of every run container, overriding settings and tasks: "
+            "pids=N,memory=SIZE,cpus=N,file_size=SIZE (e.g. pids=512,memory=2g)", "LIMITS"),
+    Setting("--model-budget", "ssebench_budget", budget,
+            "what one run may use of its model, overriding the model file: tokens=N,cost=USD "
+            "(e.g. tokens=2000000,cost=5)", "BUDGET"),
+)
+FLAGS = (
+    ("--keep-containers", "ssebench_keep", "leave each run's container in place after it ends (for debugging)"),
+    ("--rebuild", "ssebench_rebuild", "rebuild every image of the collected tasks before running, ignoring "
+                                      "Docker's cache"),
+    ("--resume", "ssebench_resume", "report an item from its finished run in the results directory (same task "
+                                    "and version, agent, model, difficulty, mode and trial) instead of running it"),
+)
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -19,35 +166,36 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--agent", action="append", default=[], metavar="NAME",
                     help="agent to run on each collected task; repeatable (ini: ssebench_agents)")
     group.addoption("--model", action="append", default=[], metavar="NAME",
-                    help="model for the agents that need one; repeatable. dummy and reference record 'none'")
-    group.addoption("--difficulty", default=None, metavar="LEVELS",
-                    help="comma-separated levels 0-4 (default 2; ini: ssebench_difficulty)")
-    group.addoption("--mode", default=None, metavar="MODES", help="comma-separated modes: sandbox (default)")
-    # Names chosen not to clash with popular plugins: pytest-timeout owns
-    # --timeout, pytest-retry owns --retries.
-    group.addoption("--agent-timeout", dest="ssebench_timeout", default=None, metavar="SECONDS", type=float,
-                    help="the agent's time limit per run (default 3600; env SSEBENCH_TIMEOUT)")
-    group.addoption("--egress", default=None, choices=EGRESS,
-                    help="restricted (default): an internal network with no route out; open: a normal bridge")
-    group.addoption("--results", default=None, metavar="DIR",
-                    help="where run directories go (default results/; env SSEBENCH_RESULTS)")
-    group.addoption("--infra-retries", dest="ssebench_retries", default=None, metavar="N", type=int,
-                    help="retry a run N times after an infrastructure error (never after a failed grade)")
-    group.addoption("--run-limits", dest="ssebench_limits", default=None, metavar="LIMITS",
-                    help="resource limits of every run container, overriding settings and tasks: "
-                         "pids=N,memory=SIZE,cpus=N,file_size=SIZE (e.g. pids=512,memory=2g)")
-    group.addoption("--model-budget", dest="ssebench_budget", default=None, metavar="BUDGET",
-                    help="what one run may use of its model, overriding the model file: tokens=N,cost=USD "
-                         "(e.g. tokens=2000000,cost=5)")
-    group.addoption("--keep-containers", action="store_true", default=False,
-                    help="leave each run's container in place after it ends (for debugging)")
-    group.addoption("--rebuild", action="store_true", default=False,
-                    help="rebuild every image of the collected tasks before running, ignoring Docker's cache")
+                    help="model for the agents that need one; repeatable (ini: ssebench_models). "
+                         "dummy and reference record 'none'")
     parser.addini("ssebench_agents", "default --agent values", type="args", default=[])
     parser.addini("ssebench_models", "default --model values", type="args", default=[])
-    parser.addini("ssebench_difficulty", "default --difficulty", default="2")
-    parser.addini("ssebench_results", "default --results", default="results")
-    parser.addini("ssebench_retries", "default --infra-retries", default="0")
+    for s in SETTINGS:
+        sources = ", ".join(filter(None, (s.env and f"env {s.env}", s.ini and f"ini {s.ini}")))
+        group.addoption(s.flag, dest=s.dest, default=None, metavar=s.metavar, type=s.parse,
+                        help=s.help + (f" ({sources})" if sources else ""))
+        if s.ini:
+            parser.addini(s.ini, f"default {s.flag}", default=s.default)
+    for flag, dest, text in FLAGS:
+        group.addoption(flag, dest=dest, action="store_true", default=False, help=text)
+
+
+def _value(config: pytest.Config, s: Setting) -> Any:
+    """The setting's value: the flag (already parsed), else the environment, the ini file, the default."""
+    given = getattr(config.option, s.dest)
+    if given is not None:
+        return given
+    for source, raw in ((s.env, s.env and os.environ.get(s.env)), (s.ini, s.ini and config.getini(s.ini))):
+        if raw:
+            break
+    else:
+        source, raw = None, s.default
+    if raw is None or s.parse is None:
+        return raw
+    try:
+        return s.parse(str(raw))
+    except argparse.ArgumentTypeError as exc:
+        raise pytest.UsageError(f"{source or s.flag}: {exc} (or give {s.flag})") from None
 
 
 @dataclass(frozen=True)
@@ -60,90 +208,27 @@ class Options:
     egress: str
     results: Path
     retries: int
+    trials: int
     keep_containers: bool
     rebuild: bool
+    resume: bool
     limits: dict[str, str]
     budget: dict[str, float] | None
 
 
-def _csv(text: str) -> list[str]:
-    return [part.strip() for part in text.split(",") if part.strip()]
-
-
 def parse_options(config: pytest.Config) -> Options:
-    """Read and check every option; a bad value raises pytest.UsageError naming it."""
+    """Every option's value; a bad one raises pytest.UsageError naming where it came from."""
     opt = config.option
-    agents = tuple(opt.agent or config.getini("ssebench_agents"))
-    models = tuple(opt.model or config.getini("ssebench_models"))
-
-    raw = opt.difficulty or os.environ.get("SSEBENCH_DIFFICULTY") or config.getini("ssebench_difficulty")
-    try:
-        levels = tuple(dict.fromkeys(int(x) for x in _csv(str(raw))))
-    except ValueError:
-        levels = ()
-    if not levels or any(level not in DIFFICULTIES for level in levels):
-        raise pytest.UsageError(f"--difficulty {raw!r}: give levels 0-4 separated by commas, e.g. --difficulty 0,2,4")
-
-    modes = tuple(dict.fromkeys(_csv(opt.mode or "sandbox")))
-    for mode in modes:
-        if mode == "sidecar":
-            raise pytest.UsageError("--mode sidecar: sidecar mode is not available yet; use --mode sandbox")
-        if mode != "sandbox":
-            raise pytest.UsageError(f"--mode {mode!r}: the accepted mode is sandbox")
-
-    timeout_raw = opt.ssebench_timeout if opt.ssebench_timeout is not None else os.environ.get("SSEBENCH_TIMEOUT", 3600)
-    try:
-        timeout = float(timeout_raw)
-    except ValueError:
-        timeout = -1
-    if timeout <= 0:
-        raise pytest.UsageError(f"--agent-timeout {timeout_raw!r}: give the agent's time limit in seconds, "
-                                "e.g. --agent-timeout 1800")
-
-    egress = opt.egress or os.environ.get("SSEBENCH_EGRESS") or "restricted"
-    if egress not in EGRESS:
-        raise pytest.UsageError(f"SSEBENCH_EGRESS {egress!r}: use restricted or open")
-
-    retries_raw = (opt.ssebench_retries if opt.ssebench_retries is not None
-                   else os.environ.get("SSEBENCH_RETRIES") or config.getini("ssebench_retries"))
-    try:
-        retries = int(retries_raw)
-    except ValueError:
-        retries = -1
-    if retries < 0:
-        raise pytest.UsageError(f"--infra-retries {retries_raw!r}: give a whole number of retries, e.g. --infra-retries 1")
-
-    results = Path(opt.results or os.environ.get("SSEBENCH_RESULTS") or config.getini("ssebench_results"))
+    value = {s.dest: _value(config, s) for s in SETTINGS}
+    results = Path(value["ssebench_results"])
     if not results.is_absolute():
         results = config.invocation_params.dir / results
     if results.exists() and not results.is_dir():
-        raise pytest.UsageError(f"--results {results}: not a directory")
-
-    try:
-        limits = parse_limits(opt.ssebench_limits or "", "--run-limits")
-        if limits:
-            Limits().merged(limits, "--run-limits")
-    except LimitsError as exc:
-        raise pytest.UsageError(str(exc)) from None
-
-    budget = parse_budget(opt.ssebench_budget) if opt.ssebench_budget else None
-
-    return Options(agents=agents, models=models, difficulties=levels, modes=modes, timeout=timeout,
-                   egress=egress, results=results, retries=retries, keep_containers=bool(opt.keep_containers),
-                   rebuild=bool(opt.rebuild), limits=limits, budget=budget)
-
-
-def parse_budget(text: str) -> dict[str, float]:
-    """`tokens=N,cost=USD` -> {"tokens": N, "cost": USD}; a UsageError names --model-budget."""
-    budget: dict[str, float] = {}
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        key, _, value = part.partition("=")
-        try:
-            number = float(value)
-        except ValueError:
-            number = -1
-        if key.strip() not in ("tokens", "cost") or number <= 0 or (key.strip() == "tokens" and not number.is_integer()):
-            raise pytest.UsageError(f"--model-budget {text!r}: give tokens=N and/or cost=USD, both above zero, "
-                                    "e.g. --model-budget tokens=2000000,cost=5")
-        budget[key.strip()] = int(number) if key.strip() == "tokens" else number
-    return budget
+        raise pytest.UsageError(f"--results {results}: not a directory; give a directory for the run results")
+    return Options(
+        agents=tuple(opt.agent or config.getini("ssebench_agents")),
+        models=tuple(opt.model or config.getini("ssebench_models")),
+        difficulties=value["ssebench_difficulty"], modes=value["ssebench_mode"], timeout=value["ssebench_timeout"],
+        egress=value["ssebench_egress"], results=results, retries=value["ssebench_retries"],
+        trials=value["ssebench_trials"], keep_containers=bool(opt.ssebench_keep), rebuild=bool(opt.ssebench_rebuild),
+        resume=bool(opt.ssebench_resume), limits=value["ssebench_limits"] or {}, budget=value["ssebench_budget"])

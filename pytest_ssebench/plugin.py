@@ -31,6 +31,6 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", f"{name}: {text}")
     if not (config.option.agent or config.getini("ssebench_agents")):
         return
-    from pytest_ssebench.session import SSEBenchSession
+    from pytest_ssebench.session import SSEBenchPlugin
 
-    config.pluginmanager.register(SSEBenchSession(config), "ssebench-session")
+    config.pluginmanager.register(SSEBenchPlugin(config), "ssebench-session")

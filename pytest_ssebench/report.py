@@ -1,12 +1,20 @@
-"""What a run adds to pytest's reports: junit-xml properties, pytest-html extras, the score table."""
+"""What a run adds to pytest's reports: junit-xml properties, pytest-html extras, the score table.
+
+`ReportHooks` is the plugin's reporting half: it attaches each run's grade
+to its report, feeds the score table from reports (so it works under xdist,
+on the controller) and prints the table in the terminal and in report.html.
+"""
 
 from __future__ import annotations
 
 import html
+import math
 from collections import defaultdict
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+import pytest
 from pytest_ssebench.transcript import render_transcript
 from sse.dialog import parse
 
@@ -31,7 +39,8 @@ def properties(record: RunRecord) -> list[tuple[str, object]]:
         ("task", task.id), ("project", task.config.project), ("language", task.language),
         ("advisories", ", ".join(task.advisories())), ("dataset_version", task.dataset_version),
         ("agent", config.agent.name), ("model", config.model),
-        ("difficulty", config.difficulty), ("mode", config.mode), ("run_id", record.run_id),
+        ("difficulty", config.difficulty), ("mode", config.mode), ("trial", config.trial),
+        ("resumed", record.resumed), ("run_id", record.run_id),
         ("run_dir", str(record.run_dir)), ("grade", record.grade),
     ]
     grade = record.patch_result
@@ -123,10 +132,16 @@ class Tally:
     tokens: int = 0
     cost: float = 0.0
     metered: bool = False
+    # Per task (and mode): how many graded trials, how many passed (pass@k is per task, then averaged).
+    per_task: dict[str, list[int]] = field(default_factory=lambda: defaultdict(lambda: [0, 0]))
 
     def add(self, outcome: str, props: dict[str, Any]) -> None:
         self.runs += 1
         self.outcomes[outcome] += 1
+        if outcome in ("passed", "failed"):
+            counts = self.per_task[f"{props.get(PREFIX + 'task')}/{props.get(PREFIX + 'mode')}"]
+            counts[0] += 1
+            counts[1] += outcome == "passed"
         for check, key in (("build", "build_success"), ("function", "func_test_success"),
                            ("intent", "intent_test_success")):
             value = props.get(PREFIX + key)
@@ -151,6 +166,41 @@ class Tally:
         values = self.checks.get(check) or []
         return f"{100 * sum(values) / len(values):.0f}%" if values else "-"
 
+    def pass_rate(self) -> str:
+        """Passed over graded runs (errors are not graded), with its 95 % Wilson interval."""
+        graded = self.outcomes["passed"] + self.outcomes["failed"]
+        if not graded:
+            return "-"
+        low, high = wilson_interval(self.outcomes["passed"], graded)
+        return f"{100 * self.outcomes['passed'] / graded:.0f}% [{100 * low:.0f}-{100 * high:.0f}]"
+
+    def pass_at(self, k: int) -> str:
+        """pass@k averaged over the tasks graded at least k times; '-' when none was."""
+        values = [pass_at_k(n, c, k) for n, c in self.per_task.values() if n >= k]
+        return f"{100 * sum(values) / len(values):.0f}%" if values else "-"
+
+    def trials(self) -> int:
+        return max((n for n, _ in self.per_task.values()), default=0)
+
+
+def wilson_interval(passed: int, total: int, z: float = 1.959964) -> tuple[float, float]:
+    """The Wilson score interval of a pass rate (95 % by default); sound for small counts and 0 or 100 %."""
+    if total <= 0:
+        return (0.0, 1.0)
+    p = passed / total
+    centre = (p + z * z / (2 * total)) / (1 + z * z / total)
+    half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / (1 + z * z / total)
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """The chance that at least one of k trials drawn from n (c of them passed) passed: 1 - C(n-c,k)/C(n,k)."""
+    if not 0 < k <= n:
+        raise ValueError(f"pass@{k} needs at least {k} trials, got {n}")
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
 
 class ScoreTable:
     """Outcomes per agent x model x difficulty, fed from reports (works under xdist)."""
@@ -169,15 +219,81 @@ class ScoreTable:
         key = (str(props[PREFIX + "agent"]), str(props[PREFIX + "model"]), int(props[PREFIX + "difficulty"]))  # type: ignore[call-overload]
         self.rows[key].add(outcome, props)
 
-    def lines(self) -> list[str]:
-        header = ("agent", "model", "diff", "runs", "passed", "failed", "error", "build", "PoC", "function",
-                  "intent", "agent time", "tokens", "cost")
-        table = [header]
+    def cells(self) -> list[tuple[str, ...]]:
+        """The table as rows of cells, the header first."""
+        k = max((t.trials() for t in self.rows.values()), default=0)
+        header = ("agent", "model", "diff", "runs", "passed", "failed", "error", "pass rate [95% CI]",
+                  *(("pass@1", f"pass@{k}") if k > 1 else ()), "build", "PoC", "function", "intent",
+                  "agent time", "tokens", "cost")
+        table: list[tuple[str, ...]] = [header]
         for (agent, model, level), t in sorted(self.rows.items()):
             mean = f"{sum(t.agent_times) / len(t.agent_times):.1f}s" if t.agent_times else "-"
             tokens, cost = (str(t.tokens), f"${t.cost:.4f}") if t.metered else ("-", "-")
             table.append((agent, model, str(level), str(t.runs), str(t.outcomes["passed"]),
-                          str(t.outcomes["failed"]), str(t.outcomes["error"]), t.rate("build"), t.rate("poc"),
+                          str(t.outcomes["failed"]), str(t.outcomes["error"]), t.pass_rate(),
+                          *((t.pass_at(1), t.pass_at(k)) if k > 1 else ()), t.rate("build"), t.rate("poc"),
                           t.rate("function"), t.rate("intent"), mean, tokens, cost))
-        widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+        return table
+
+    def lines(self) -> list[str]:
+        table = self.cells()
+        widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
         return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table]
+
+    def html(self) -> str:
+        header, *rows = self.cells()
+        head = "".join(f"<th>{html.escape(c)}</th>" for c in header)
+        body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows)
+        return (f'<h2>SSEBench scores</h2><table id="ssebench-scores"><thead><tr>{head}</tr></thead>'
+                f"<tbody>{body}</tbody></table><p>Pass rates count graded runs (errors are infrastructure, not "
+                "grades); the interval is Wilson's 95 %. pass@k is averaged over tasks.</p>")
+
+
+class ReportHooks:
+    """The plugin's reporting: properties and extras on each run's report, the score table at the end."""
+
+    def __init__(self, results: Path, *, html: bool, show_table: bool) -> None:
+        self.results = results
+        self.html = html
+        self.show_table = show_table
+        self.table = ScoreTable()
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+        from pytest_ssebench.collect import RECORD
+
+        report = yield
+        if self.html and RECORD in item.stash:
+            final = call.when == "call" or (call.when == "setup" and report.failed)
+            if final:
+                report.extras = [*getattr(report, "extras", []), *html_extras(item.stash[RECORD])]
+        return report
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when == "setup" and report.failed:
+            self.table.add(report.nodeid, "error", report.user_properties)
+        elif report.when == "call":
+            self.table.add(report.nodeid, report.outcome, report.user_properties)
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if not self.show_table or not self.table.rows:
+            return
+        terminalreporter.section("SSEBench scores")
+        for line in self.table.lines():
+            terminalreporter.line(line)
+        terminalreporter.line(f"results: {self.results}")
+
+    # pytest-html's hooks; pluggy checks only the hooks that exist, so these
+    # are validated when pytest-html is installed and unused otherwise.
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_html_results_table_header(self, cells: list[str]) -> None:
+        cells.insert(2, '<th class="sortable" data-column-type="vulnerability">Vulnerability</th>')
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_html_results_table_row(self, report: pytest.TestReport, cells: list[str]) -> None:
+        cells.insert(2, f"<td>{vulnerability_cell(report.user_properties)}</td>")
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_html_results_summary(self, prefix: list[str], summary: list[str], postfix: list[str]) -> None:
+        if self.show_table and self.table.rows:
+            postfix.append(self.table.html())

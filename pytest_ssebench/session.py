@@ -1,9 +1,12 @@
-"""The SSEBench session: collection of task folders, running items, reporting, cleanup.
+"""The plugin object of a sweep: options, agents, collection of task folders, the session's start and end.
 
-Registered by `plugin.py` only when an agent is asked for. Under xdist the
-controller owns the session id (passed to workers), reaps what dead sessions
-left at start and everything of its own session at the end, and prints the
-score table from the reports the workers send.
+Registered by `plugin.py` only when an agent is asked for. Items run through
+a `Runner` (pytest_ssebench.runner); what they add to pytest's reports is
+`pytest_ssebench.report`. Under xdist the controller owns the session id
+(the labels on every container and network, `ssebench.reaper.Session`, passed
+to workers), reaps what dead sessions left at start and everything of its own
+session at the end, and prints the score table from the reports the workers
+send.
 """
 
 from __future__ import annotations
@@ -15,19 +18,17 @@ from typing import Any
 
 import pytest
 
-from pytest_ssebench.collect import RECORD, RunItem, TaskDirectory, dataset_marker
+from pytest_ssebench.collect import TaskDirectory, dataset_marker
 from pytest_ssebench.options import Options, parse_options
-from pytest_ssebench.report import ScoreTable, html_extras, properties, vulnerability_cell
+from pytest_ssebench.report import ReportHooks
+from pytest_ssebench.runner import Runner
 from ssebench.agent import Agent, load_agent
+from ssebench.dataset import TaskLoader, is_task_dir
 from ssebench.errors import ConfigError, ConfigErrors, SSEBenchError
 from ssebench.reaper import Session
-from ssebench.run import RunConfig, RunRecord, limits_for
+from ssebench.run import RunConfig, limits_for
 from ssebench.settings import Settings, get_settings
 from ssebench.task import Task
-
-
-def _is_task_dir(path: Path) -> bool:
-    return (path / "sse" / "config.yaml").is_file()
 
 
 def check_models(settings: Settings, names: tuple[str, ...]) -> None:
@@ -49,7 +50,7 @@ def check_models(settings: Settings, names: tuple[str, ...]) -> None:
                                     f"on this host (it never enters a run's container)")
 
 
-class SSEBenchSession:
+class SSEBenchPlugin:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self.options: Options = parse_options(config)
@@ -69,8 +70,8 @@ class SSEBenchSession:
         else:
             self.session = Session.new()
         self.is_controller = workerinput is None
-        self.table = ScoreTable()
         self._backend: Any = None
+        self.loader = TaskLoader()
         # The model gateway: the controller runs it, workers reach its control API.
         self.gateway: Any = None
         self._link: Any = None
@@ -82,10 +83,14 @@ class SSEBenchSession:
             else:
                 self.gateway_access = self._start_gateway()
         self._registered_markers: set[str] = set()
+        self.runner = Runner(settings=self.settings, session=self.session, results=self.options.results,
+                             retries=self.options.retries, resume=self.options.resume, backend=self.backend,
+                             models=self.model_link)
         if config.pluginmanager.hasplugin("xdist"):
             config.pluginmanager.register(_XdistHooks(self), "ssebench-xdist")
-        if config.pluginmanager.hasplugin("html"):
-            config.pluginmanager.register(_HtmlHooks(), "ssebench-html")
+        self.reports = ReportHooks(self.options.results, html=config.pluginmanager.hasplugin("html"),
+                                   show_table=self.is_controller)
+        config.pluginmanager.register(self.reports, "ssebench-report")
 
     def _start_gateway(self) -> tuple[str, str]:
         from ssebench.gateway import GatewayError, GatewayProcess
@@ -133,14 +138,22 @@ class SSEBenchSession:
             for model in (self.options.models if agent.needs_model else ("none",)):
                 for difficulty in self.options.difficulties:
                     for mode in self.options.modes:
-                        runs.append(RunConfig(task=task, agent=agent, model=model, difficulty=difficulty, mode=mode,
-                                              timeout=self.options.timeout, egress=self.options.egress,
-                                              keep_container=self.options.keep_containers, limits=limits))
+                        for trial in range(1, self.options.trials + 1):
+                            runs.append(RunConfig(task=task, agent=agent, model=model, difficulty=difficulty,
+                                                  mode=mode, timeout=self.options.timeout,
+                                                  egress=self.options.egress,
+                                                  keep_container=self.options.keep_containers, limits=limits,
+                                                  trial=trial))
         return runs
+
+    def item_name(self, run: RunConfig) -> str:
+        """`reference[none-d2-sandbox]`, with `-t2` for the second of several trials."""
+        trial = f"-t{run.trial}" if self.options.trials > 1 else ""
+        return f"{run.agent.name}[{run.model}-d{run.difficulty}-{run.mode}{trial}]"
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_collect_directory(self, path: Path, parent: pytest.Collector) -> pytest.Collector | None:
-        if _is_task_dir(path):
+        if is_task_dir(path):
             return TaskDirectory.from_parent(parent, path=path, session_plugin=self)
         return None
 
@@ -155,41 +168,6 @@ class SSEBenchSession:
                 chosen = DockerBackend()
             self._backend = chosen
         return self._backend
-
-    def execute(self, item: RunItem) -> RunRecord:
-        """The run of an item, retried after infrastructure errors only."""
-        from ssebench.run import execute
-
-        run = item.run
-        models = self.model_link(run)
-        attempts = 1 + self.options.retries
-        for attempt in range(attempts):
-            record = execute(run, self.settings, self.backend(), self.session, self.options.results, models=models)
-            self.config.hook.pytest_ssebench_run_finished(item=item, record=record)
-            if record.infra_error is None:
-                break
-            if attempt + 1 < attempts:
-                # Shown in the item's captured stderr; not a warning, which the
-                # project's warnings-as-errors setting would turn into an error.
-                print(f"ssebench: attempt {attempt + 1} of {attempts} hit an infrastructure error, retrying: "
-                      f"{record.infra_error}", file=sys.stderr)
-        item.user_properties.extend(properties(record))
-        return record
-
-    @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
-        report = yield
-        if isinstance(item, RunItem) and RECORD in item.stash:
-            final = call.when == "call" or (call.when == "setup" and report.failed)
-            if final and self.config.pluginmanager.hasplugin("html"):
-                report.extras = [*getattr(report, "extras", []), *html_extras(item.stash[RECORD])]
-        return report
-
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if report.when == "setup" and report.failed:
-            self.table.add(report.nodeid, "error", report.user_properties)
-        elif report.when == "call":
-            self.table.add(report.nodeid, report.outcome, report.user_properties)
 
     # -- the session's start and end --------------------------------------
 
@@ -226,25 +204,19 @@ class SSEBenchSession:
         except SSEBenchError:
             pass
 
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        if not self.is_controller or not self.table.rows:
-            return
-        terminalreporter.section("SSEBench scores")
-        for line in self.table.lines():
-            terminalreporter.line(line)
-        terminalreporter.line(f"results: {self.options.results}")
-
     def pytest_report_header(self, config: pytest.Config) -> str:
         o = self.options
+        trials = f"; trials {o.trials}" if o.trials > 1 else ""
+        resume = "; resuming finished runs" if o.resume else ""
         return (f"ssebench: agents {','.join(o.agents)}; models {','.join(o.models) or 'none'}; difficulty "
-                f"{','.join(map(str, o.difficulties))}; mode {','.join(o.modes)}; egress {o.egress}; "
-                f"results {o.results}")
+                f"{','.join(map(str, o.difficulties))}; mode {','.join(o.modes)}{trials}; egress {o.egress}; "
+                f"results {o.results}{resume}")
 
 
 class _XdistHooks:
     """Hooks that exist only with pytest-xdist: hand the session id to each worker."""
 
-    def __init__(self, session: SSEBenchSession) -> None:
+    def __init__(self, session: SSEBenchPlugin) -> None:
         self.session = session
 
     def pytest_configure_node(self, node: Any) -> None:
@@ -253,13 +225,3 @@ class _XdistHooks:
         if self.session.gateway_access is not None:
             node.workerinput["ssebench_gateway"], node.workerinput["ssebench_gateway_token"] = (
                 self.session.gateway_access)
-
-
-class _HtmlHooks:
-    """Hooks that exist only with pytest-html: a column naming each run's vulnerability and project."""
-
-    def pytest_html_results_table_header(self, cells: list[str]) -> None:
-        cells.insert(2, '<th class="sortable" data-column-type="vulnerability">Vulnerability</th>')
-
-    def pytest_html_results_table_row(self, report: pytest.TestReport, cells: list[str]) -> None:
-        cells.insert(2, f"<td>{vulnerability_cell(report.user_properties)}</td>")

@@ -54,7 +54,17 @@ class ContainerSpec:
 
 
 class Handle(ABC):
-    """A started container."""
+    """A started container; as a context manager, removed on leaving.
+
+    Every method raises SSEBenchError (never an engine library's error) when
+    the engine fails.
+    """
+
+    def __enter__(self) -> Handle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.remove()
 
     @property
     @abstractmethod
@@ -135,7 +145,10 @@ class DockerHandle(Handle):
         return int(outcome.get("StatusCode", -1))
 
     def logs(self) -> str:
-        out, err = self._tc.get_logs()
+        from ssebench.engine import docker_errors
+
+        with docker_errors(f"reading the log of container {self.id[:12]}"):
+            out, err = self._tc.get_logs()
         return bytes(out + err).decode("utf-8", errors="replace")
 
     def export(self, path: str) -> Iterator[bytes]:
@@ -153,12 +166,10 @@ class DockerHandle(Handle):
         return bool(state.get("OOMKilled"))
 
     def remove(self) -> None:
-        import docker.errors
+        from ssebench.engine import remove_container
 
-        try:
-            self._tc.stop(force=True, delete_volume=True)
-        except docker.errors.NotFound:
-            pass
+        if self._tc._container is not None:
+            remove_container(self.id)
 
 
 def _docker_limits(limits: Limits) -> dict[str, Any]:

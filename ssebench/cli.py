@@ -11,6 +11,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ssebench.defaults import AGENT_TIMEOUT, EGRESS
 from ssebench.errors import ConfigError, ConfigErrors, SSEBenchError
 from ssebench.version import __version__
 
@@ -291,10 +292,10 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--agent", required=True, metavar="NAME", help="an agent under agents/")
     run.add_argument("--model", metavar="NAME", help="the model, for agents that need one")
     run.add_argument("--difficulty", type=int, default=2, choices=range(5), metavar="0-4", help="default 2")
-    run.add_argument("--agent-timeout", type=float, default=3600.0, metavar="SECONDS", help="the agent's time limit")
+    run.add_argument("--agent-timeout", type=float, default=AGENT_TIMEOUT, metavar="SECONDS", help="the agent's time limit")
     run.add_argument("--limits", metavar="LIMITS",
                      help="resource limits of the run container: pids=N,memory=SIZE,cpus=N,file_size=SIZE")
-    run.add_argument("--egress", choices=("restricted", "open"), default="restricted")
+    run.add_argument("--egress", choices=EGRESS, default="restricted")
     run.add_argument("--results", type=Path, default=Path("results"), metavar="DIR", help="default ./results")
     run.add_argument("--datasets", type=Path, default=DEFAULT_PATH, metavar="DIR", help="where to look up a task id")
     run.add_argument("--keep-container", action="store_true", help="leave the container in place afterwards")

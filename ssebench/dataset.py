@@ -68,49 +68,91 @@ def check_dataset_name(dataset_dir: Path) -> None:
         raise ConfigError(dataset_dir, "", f"dataset folder name '{name}' must be letters and digits separated by '.', '_' or '-'")
 
 
-def load_dataset(dataset_dir: Path, *, check_files: bool = True) -> Dataset:
-    """Load a dataset and every task in it; raise ConfigErrors listing every problem."""
-    dataset_dir = Path(dataset_dir)
-    problems: list[ConfigError] = []
-    config: DatasetConfig | None = None
+@dataclass
+class _Members:
+    """What loading a dataset folder found: its config, its tasks, and the problems of each."""
+
+    config: DatasetConfig | None
+    problems: list[ConfigError]  # of the dataset itself (name, dataset.yaml)
+    tasks: dict[Path, Task]
+    task_problems: dict[Path, list[ConfigError]]
+
+
+def _load_members(dataset_dir: Path, check_files: bool) -> _Members:
+    members = _Members(config=None, problems=[], tasks={}, task_problems={})
     try:
         check_dataset_name(dataset_dir)
-        config = load_dataset_config(dataset_dir)
+        members.config = load_dataset_config(dataset_dir)
     except ConfigError as exc:
-        problems.append(exc)
+        members.problems.append(exc)
     except ConfigErrors as exc:
-        problems.extend(exc.errors)
-    tasks: list[Task] = []
+        members.problems.extend(exc.errors)
+    version = members.config.version if members.config else None
     seen: dict[str, Path] = {}
     for task_dir in task_dirs(dataset_dir):
+        key = task_dir.resolve()
         try:
-            task = load_task(task_dir, dataset_dir.resolve().name, check_files=check_files,
-                             dataset_version=config.version if config else None)
+            task = load_task(task_dir, dataset_dir.resolve().name, check_files=check_files, dataset_version=version)
         except ConfigErrors as exc:
-            problems.extend(exc.errors)
+            members.task_problems[key] = list(exc.errors)
             continue
         except ConfigError as exc:
-            problems.append(exc)
+            members.task_problems[key] = [exc]
             continue
         other = seen.get(task.id.lower())
         if other is not None:
-            problems.append(
-                ConfigError(task.config_path, "id", f"'{task.id}' clashes with {other.name} (ids are unique case-insensitively)")
-            )
+            members.task_problems[key] = [ConfigError(
+                task.config_path, "id", f"'{task.id}' clashes with {other.name} (ids are unique case-insensitively)")]
             continue
         seen[task.id.lower()] = task_dir
-        tasks.append(task)
+        members.tasks[key] = task
+    return members
+
+
+def load_dataset(dataset_dir: Path, *, check_files: bool = True) -> Dataset:
+    """Load a dataset and every task in it; raise ConfigErrors listing every problem."""
+    dataset_dir = Path(dataset_dir)
+    members = _load_members(dataset_dir, check_files)
+    problems = members.problems + [e for errors in members.task_problems.values() for e in errors]
     if problems:
         raise ConfigErrors(problems)
-    assert config is not None
-    return Dataset(path=dataset_dir, config=config, tasks=tasks)
+    assert members.config is not None
+    return Dataset(path=dataset_dir, config=members.config, tasks=list(members.tasks.values()))
+
+
+class TaskLoader:
+    """Loads task folders one at a time (as pytest collects them) by the same rules as `load_dataset`.
+
+    A task inside a dataset is loaded with its whole dataset (once per
+    loader), so it gets the dataset's name and version, and an id that
+    clashes with another task's is an error here too.
+    """
+
+    def __init__(self, *, check_files: bool = True) -> None:
+        self.check_files = check_files
+        self._datasets: dict[Path, _Members] = {}
+
+    def load(self, task_dir: Path) -> Task:
+        task_dir = Path(task_dir).resolve()
+        dataset_dir = task_dir.parent
+        if not (dataset_dir / DATASET_FILE).is_file():
+            return load_task(task_dir, dataset_dir.name, check_files=self.check_files)
+        members = self._datasets.get(dataset_dir)
+        if members is None:
+            members = self._datasets[dataset_dir] = _load_members(dataset_dir, self.check_files)
+        problems = members.problems + members.task_problems.get(task_dir, [])
+        if problems:
+            raise ConfigErrors(problems)
+        task = members.tasks.get(task_dir)
+        if task is None:  # not a task folder by the dataset's rules (a hidden folder, say)
+            return load_task(task_dir, dataset_dir.name, check_files=self.check_files,
+                             dataset_version=members.config.version if members.config else None)
+        return task
 
 
 def load_task_in_place(task_dir: Path, *, check_files: bool = True) -> Task:
     """One task folder, with the name and version of the dataset it sits in (if its parent is one)."""
-    dataset_dir = Path(task_dir).resolve().parent
-    version = load_dataset_config(dataset_dir).version if (dataset_dir / DATASET_FILE).is_file() else None
-    return load_task(task_dir, dataset_dir.name, check_files=check_files, dataset_version=version)
+    return TaskLoader(check_files=check_files).load(task_dir)
 
 
 def _walk_datasets(root: Path) -> Iterator[Path]:

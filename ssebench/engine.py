@@ -80,3 +80,27 @@ def tag_image(ref: str, target: str) -> None:
 def engine_version() -> str:
     with docker_errors("asking the engine its version"):
         return str(client().version().get("Version", "unknown"))
+
+
+def list_containers(filters: dict[str, Any] | None = None, *, all: bool = True) -> list[dict[str, Any]]:
+    """The engine's list of containers (Id, Names, Labels, Command, State...), in one call.
+
+    docker-py's `containers.list()` inspects each container after listing
+    them, and fails with 404 on one removed in between; this never does.
+    """
+    with docker_errors("listing containers"):
+        return list(client().api.containers(all=all, filters=filters or {}))
+
+
+def remove_container(container_id: str) -> bool:
+    """Remove a container (and its anonymous volumes) by force; False when it was already gone."""
+    import docker.errors
+
+    try:
+        with docker_errors(f"removing container {container_id[:12]}"):
+            client().api.remove_container(container_id, force=True, v=True)
+    except SSEBenchError as exc:
+        if isinstance(exc.__cause__, docker.errors.NotFound):
+            return False
+        raise
+    return True

@@ -20,7 +20,7 @@ import sys
 import uuid
 from dataclasses import dataclass
 
-from ssebench.engine import client, docker_errors
+from ssebench.engine import client, docker_errors, list_containers, remove_container
 
 SESSION = "ssebench.session"
 HOST = "ssebench.host"
@@ -63,15 +63,12 @@ def _remove(session: str | None, only_orphans: bool) -> int:
 
     filters = {"label": f"{SESSION}={session}" if session else SESSION}
     removed = 0
-    with docker_errors("cleaning up ssebench containers and networks"):
-        for container in client().containers.list(all=True, filters=filters):
-            if only_orphans and not _orphaned(container.labels):
-                continue
-            try:
-                container.remove(force=True, v=True)
-                removed += 1
-            except docker.errors.NotFound:
-                pass  # removed meanwhile (its run ended, or another reaper)
+    for container in list_containers(filters):
+        if only_orphans and not _orphaned(container.get("Labels") or {}):
+            continue
+        # False when removed meanwhile (its run ended, or another reaper).
+        removed += remove_container(container["Id"])
+    with docker_errors("cleaning up ssebench networks"):
         for network in client().networks.list(filters=filters):
             if only_orphans and not _orphaned(network.attrs.get("Labels") or {}):
                 continue

@@ -1,6 +1,7 @@
 """A run's directory on the host: where it goes, what is written there, and reading it safely.
 
     results/<task>/<model>/<agent>/<run-id>/
+        (each name escaped into one path component: openai/gpt-4o -> openai%2Fgpt-4o)
         summary.json  result.json  final.patch  commits.log  *.log  archive/
 
 A run never reuses another's directory; `latest` points at the newest run of
@@ -19,6 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, unquote
 
 from ssebench.errors import SSEBenchError
 
@@ -30,11 +32,49 @@ def new_run_id(difficulty: int, mode: str) -> str:
     return f"{time.strftime('%Y%m%dT%H%M%S')}-d{difficulty}-{mode}-{secrets.token_hex(3)}"
 
 
+# Characters a name keeps in a path component; everything else is %XX-escaped.
+_SAFE = "-_.+@="
+
+
+def path_component(name: str) -> str:
+    """A user-given name (model, agent, task id) as one path component, reversibly.
+
+    `openai/gpt-4o` -> `openai%2Fgpt-4o`, `..` -> `%2E.`: never a separator,
+    never `.` or `..`, never hidden. `name_of(path_component(x)) == x`.
+    """
+    if not name:
+        raise SSEBenchError("an empty name cannot name a results directory")
+    component = quote(name, safe=_SAFE)
+    if component.startswith("."):
+        component = "%2E" + component[1:]
+    return component
+
+
+def name_of(component: str) -> str:
+    """The name a path component was made from (the inverse of `path_component`)."""
+    return unquote(component)
+
+
+def runs_parent(results_root: Path, task_id: str, model: str, agent: str) -> Path:
+    """Where the runs of a task x model x agent go: always inside `results_root`."""
+    return results_root / path_component(task_id) / path_component(model) / path_component(agent)
+
+
 def make_run_dir(results_root: Path, task_id: str, model: str, agent: str, run_id: str) -> Path:
-    """Create the run's directory; never an existing one. Its files arrive when the run ends."""
-    parent = results_root / task_id / model / agent
-    parent.mkdir(parents=True, exist_ok=True)
-    run_dir = parent / run_id
+    """Create the run's directory; never an existing one, never outside `results_root`.
+
+    Its files arrive when the run ends.
+    """
+    parent = runs_parent(results_root, task_id, model, agent)
+    results_root.mkdir(parents=True, exist_ok=True)
+    current = results_root
+    for part in parent.relative_to(results_root).parts:
+        current = current / part
+        if current.is_symlink():
+            raise SSEBenchError(f"{current} is a link, which would lead runs outside {results_root}; "
+                                "remove it or choose another --results")
+        current.mkdir(exist_ok=True)
+    run_dir = parent / path_component(run_id)
     try:
         run_dir.mkdir()
     except FileExistsError:

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 from ssebench.agent import Agent
 from ssebench.archive import extract
 from ssebench.backend import Backend, ContainerSpec, Handle, Mount, Network, RunTimeoutError
+from ssebench.defaults import AGENT_TIMEOUT, GRADING_TIMEOUT
 from ssebench.errors import ImageBuildError, SSEBenchError
 from ssebench.limits import Limits
 from ssebench.reaper import Session
@@ -35,14 +36,13 @@ from ssebench.result import (
     point_latest,
     read_result,
     read_safely,
+    runs_parent,
     write_json,
     write_text_atomic,
 )
 from ssebench.settings import Settings
 from ssebench.task import Task, task_file
 
-MODES = ("sandbox",)
-EGRESS = ("restricted", "open")
 RESULTS_IN_CONTAINER = "/var/lib/ssebench/results"
 ARCHIVE_IN_CONTAINER = "/tmp/sse-archive"
 REFERENCE_IN_CONTAINER = "/reference/patch.diff"
@@ -60,11 +60,13 @@ class RunConfig:
     model: str = "none"
     difficulty: int = 2
     mode: str = "sandbox"
-    timeout: float = 3600.0
-    grading_timeout: float = 3600.0
+    timeout: float = AGENT_TIMEOUT
+    grading_timeout: float = GRADING_TIMEOUT
     egress: str = "restricted"
     keep_container: bool = False
     limits: Limits = field(default_factory=Limits)
+    # Which of the repeated trials of the same task x agent x model x difficulty x mode this is (from 1).
+    trial: int = 1
 
     @property
     def reference_run(self) -> bool:
@@ -73,7 +75,7 @@ class RunConfig:
     def describe(self) -> dict[str, Any]:
         return {
             "agent": self.agent.name, "agent_version": self.agent.config.version, "model": self.model,
-            "difficulty": self.difficulty, "mode": self.mode, "timeout": self.timeout,
+            "difficulty": self.difficulty, "mode": self.mode, "trial": self.trial, "timeout": self.timeout,
             "grading_timeout": self.grading_timeout, "egress": self.egress, "reference_run": self.reference_run,
             "limits": self.limits.describe(),
         }
@@ -106,6 +108,8 @@ class RunRecord:
     files: dict[str, Any] = field(default_factory=dict)
     usage: dict[str, Any] | None = None
     durations: dict[str, float] = field(default_factory=dict)
+    # Taken from a finished run in the results directory (--resume), not run now.
+    resumed: bool = False
 
     @property
     def patch_result(self) -> dict[str, Any]:
@@ -189,9 +193,11 @@ def running(config: RunConfig, backend: Backend, session: Session, run_id: str, 
                     usage.update(used)
         finally:
             if not config.keep_container:
-                if handle is not None:
-                    handle.remove()
-                backend.remove_network(network.name)
+                try:
+                    if handle is not None:
+                        handle.remove()
+                finally:
+                    backend.remove_network(network.name)
 
 
 def collect(handle: Handle, run_dir: Path) -> dict[str, Any]:
@@ -231,6 +237,22 @@ def _limits_hit(run_dir: Path, handle: Handle | None, config: RunConfig) -> list
     return hit
 
 
+def salvage(handle: Handle, run_dir: Path, record: RunRecord) -> None:
+    """Copy out what a run left (its log, results, archive, limits hit), each step despite the others failing.
+
+    Raises the first engine error afterwards, so the run is recorded as an infrastructure error.
+    """
+    failed: list[SSEBenchError] = []
+    try:
+        write_text_atomic(run_dir / "container.log", handle.logs())
+    except SSEBenchError as exc:
+        failed.append(exc)
+    record.files = collect(handle, run_dir)
+    record.limits_hit = _limits_hit(run_dir, handle, record.config)
+    if failed:
+        raise failed[0]
+
+
 def execute(config: RunConfig, settings: Settings, backend: Backend, session: Session, results_root: Path,
             *, build: bool = True, models: ModelLink | None = None, command: list[str] | None = None) -> RunRecord:
     """Run once and record it. Infrastructure failures are recorded, not raised.
@@ -261,9 +283,7 @@ def execute(config: RunConfig, settings: Settings, backend: Backend, session: Se
                 record.exit_code = live.handle.wait(config.timeout + config.grading_timeout + SLACK_SECONDS)
             finally:
                 record.durations["container"] = round(time.monotonic() - began, 3)
-                write_text_atomic(run_dir / "container.log", live.handle.logs())
-                record.files = collect(live.handle, run_dir)
-                record.limits_hit = _limits_hit(run_dir, live.handle, config)
+                salvage(live.handle, run_dir, record)
         record.result = read_result(run_dir)
         if record.result is None:
             record.infra_error = f"the run ended (exit {record.exit_code}) without a result.json; see {run_dir}/container.log"
@@ -294,7 +314,7 @@ def write_summary(record: RunRecord) -> None:
     task = record.config.task
     write_json(record.run_dir / "summary.json", {
         "task": {"id": task.id, "dataset": task.dataset, "dataset_version": task.dataset_version,
-                 "language": task.language, "project": task.config.project,
+                 "digest": task.digest, "language": task.language, "project": task.config.project,
                  "advisories": task.advisories(), "path": str(task.path)},
         "config": record.config.describe(),
         "grade": record.grade,
@@ -308,3 +328,42 @@ def write_summary(record: RunRecord) -> None:
         "durations": record.durations,
         "exit_code": record.exit_code,
     })
+
+
+def finished_run(config: RunConfig, results_root: Path) -> RunRecord | None:
+    """The newest graded run of exactly this run's identity in `results_root`, as a record; None if none.
+
+    Identity: the task (id, dataset version and the digest of its files), the
+    agent and its version, the model, difficulty, mode and trial. A run that
+    ended in an infrastructure error is not finished: it runs again.
+    """
+    parent = runs_parent(results_root, config.task.id, config.model, config.agent.name)
+    if parent.is_symlink() or not parent.is_dir():
+        return None
+    want = config.describe()
+    task = config.task
+    for run_dir in sorted((p for p in parent.iterdir() if p.is_dir() and not p.is_symlink()), reverse=True):
+        text = read_safely(run_dir, "summary.json", limit=4 << 20, tail=False)
+        try:
+            summary = json.loads(text) if text else None
+        except ValueError:
+            summary = None
+        if not isinstance(summary, dict) or summary.get("grade") not in ("passed", "failed"):
+            continue
+        got, got_task = summary.get("config") or {}, summary.get("task") or {}
+        if (got_task.get("id"), got_task.get("dataset_version"), got_task.get("digest")) != (
+                task.id, task.dataset_version, task.digest):
+            continue
+        if any(got.get(key) != want[key] for key in ("agent", "agent_version", "model", "difficulty", "mode")):
+            continue
+        if int(got.get("trial") or 1) != config.trial:
+            continue
+        result = read_result(run_dir)
+        if result is None or (result.get("patch_result") or {}).get("status") != summary["grade"]:
+            continue
+        return RunRecord(config=config, run_id=str(summary.get("run_id") or run_dir.name), run_dir=run_dir,
+                         started_at=str(summary.get("started_at") or ""), grade=summary["grade"], result=result,
+                         exit_code=summary.get("exit_code"), network=summary.get("network"),
+                         limits_hit=list(summary.get("limits_hit") or []), files=summary.get("files") or {},
+                         usage=summary.get("usage"), durations=summary.get("durations") or {}, resumed=True)
+    return None

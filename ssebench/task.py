@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal
 
@@ -260,6 +261,13 @@ class Task:
     @property
     def dockerfile(self) -> Path:
         return self.path / "Dockerfile"
+
+    @cached_property
+    def digest(self) -> str:
+        """A digest of the task folder's files: a run's results belong to this version of the task."""
+        from ssebench.image import hash_tree
+
+        return hash_tree(self.path)[:16]
 
     def advisories(self) -> list[str]:
         """The advisory ids (CVE, RUSTSEC, GHSA) the task names in its id and references, in order."""

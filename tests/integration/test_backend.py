@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from ssebench.backend import Backend, ContainerSpec, DockerBackend, Mount, RunTimeoutError
-from ssebench.engine import client
+from ssebench.engine import client, list_containers, remove_container
 from ssebench.errors import SSEBenchError
 from ssebench.limits import Limits
 from ssebench.settings import get_settings
@@ -30,8 +30,8 @@ def backend(request: pytest.FixtureRequest) -> Backend:
 def labels() -> Iterator[dict[str, str]]:
     session = {"ssebench.session": f"conformance-{uuid.uuid4().hex[:8]}"}
     yield session
-    for c in client().containers.list(all=True, filters={"label": f"ssebench.session={session['ssebench.session']}"}):
-        c.remove(force=True)
+    for c in list_containers({"label": f"ssebench.session={session['ssebench.session']}"}):
+        remove_container(c["Id"])
     for n in client().networks.list(filters={"label": f"ssebench.session={session['ssebench.session']}"}):
         n.remove()
 
@@ -55,7 +55,7 @@ def test_runs_with_env_mounts_and_labels(backend: Backend, labels: dict[str, str
     finally:
         handle.remove()
     handle.remove()  # removing twice is a no-op
-    assert not client().containers.list(all=True, filters={"id": handle.id})
+    assert not list_containers({"id": handle.id})
 
 
 def test_read_only_mount(backend: Backend, labels: dict[str, str], tmp_path: Path) -> None:
@@ -84,7 +84,7 @@ def test_failed_start_raises_and_leaves_nothing(backend: Backend, labels: dict[s
     network = "ssebench-no-such-network" if broken == "network" else None
     with pytest.raises(SSEBenchError):
         backend.start(ContainerSpec(image=image, labels=labels, network=network, command=["true"]))
-    assert client().containers.list(all=True, filters={"label": f"ssebench.session={labels['ssebench.session']}"}) == []
+    assert list_containers({"label": f"ssebench.session={labels['ssebench.session']}"}) == []
 
 
 PROBE = "timeout 5 bash -c 'exec 3<>/dev/tcp/deb.debian.org/80' && echo reached || echo unreachable"

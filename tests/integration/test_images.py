@@ -15,7 +15,7 @@ import pytest
 
 from ssebench.agent import load_agent
 from ssebench.build import build_images
-from ssebench.engine import client, image_id
+from ssebench.engine import client, image_id, list_containers
 from ssebench.image import image_names
 from ssebench.settings import Settings
 from ssebench.task import Task, load_task
@@ -122,13 +122,13 @@ def test_failing_dockerfile_is_one_line_and_leaves_nothing(scratch_dataset: Path
     shutil.copytree(DEMO / "c-demo", scratch_dataset / "c-demo")
     dockerfile = scratch_dataset / "c-demo" / "Dockerfile"
     dockerfile.write_text(dockerfile.read_text() + "RUN echo the-build-breaks && false\n")
-    before = {c.id for c in client().containers.list(all=True)}
+    before = {c["Id"] for c in list_containers()}
     done = subprocess.run([sys.executable, "-m", "ssebench.cli", "dataset", "validate", str(scratch_dataset)],
                           capture_output=True, text=True, check=False)
     assert done.returncode == 1
     [line] = [ln for ln in done.stdout.splitlines() if ln.startswith("c-demo:")]
     assert "the case layer does not build" in line and "full log:" in line
-    assert {c.id for c in client().containers.list(all=True)} == before
+    assert {c["Id"] for c in list_containers()} == before
     name = scratch_dataset.name
     assert image_id(f"ssebench/case/{name}/c-demo:latest") is None
     assert image_id(f"ssebench/tool/{name}/c-demo:0.1.0") is None
@@ -145,7 +145,8 @@ def test_ctrl_c_stops_parallel_builds_and_leaves_nothing(demo_images: list[Task]
     build = subprocess.Popen([sys.executable, "-m", "ssebench.cli", "images", "build", str(scratch_dataset),
                               "--jobs", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     def slow_steps(all: bool) -> int:
-        return sum(marker in " ".join(c.attrs["Config"]["Cmd"] or []) for c in client().containers.list(all=all))
+        # Containers come and go meanwhile: list them in one call, never inspect each.
+        return sum(marker in (c.get("Command") or "") for c in list_containers(all=all))
 
     try:
         deadline = time.monotonic() + 300

@@ -11,10 +11,11 @@ import sys
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from ssebench.engine import client
+from ssebench.engine import client, list_containers
 from ssebench.task import Task
 from tests.helpers import DEMO, rendered_text
 
@@ -29,8 +30,8 @@ def demo(pytester: pytest.Pytester, demo_images: list[Task]) -> pytest.Pytester:
     return pytester
 
 
-def _session_containers() -> list[object]:
-    return list(client().containers.list(all=True, filters={"label": "ssebench.session"}))
+def _session_containers() -> list[dict[str, Any]]:
+    return list_containers({"label": "ssebench.session"})
 
 
 def test_reference_passes_every_demo_task(demo: pytest.Pytester) -> None:
@@ -111,7 +112,7 @@ def _start(pytester: pytest.Pytester) -> subprocess.Popen[bytes]:
 def _wait_for_containers(count: int, timeout: float = 600) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if len([c for c in _session_containers() if c.status == "running"]) >= count:  # type: ignore[attr-defined]
+        if len([c for c in _session_containers() if c.get("State") == "running"]) >= count:
             return
         time.sleep(1)
     raise AssertionError(f"{count} run containers did not start")

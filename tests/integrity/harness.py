@@ -21,7 +21,7 @@ from typing import Any
 
 from ssebench.agent import load_agent
 from ssebench.backend import DockerBackend
-from ssebench.engine import client
+from ssebench.engine import client, list_containers
 from ssebench.image import image_names
 from ssebench.reaper import Session, reap_session
 from ssebench.result import make_run_dir, new_run_id, read_result, read_safely
@@ -161,5 +161,5 @@ def launching(settings: Settings, tasks: list[Task], tmp: Path) -> Iterator[Laun
 def leftovers(label: str) -> list[str]:
     """Containers and networks that carry `label` (e.g. ssebench.run=<id>)."""
     label_filter = {"label": label}
-    return ([c.name for c in client().containers.list(all=True, filters=label_filter)]
+    return ([c["Names"][0] for c in list_containers(label_filter)]
             + [n.name for n in client().networks.list(filters=label_filter)])

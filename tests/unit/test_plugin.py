@@ -60,21 +60,62 @@ def test_without_agent_nothing_is_collected(demo: pytest.Pytester) -> None:
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--difficulty", "5"], "--difficulty '5': give levels 0-4"),
-    (["--difficulty", "two"], "--difficulty 'two': give levels 0-4"),
-    (["--mode", "sidecar"], "--mode sidecar: sidecar mode is not available yet"),
-    (["--mode", "cloud"], "--mode 'cloud': the accepted mode is sandbox"),
-    (["--agent-timeout", "0"], "--agent-timeout 0.0: give the agent's time limit in seconds"),
-    (["--infra-retries", "-1"], "--infra-retries -1: give a whole number of retries"),
-    (["--run-limits", "pids=10"], "--run-limits: pids=10 is too low for the runtime itself"),
-    (["--run-limits", "memory=lots"], "--run-limits: memory: 'lots' is not a size"),
-    (["--run-limits", "disk=1g"], "--run-limits: unknown limit 'disk'; use pids, memory, cpus, file_size"),
-    (["--run-limits", "cpus=999"], "--run-limits: cpus=999: give 0.01 to"),
+    (["--difficulty", "5"], "argument --difficulty: '5': give levels 0-4"),
+    (["--difficulty", "two"], "argument --difficulty: 'two': give levels 0-4"),
+    (["--mode", "sidecar"], "argument --mode: sidecar mode is not available yet"),
+    (["--mode", "cloud"], "argument --mode: 'cloud': the accepted modes are sandbox"),
+    (["--agent-timeout", "0"], "argument --agent-timeout: '0': give a time in seconds above zero"),
+    (["--infra-retries", "-1"], "argument --infra-retries: '-1': give a whole number of at least 0"),
+    (["--trials", "0"], "argument --trials: '0': give a whole number of at least 1"),
+    (["--egress", "wide"], "argument --egress: 'wide': use restricted or open"),
+    (["--model-budget", "tokens=1.5"], "argument --model-budget: 'tokens=1.5': give tokens=N"),
+    (["--run-limits", "pids=10"], "argument --run-limits: pids=10 is too low for the runtime itself"),
+    (["--run-limits", "memory=lots"], "argument --run-limits: memory: 'lots' is not a size"),
+    (["--run-limits", "disk=1g"], "argument --run-limits: unknown limit 'disk'; use pids, memory, cpus, file_size"),
+    (["--run-limits", "cpus=999"], "argument --run-limits: cpus=999: give 0.01 to"),
 ])
 def test_bad_options_are_usage_errors(demo: pytest.Pytester, args: list[str], message: str) -> None:
     result = demo.runpytest("datasets/demo", "--agent", "dummy", *args, "--collect-only")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"*{message}*"])
+
+
+@pytest.mark.parametrize("variable, value, message", [
+    ("SSEBENCH_DIFFICULTY", "9", "SSEBENCH_DIFFICULTY: '9': give levels 0-4 separated by commas, e.g. 0,2,4 "
+                                 "(or give --difficulty)"),
+    ("SSEBENCH_TIMEOUT", "soon", "SSEBENCH_TIMEOUT: 'soon': give a time in seconds above zero"),
+    ("SSEBENCH_EGRESS", "wide", "SSEBENCH_EGRESS: 'wide': use restricted or open"),
+    ("SSEBENCH_TRIALS", "-2", "SSEBENCH_TRIALS: '-2': give a whole number of at least 1"),
+])
+def test_bad_environment_values_are_usage_errors_naming_the_variable(
+        demo: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, variable: str, value: str, message: str) -> None:
+    monkeypatch.setenv(variable, value)
+    result = demo.runpytest("datasets/demo", "--agent", "dummy", "--collect-only")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*{message}*"])
+
+
+def test_bad_ini_values_are_usage_errors_naming_the_key(demo: pytest.Pytester) -> None:
+    demo.makeini("[pytest]\nssebench_retries = many\n")
+    result = demo.runpytest("datasets/demo", "--agent", "dummy", "--collect-only")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*ssebench_retries: 'many': give a whole number of at least 0 (or give --infra-retries)*"])
+
+
+def test_a_flag_wins_over_environment_and_ini(demo: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    demo.makeini("[pytest]\nssebench_difficulty = 1\n")
+    monkeypatch.setenv("SSEBENCH_DIFFICULTY", "3")
+    assert _ids(demo.runpytest("datasets/demo/c-demo", "--agent", "dummy", "--collect-only", "-q")) == [
+        "datasets/demo/c-demo::dummy[none-d3-sandbox]"]
+    assert _ids(demo.runpytest("datasets/demo/c-demo", "--agent", "dummy", "--difficulty", "4", "--collect-only",
+                               "-q")) == ["datasets/demo/c-demo::dummy[none-d4-sandbox]"]
+
+
+def test_trials_make_one_item_each(demo: pytest.Pytester) -> None:
+    ids = _ids(demo.runpytest("datasets/demo/c-demo", "--agent", "dummy", "--agent", "reference", "--trials", "3",
+                              "--collect-only", "-q"))
+    assert ids == [f"datasets/demo/c-demo::{agent}[none-d2-sandbox-t{n}]"
+                   for agent in ("dummy", "reference") for n in (1, 2, 3)]
 
 
 def test_unknown_agent_is_a_usage_error(demo: pytest.Pytester) -> None:
@@ -91,30 +132,61 @@ def test_broken_task_is_a_collection_error_naming_the_field(demo: pytest.Pyteste
     result.stdout.fnmatch_lines(["*c-demo/sse/config.yaml: colour: unknown key*"])
 
 
+def test_duplicate_task_ids_are_a_collection_error_as_in_the_cli(demo: pytest.Pytester) -> None:
+    """pytest loads a task with its dataset, by the same rules as `ssebench dataset validate`."""
+    copy = demo.path / "datasets" / "demo" / "C-Demo"
+    shutil.copytree(demo.path / "datasets" / "demo" / "c-demo", copy)
+    config = copy / "sse" / "config.yaml"
+    config.write_text(config.read_text().replace("id: c-demo", "id: C-Demo"))
+    # Folders are taken in name order, so the later one (c-demo) is the clash.
+    result = demo.runpytest("datasets/demo/c-demo", "--agent", "dummy", "--collect-only", "-q")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(["*c-demo/sse/config.yaml: id: 'c-demo' clashes with C-Demo*"])
+    # The task it clashes with still collects, and so do the others.
+    ok = demo.runpytest("datasets/demo/C-Demo", "datasets/demo/go-demo", "--agent", "dummy", "--collect-only", "-q")
+    assert _ids(ok) == ["datasets/demo/C-Demo::dummy[none-d2-sandbox]", "datasets/demo/go-demo::dummy[none-d2-sandbox]"]
+
+
+def test_a_task_with_a_broken_dataset_yaml_is_a_collection_error(demo: pytest.Pytester) -> None:
+    (demo.path / "datasets" / "demo" / "dataset.yaml").write_text("version: ''\n")
+    result = demo.runpytest("datasets/demo/c-demo", "--agent", "dummy", "--collect-only", "-q")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(["*dataset.yaml: version: must not be empty*"])
+
+
 def test_ini_keys_give_defaults(demo: pytest.Pytester) -> None:
     demo.makeini("[pytest]\nssebench_agents = dummy\nssebench_difficulty = 1,3\n")
     ids = _ids(demo.runpytest("datasets/demo/c-demo", "--collect-only", "-q"))
     assert ids == ["datasets/demo/c-demo::dummy[none-d1-sandbox]", "datasets/demo/c-demo::dummy[none-d3-sandbox]"]
 
 
-# pytest-retry, loaded into pytester's in-process runs, breaks them (it reads
-# an option of its own that the inner run has not declared), so `make install`
-# puts it apart and only the subprocess below sees it.
+# Popular plugins the suite loads beside ours in subprocesses only: pytest-retry
+# and pytest-randomly, autoloaded, change the suite's own in-process pytester
+# runs, so `make install` puts them apart (pytest-timeout and
+# pytest-rerunfailures are ordinary dev dependencies).
 ISOLATED_PLUGINS = Path(sys.prefix) / "isolated-plugins"
+POPULAR = {"pytest_timeout": "--timeout=", "pytest_retry": "--retries=", "pytest_rerunfailures": "--reruns=",
+           "pytest_randomly": "--randomly-seed=", "pytest_cov": "--cov=", "xdist": "--numprocesses=",
+           "pytest_html": "--html="}
+
+
+def beside_popular_plugins(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make subprocess runs load pytest-retry, pytest-randomly and pytest-cov too."""
+    for module in ("pytest_retry", "pytest_randomly", "pytest_cov"):
+        assert (ISOLATED_PLUGINS / module).is_dir(), f"{module} is not in {ISOLATED_PLUGINS}: run make install"
+    monkeypatch.setenv("PYTHONPATH", str(ISOLATED_PLUGINS))
 
 
 def test_options_live_beside_popular_plugins(demo: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     """One option namespace for every plugin: ours must not take a name that a popular one owns."""
-    assert (ISOLATED_PLUGINS / "pytest_retry").is_dir(), f"pytest-retry is not in {ISOLATED_PLUGINS}: run make install"
-    monkeypatch.setenv("PYTHONPATH", str(ISOLATED_PLUGINS))
+    beside_popular_plugins(monkeypatch)
     helped = demo.runpytest_subprocess("--help")
     assert helped.ret == 0, helped.stderr.str()
     text = helped.stdout.str()
-    # Theirs (pytest-timeout, pytest-retry, pytest-rerunfailures, xdist, pytest-html), then ours.
-    for option in ("--timeout=", "--retries=", "--reruns=", "--numprocesses=", "--html=",
-                   "--agent-timeout=", "--infra-retries=", "--run-limits="):
+    for option in (*POPULAR.values(), "--agent-timeout=", "--infra-retries=", "--run-limits=", "--trials="):
         assert option in text, option
     ran = demo.runpytest_subprocess("datasets/demo/c-demo", "--agent", "dummy", "--timeout", "30", "--retries", "1",
-                                    "--agent-timeout", "60", "--infra-retries", "1", "--collect-only", "-q")
+                                    "--reruns", "1", "-p", "randomly", "--cov=ssebench", "--agent-timeout", "60",
+                                    "--infra-retries", "1", "--collect-only", "-q")
     assert ran.ret == 0, ran.stderr.str()
     assert "datasets/demo/c-demo::dummy[none-d2-sandbox]" in ran.stdout.str()

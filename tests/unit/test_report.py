@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pytest_ssebench.report import grade_card, properties, vulnerability_cell
+import pytest
+
+from pytest_ssebench.report import ScoreTable, grade_card, pass_at_k, properties, vulnerability_cell, wilson_interval
 from ssebench.agent import load_agent
 from ssebench.dataset import load_tasks
 from ssebench.run import RunConfig, RunRecord
@@ -49,3 +51,50 @@ def test_a_failure_says_why_the_model_was_stopped_and_which_limits_were_hit(tmp_
     assert lines[0] == "A proof of concept still reproduces: /ssebench/pocs/long_value.tlv."
     assert "Model calls stopped by the gateway: budget exhausted: 5105 of 5000 tokens used." in lines
     assert "Limits hit: memory: 1 OOM kill." in lines
+
+
+def test_wilson_interval_matches_known_values() -> None:
+    # Wilson's 95 % interval (z = 1.96): 0 of 10 -> [0, 27.8 %]; 5 of 10 -> [23.7, 76.3 %]; 10 of 10 -> [72.2, 100].
+    for passed, total, low, high in ((0, 10, 0.0, 0.2775), (5, 10, 0.2366, 0.7634), (10, 10, 0.7225, 1.0)):
+        got = wilson_interval(passed, total)
+        assert abs(got[0] - low) < 1e-3 and abs(got[1] - high) < 1e-3, (passed, total, got)
+
+
+def test_pass_at_k_is_the_unbiased_estimate() -> None:
+    assert pass_at_k(3, 0, 1) == 0.0 and pass_at_k(3, 3, 3) == 1.0
+    assert abs(pass_at_k(3, 1, 1) - 1 / 3) < 1e-9
+    assert abs(pass_at_k(5, 2, 2) - (1 - 3 / 10)) < 1e-9  # 1 - C(3,2)/C(5,2)
+    assert pass_at_k(4, 2, 3) == 1.0  # fewer failures than draws: one pass is certain
+    with pytest.raises(ValueError):
+        pass_at_k(2, 1, 3)
+
+
+def _props(task: str, agent: str = "chat-agent", model: str = "m", mode: str = "sandbox") -> list[tuple[str, object]]:
+    return [("ssebench.task", task), ("ssebench.agent", agent), ("ssebench.model", model),
+            ("ssebench.difficulty", 2), ("ssebench.mode", mode)]
+
+
+def test_the_score_table_gives_pass_rates_intervals_and_pass_at_k() -> None:
+    table = ScoreTable()
+    outcomes = {"a": ["passed", "failed", "failed"], "b": ["passed", "passed", "passed"], "c": ["failed", "error",
+                                                                                                 "failed"]}
+    for task, results in outcomes.items():
+        for trial, outcome in enumerate(results, 1):
+            table.add(f"{task}::chat-agent[m-d2-sandbox-t{trial}]", outcome, _props(task))
+    header, row = table.cells()
+    cells = dict(zip(header, row))
+    assert cells["runs"] == "9" and (cells["passed"], cells["failed"], cells["error"]) == ("4", "4", "1")
+    # 4 of 8 graded runs (the error is not a grade): 50 %, Wilson [21.5, 78.5].
+    assert cells["pass rate [95% CI]"] == "50% [22-78]"
+    # pass@1 per task: 1/3, 1, 0 -> 44 %; pass@3 needs 3 graded trials: a (1) and b (1); c has 2 -> 100 %.
+    assert cells["pass@1"] == "44%" and cells["pass@3"] == "100%"
+    assert "SSEBench scores" in table.html() and "50% [22-78]" in table.html()
+
+
+def test_one_trial_each_shows_no_pass_at_k_column() -> None:
+    table = ScoreTable()
+    table.add("a::x", "passed", _props("a"))
+    table.add("b::x", "failed", _props("b"))
+    header, row = table.cells()
+    assert not any(h.startswith("pass@") for h in header)
+    assert dict(zip(header, row))["pass rate [95% CI]"] == "50% [9-91]"

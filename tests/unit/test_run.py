@@ -4,15 +4,28 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from ssebench.agent import available_agents, load_agent
+from ssebench.backend import Backend, ContainerSpec, Handle, Network
+from ssebench.errors import SSEBenchError
 from ssebench.limits import Limits
 from ssebench.reaper import Session
-from ssebench.result import make_run_dir, point_latest, read_result, read_safely
-from ssebench.run import REFERENCE_IN_CONTAINER, RunConfig, container_spec
+from ssebench.result import make_run_dir, name_of, path_component, point_latest, read_result, read_safely
+from ssebench.run import (
+    REFERENCE_IN_CONTAINER,
+    RunConfig,
+    RunRecord,
+    container_spec,
+    execute,
+    finished_run,
+    write_summary,
+)
 from ssebench.settings import get_settings
 from ssebench.task import load_task
 from tests.helpers import DEMO
@@ -46,6 +59,38 @@ def test_run_dirs_are_never_reused(tmp_path: Path) -> None:
         make_run_dir(tmp_path, "t", "none", "dummy", "run-1")
 
 
+HOSTILE_NAMES = ["../../x", "..", ".", "openai/gpt-4o", "/etc", "a/../../b", ".hidden", "x\x00y", "100%", "a\\b",
+                 "%2E%2E", "\u00e9l\u00e8ve", " spaced ", "latest"]
+
+
+@pytest.mark.parametrize("name", HOSTILE_NAMES)
+def test_names_become_one_reversible_path_component_inside_results(name: str, tmp_path: Path) -> None:
+    root = tmp_path / "results"
+    root.mkdir()
+    run_dir = make_run_dir(root, name, name, name, "run-1")
+    # Exactly four levels below the root, each named by its own escaped component.
+    assert run_dir.resolve().parent.parent.parent.parent == root.resolve()
+    for part in run_dir.relative_to(root).parts[:3]:
+        assert part not in (".", "..") and not part.startswith(".") and "/" not in part and "\x00" not in part
+        assert name_of(part) == name
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results"]
+
+
+def test_distinct_names_never_share_a_directory() -> None:
+    names = HOSTILE_NAMES + ["%2F", "/", "openai%2Fgpt-4o"]
+    assert len({path_component(n) for n in names}) == len(names)
+
+
+def test_a_link_in_results_cannot_lead_a_run_outside(tmp_path: Path) -> None:
+    root = tmp_path / "results"
+    root.mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    (root / "t").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(Exception, match="is a link"):
+        make_run_dir(root, "t", "none", "dummy", "run-1")
+    assert list((tmp_path / "elsewhere").iterdir()) == []
+
+
 def test_reading_a_run_never_follows_a_link(tmp_path: Path) -> None:
     run_dir = make_run_dir(tmp_path, "t", "none", "dummy", "run-1")
     (run_dir / "archive").mkdir()
@@ -73,3 +118,108 @@ def test_result_must_be_a_grade(tmp_path: Path) -> None:
     assert read_result(tmp_path) == {"patch_result": {"status": "passed"}}
     (tmp_path / "result.json").write_text("[1, 2]")
     assert read_result(tmp_path) is None
+
+
+class _BrokenHandle(Handle):
+    """A container whose engine fails at every step after starting."""
+
+    removed = False
+
+    @property
+    def id(self) -> str:
+        return "0123456789abcdef"
+
+    def wait(self, timeout: float) -> int:
+        return 0
+
+    def logs(self) -> str:
+        raise SSEBenchError("Docker refused reading the log: engine hiccup")
+
+    def export(self, path: str) -> Iterator[bytes]:
+        raise SSEBenchError("Docker refused copying: engine hiccup")
+
+    def memory_exhausted(self) -> bool:
+        raise SSEBenchError("Docker refused inspecting: engine hiccup")
+
+    def remove(self) -> None:
+        raise SSEBenchError("Docker refused removing: engine hiccup")
+
+
+class _Backend(Backend):
+    def __init__(self) -> None:
+        self.networks: list[str] = []
+
+    def start(self, spec: ContainerSpec) -> Handle:
+        return _BrokenHandle()
+
+    def create_network(self, name: str, *, internal: bool, labels: dict[str, str]) -> Network:
+        self.networks.append(name)
+        return Network(name=name, gateway=None)
+
+    def remove_network(self, name: str) -> None:
+        self.networks.remove(name)
+
+
+def test_engine_errors_anywhere_in_a_run_are_recorded_and_cleanup_still_happens(tmp_path: Path) -> None:
+    task = load_task(DEMO / "c-demo")
+    config = RunConfig(task=task, agent=load_agent(get_settings().agents_dir, "dummy"))
+    backend = _Backend()
+    record = execute(config, get_settings(), backend, Session.new(), tmp_path, build=False)
+    assert record.grade == "error" and record.infra_error is not None
+    assert "engine hiccup" in record.infra_error
+    assert backend.networks == []  # removing the container failed; the network went all the same
+    summary = json.loads((record.run_dir / "summary.json").read_text())
+    assert summary["grade"] == "error" and "engine hiccup" in summary["error"]
+    assert "engine hiccup" in summary["files"]["results"]["error"]
+
+
+def test_a_handle_is_removed_when_its_block_ends() -> None:
+    removed: list[bool] = []
+
+    class Handled(_BrokenHandle):
+        def remove(self) -> None:
+            removed.append(True)
+
+    with Handled() as handle:
+        assert handle.id
+    assert removed == [True]
+
+
+def _finished(config: RunConfig, root: Path, grade: str, run_id: str) -> Path:
+    """A run directory as execute leaves it, graded `grade`."""
+    run_dir = make_run_dir(root, config.task.id, config.model, config.agent.name, run_id)
+    record = RunRecord(config=config, run_id=run_id, run_dir=run_dir, started_at="2026-12-01T00:00:00+00:00",
+                       grade=grade, result={"patch_result": {"status": grade}},
+                       infra_error="the engine hiccuped" if grade == "error" else None)
+    (run_dir / "result.json").write_text(json.dumps(record.result))
+    write_summary(record)
+    return run_dir
+
+
+def test_resume_finds_only_a_graded_run_of_the_same_identity(tmp_path: Path) -> None:
+    task = load_task(DEMO / "c-demo")
+    dummy = load_agent(get_settings().agents_dir, "dummy")
+    config = RunConfig(task=task, agent=dummy, trial=2)
+    assert finished_run(config, tmp_path) is None
+    done = _finished(config, tmp_path, "failed", "20261201T000000-d2-sandbox-aaaaaa")
+    _finished(config, tmp_path, "error", "20261201T000001-d2-sandbox-bbbbbb")  # newer, but not finished
+    found = finished_run(config, tmp_path)
+    assert found is not None and found.run_dir == done and found.grade == "failed" and found.resumed
+    # Any other identity is not that run.
+    others = [replace(config, trial=1), replace(config, difficulty=0), replace(config, mode="sidecar"),
+              replace(config, task=replace(task, dataset_version="demo-v999")),
+              replace(config, agent=load_agent(get_settings().agents_dir, "reference"))]
+    for other in others:
+        assert finished_run(other, tmp_path) is None, other
+    # A task whose files changed since is another version of it.
+    changed = tmp_path / "copy" / "c-demo"
+    shutil.copytree(DEMO / "c-demo", changed)
+    (changed / "sse" / "build.sh").write_text((changed / "sse" / "build.sh").read_text() + "\n# changed\n")
+    assert finished_run(replace(config, task=load_task(changed)), tmp_path) is None
+
+
+def test_resume_ignores_a_run_whose_result_disagrees_with_its_summary(tmp_path: Path) -> None:
+    config = RunConfig(task=load_task(DEMO / "c-demo"), agent=load_agent(get_settings().agents_dir, "dummy"))
+    run_dir = _finished(config, tmp_path, "passed", "20261201T000000-d2-sandbox-aaaaaa")
+    (run_dir / "result.json").write_text(json.dumps({"patch_result": {"status": "failed"}}))
+    assert finished_run(config, tmp_path) is None

@@ -1,0 +1,49 @@
+"""Running one item's run: the same `ssebench.run.execute` as the CLI, plus retries and --resume.
+
+Items call a `Runner`; it knows nothing of the plugin or of pytest.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ssebench.reaper import Session
+from ssebench.run import ModelLink, RunConfig, RunRecord, execute, finished_run
+from ssebench.settings import Settings
+
+
+@dataclass
+class Runner:
+    settings: Settings
+    session: Session
+    results: Path
+    # Attempts after the first when a run hits an infrastructure error (never after a grade).
+    retries: int = 0
+    # Report a run from its finished run in `results` instead of running it again.
+    resume: bool = False
+    backend: Callable[[], Any] = lambda: None
+    models: Callable[[RunConfig], ModelLink | None] = lambda run: None
+
+    def run(self, config: RunConfig, on_attempt: Callable[[RunRecord], None] = lambda record: None) -> RunRecord:
+        """The run's record; `on_attempt` sees every attempt's (a resumed run makes none)."""
+        if self.resume:
+            record = finished_run(config, self.results)
+            if record is not None:
+                return record
+        attempts = 1 + self.retries
+        models = self.models(config)
+        attempt = 0
+        while True:
+            record = execute(config, self.settings, self.backend(), self.session, self.results, models=models)
+            on_attempt(record)
+            attempt += 1
+            if record.infra_error is None or attempt == attempts:
+                return record
+            # Shown in the item's captured stderr; not a warning, which the
+            # project's warnings-as-errors setting would turn into an error.
+            print(f"ssebench: attempt {attempt} of {attempts} hit an infrastructure error, retrying: "
+                  f"{record.infra_error}", file=sys.stderr)
