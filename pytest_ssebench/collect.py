@@ -18,7 +18,8 @@ import pytest
 
 from pytest_ssebench.report import properties
 from ssebench.errors import ConfigError, ConfigErrors
-from ssebench.result import read_safely
+from ssebench.logs import last_lines
+from ssebench.result import PatchResult, read_safely
 from ssebench.run import RunConfig, RunRecord
 from ssebench.task import Task
 
@@ -49,7 +50,7 @@ class GradeFailed(Exception):
     """The run was graded `failed`."""
 
     def __init__(self, record: RunRecord) -> None:
-        super().__init__(record.patch_result.get("error_msg") or "failed")
+        super().__init__(record.patch_result.error_msg or "failed")
         self.record = record
 
 
@@ -57,23 +58,23 @@ def _mark(value: Any) -> str:
     return {True: "passed", False: "FAILED", None: "not run"}.get(value, str(value))
 
 
-def grade_line(grade: dict[str, Any]) -> str:
-    pocs = "not run" if grade.get("pov_total") is None else f"{grade.get('pov_passed')}/{grade.get('pov_total')} fixed"
-    return (f"build {_mark(grade.get('build_success'))}; PoCs {pocs}; function test "
-            f"{_mark(grade.get('func_test_success'))}; intent test {_mark(grade.get('intent_test_success'))}")
+def checks_line(patch: PatchResult) -> str:
+    pocs = "not run" if patch.pov_total is None else f"{patch.pov_passed}/{patch.pov_total} fixed"
+    return (f"build {_mark(patch.build_success)}; PoCs {pocs}; function test "
+            f"{_mark(patch.func_test_success)}; intent test {_mark(patch.intent_test_success)}")
 
 
 def failure_text(record: RunRecord) -> str:
     """A sentence naming the first failed check, the checks, then the tail of its log."""
-    grade = record.patch_result
-    message = str(grade.get("error_msg") or "The run was graded failed.")
+    patch = record.patch_result
+    message = patch.error_msg or "The run was graded failed."
     sentence = message
     for prefix, template in _SENTENCES:
         if message.startswith(prefix):
             sentence = template.format(rest=message[len(prefix):])
             break
-    log = str(grade.get("error_log") or "").rstrip().splitlines()[-LOG_LINES:]
-    lines = [sentence, f"Checks: {grade_line(grade)}."]
+    log = last_lines(patch.error_log or "", LOG_LINES).splitlines()
+    lines = [sentence, f"Checks: {checks_line(patch)}."]
     if record.limits_hit:
         lines.append(f"Limits hit: {'; '.join(record.limits_hit)}.")
     if record.usage and record.usage.get("stopped"):
@@ -88,7 +89,7 @@ def error_text(record: RunRecord) -> str:
     lines = [f"Infrastructure error, not a grade: {record.infra_error}", f"Run directory: {record.run_dir}"]
     tail = read_safely(record.run_dir, "container.log", limit=8 * 1024)
     if tail:
-        lines += ["", "Last lines of the container's log:", *tail.rstrip().splitlines()[-LOG_LINES:]]
+        lines += ["", "Last lines of the container's log:", *last_lines(tail, LOG_LINES).splitlines()]
     return "\n".join(lines)
 
 

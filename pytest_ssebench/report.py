@@ -43,10 +43,9 @@ def properties(record: RunRecord) -> list[tuple[str, object]]:
         ("resumed", record.resumed), ("run_id", record.run_id),
         ("run_dir", str(record.run_dir)), ("grade", record.grade),
     ]
-    grade = record.patch_result
-    runtime = (record.result or {}).get("runtime_result") or {}
-    props += [(name, grade.get(name)) for name in PATCH_FIELDS]
-    props += [(name, runtime.get(name)) for name in RUNTIME_FIELDS]
+    patch, runtime = record.patch_result, record.runtime_result
+    props += [(name, getattr(patch, name)) for name in PATCH_FIELDS]
+    props += [(name, getattr(runtime, name)) for name in RUNTIME_FIELDS]
     if record.infra_error:
         props.append(("infra_error", record.infra_error))
     if record.usage:  # the gateway's account of the run's model calls, never the agent's own
@@ -71,18 +70,18 @@ def _cell(value: Any) -> str:
 
 
 def grade_card(record: RunRecord) -> str:
-    grade = record.patch_result
+    patch = record.patch_result
     colour = {"passed": "#1a7f37", "failed": "#cf222e"}.get(record.grade, "#9a6700")
-    pocs = "— not run" if grade.get("pov_total") is None else f"{grade['pov_passed']} / {grade['pov_total']} fixed"
+    pocs = "— not run" if patch.pov_total is None else f"{patch.pov_passed} / {patch.pov_total} fixed"
     task = record.config.task
     what = f"{task.id}: {task.config.project} ({task.language})"
     rows = [("task", html.escape(what)),
             ("advisories", html.escape(", ".join(task.advisories()) or "—")),
             ("grade", f'<b style="color:{colour}">{html.escape(record.grade)}</b>'),
-            ("build", _cell(grade.get("build_success"))), ("PoCs", html.escape(pocs)),
-            ("function test", _cell(grade.get("func_test_success"))),
-            ("intent test", _cell(grade.get("intent_test_success"))),
-            ("first failure", html.escape(str(grade.get("error_msg") or record.infra_error or "—"))),
+            ("build", _cell(patch.build_success)), ("PoCs", html.escape(pocs)),
+            ("function test", _cell(patch.func_test_success)),
+            ("intent test", _cell(patch.intent_test_success)),
+            ("first failure", html.escape(str(patch.error_msg or record.infra_error or "—"))),
             ("agent time", f"{record.durations.get('agent', 0):.1f} s")]
     if record.usage:
         u = record.usage

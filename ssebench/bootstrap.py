@@ -18,6 +18,7 @@ from filelock import FileLock
 
 from ssebench.engine import client, docker_errors, image_id
 from ssebench.errors import BootstrapError, SSEBenchError
+from ssebench.logs import file_tail
 from ssebench.settings import Settings
 
 DEBOOTSTRAP_HINT = (
@@ -84,7 +85,7 @@ def bootstrap(settings: Settings) -> str:
                 stdout=out, stderr=subprocess.STDOUT, check=False,
             )
         if run.returncode != 0:
-            tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
+            tail = file_tail(log, 15)
             raise BootstrapError(f"debootstrap failed (exit {run.returncode}); log: {log}\n{tail}")
         (root / "etc/apt/sources.list").write_text(_sources_list(settings))
         (root / "etc/dpkg/dpkg.cfg.d").mkdir(parents=True, exist_ok=True)

@@ -200,16 +200,29 @@ def cmd_run(args: argparse.Namespace) -> int:
         finally:
             if not args.keep_container:
                 reap_session(session.id)
-    grade = record.patch_result
+    patch = record.patch_result
     if record.infra_error:
         print(f"grade: error ({record.infra_error})")
     else:
-        detail = f" ({grade.get('error_msg')})" if grade.get("error_msg") else ""
+        detail = f" ({patch.error_msg})" if patch.error_msg else ""
         print(f"grade: {record.grade}{detail}")
     print(f"run directory: {record.run_dir}")
     if args.require_pass:
         return 0 if record.grade == "passed" else 1
     return 0 if record.infra_error is None else 1
+
+
+def cmd_ps(args: argparse.Namespace) -> int:
+    from ssebench.inflight import as_json, as_rows, runs_in_flight
+
+    runs = runs_in_flight()
+    if args.json:
+        print(json.dumps(as_json(runs), indent=2))
+    elif not runs:
+        print("no runs in flight")
+    else:
+        print("\n".join(as_rows(runs)))
+    return 0
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
@@ -301,6 +314,12 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--keep-container", action="store_true", help="leave the container in place afterwards")
     run.add_argument("--require-pass", action="store_true", help="exit 1 unless the grade is passed")
     run.set_defaults(func=cmd_run)
+
+    ps = sub.add_parser("ps", help="list the runs in flight",
+                        description="List the runs in flight on this Docker engine (task, agent, model, phase, "
+                                    "elapsed), from their containers' labels and the entrypoint's log lines.")
+    ps.add_argument("--json", action="store_true", help="print a JSON array instead of a table")
+    ps.set_defaults(func=cmd_ps)
 
     doctor = sub.add_parser("doctor", help="check this machine",
                             description="Check Docker, disk, the OS and base images and debootstrap; "

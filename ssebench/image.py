@@ -27,6 +27,7 @@ from filelock import FileLock
 from ssebench.agent import Agent
 from ssebench.engine import docker_errors, image_id, image_labels, tag_image
 from ssebench.errors import BuildCancelled, ImageBuildError, SSEBenchError
+from ssebench.logs import file_tail
 from ssebench.settings import PROJECT_ROOT, Settings
 from ssebench.task import Task
 from ssebench.version import __version__
@@ -40,6 +41,11 @@ LABEL_DATASET = "ssebench.dataset"
 RUNTIME_SOURCES = (PROJECT_ROOT / "ssebench" / "runtime", PROJECT_ROOT / "sdk" / "sse")
 _BASE_REF = re.compile(r"base-generic-(c|go|rust):([A-Za-z0-9_][A-Za-z0-9_.-]*)")
 _IGNORED = {"__pycache__", ".pytest_cache", ".mypy_cache"}
+
+
+def file_name(image: str) -> str:
+    """An image name as a file name of the cache (locks, logs, Dockerfiles): `a/b:1` -> `a_b_1`."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", image)
 
 
 def hash_tree(path: Path, h: hashlib._Hash | None = None) -> str:
@@ -211,20 +217,13 @@ def is_current(layer: Layer) -> bool:
 def _lock_path(settings: Settings, image: str) -> Path:
     locks = settings.cache_dir / "locks"
     locks.mkdir(parents=True, exist_ok=True)
-    return locks / (re.sub(r"[^A-Za-z0-9_.-]+", "_", image) + ".lock")
+    return locks / (file_name(image) + ".lock")
 
 
 def log_path(settings: Settings, image: str) -> Path:
     logs = settings.cache_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    return logs / (re.sub(r"[^A-Za-z0-9_.-]+", "_", image) + ".log")
-
-
-def _tail(path: Path, lines: int = 20) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
+    return logs / (file_name(image) + ".log")
 
 
 def labelled_dockerfile(settings: Settings, layer: Layer) -> Path:
@@ -239,7 +238,7 @@ def labelled_dockerfile(settings: Settings, layer: Layer) -> Path:
     text = layer.dockerfile.read_text(encoding="utf-8")
     folder = settings.cache_dir / "dockerfiles"
     folder.mkdir(parents=True, exist_ok=True)
-    out = folder / (re.sub(r"[^A-Za-z0-9_.-]+", "_", layer.image) + ".Dockerfile")
+    out = folder / (file_name(layer.image) + ".Dockerfile")
     out.write_text(f"{text.rstrip()}\nLABEL {pairs}\n", encoding="utf-8")
     return out
 
@@ -301,10 +300,10 @@ def build_layer(settings: Settings, layer: Layer, *, nocache: bool = False,
             api.close()
     task_id = layer.task.id if layer.task else None
     if failure is not None:
-        raise ImageBuildError(layer.image, layer.kind, log, _tail(log), task=task_id)
+        raise ImageBuildError(layer.image, layer.kind, log, file_tail(log), task=task_id)
     labels = image_labels(layer.image)
     if labels is None or labels.get(LABEL_HASH) != layer.digest:
-        raise ImageBuildError(layer.image, layer.kind, log, _tail(log) + "\n(the build ended without tagging the image)", task=task_id)
+        raise ImageBuildError(layer.image, layer.kind, log, file_tail(log) + "\n(the build ended without tagging the image)", task=task_id)
 
 
 @dataclass

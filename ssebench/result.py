@@ -18,6 +18,7 @@ import secrets
 import stat
 import tempfile
 import time
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote
@@ -160,3 +161,61 @@ def read_result(run_dir: Path) -> dict[str, Any] | None:
     except ValueError:
         return None
     return data if isinstance(data, dict) and isinstance(data.get("patch_result"), dict) else None
+
+
+def _typed(cls: type, data: object) -> dict[str, Any]:
+    """The fields of `cls` found in `data` with the right JSON type; anything else is left at its default."""
+    if not isinstance(data, dict):
+        return {}
+    wanted = {"bool | None": (bool,), "int | None": (int,), "float | None": (int, float), "str | None": (str,),
+              "str": (str,)}
+    kept: dict[str, Any] = {}
+    for f in fields(cls):
+        value = data.get(f.name)
+        types = wanted[str(f.type)]
+        if isinstance(value, types) and not (bool not in types and isinstance(value, bool)):
+            kept[f.name] = value
+    return kept
+
+
+@dataclass(frozen=True)
+class PatchResult:
+    """result.json's `patch_result`: the checks of the agent's patch (SPEC: result.json).
+
+    `status` is the grade: passed, failed or error. None means a check did not run.
+    """
+
+    status: str = "error"
+    build_success: bool | None = None
+    pov_passed: int | None = None
+    pov_total: int | None = None
+    func_test_success: bool | None = None
+    intent_test_success: bool | None = None
+    error_msg: str | None = None
+    error_log: str | None = None
+
+    @classmethod
+    def of(cls, data: object) -> PatchResult:
+        return cls(**_typed(cls, data))
+
+    @property
+    def pocs_fixed(self) -> bool | None:
+        """Whether every PoC stopped reproducing; None when none ran."""
+        return None if self.pov_total is None else self.pov_passed == self.pov_total
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class RuntimeResult:
+    """result.json's `runtime_result`: how the agent's phase went."""
+
+    agent_duration: float | None = None
+    agent_timeout: bool | None = None
+    evaluator_timeout: bool | None = None
+    agent_exit_code: int | None = None
+
+    @classmethod
+    def of(cls, data: object) -> RuntimeResult:
+        return cls(**_typed(cls, data))

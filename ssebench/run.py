@@ -31,6 +31,8 @@ from ssebench.errors import ImageBuildError, SSEBenchError
 from ssebench.limits import Limits
 from ssebench.reaper import Session
 from ssebench.result import (
+    PatchResult,
+    RuntimeResult,
     make_run_dir,
     new_run_id,
     point_latest,
@@ -112,8 +114,13 @@ class RunRecord:
     resumed: bool = False
 
     @property
-    def patch_result(self) -> dict[str, Any]:
-        return (self.result or {}).get("patch_result") or {}
+    def patch_result(self) -> PatchResult:
+        """The checks of the patch as result.json gives them (all unknown without one)."""
+        return PatchResult.of((self.result or {}).get("patch_result"))
+
+    @property
+    def runtime_result(self) -> RuntimeResult:
+        return RuntimeResult.of((self.result or {}).get("runtime_result"))
 
 
 def limits_for(settings: Settings, task: Task, overrides: dict[str, str] | None = None) -> Limits:
@@ -146,7 +153,9 @@ def container_spec(config: RunConfig, image: str, session: Session, run_id: str,
         env["SSE_MODEL_NAME"] = config.model
         env.update(model_env or {})
     labels = {**session.labels(), "ssebench.run": run_id, "ssebench.task": task.id,
-              "ssebench.agent": config.agent.name}
+              "ssebench.agent": config.agent.name, "ssebench.model": config.model,
+              "ssebench.difficulty": str(config.difficulty), "ssebench.mode": config.mode,
+              "ssebench.trial": str(config.trial)}
     return ContainerSpec(image=image, env=env, mounts=mounts, labels=labels, network=network, command=command,
                          limits=config.limits)
 
@@ -290,9 +299,10 @@ def execute(config: RunConfig, settings: Settings, backend: Backend, session: Se
             if record.limits_hit:
                 record.infra_error += "; limits hit: " + "; ".join(record.limits_hit)
         else:
-            record.grade = str(record.patch_result.get("status", "error"))
-            if record.grade == "error":
-                record.infra_error = f"grading did not run: {record.patch_result.get('error_msg')}"
+            record.grade = record.patch_result.status
+            if record.grade not in ("passed", "failed"):
+                record.grade = "error"
+                record.infra_error = f"grading did not run: {record.patch_result.error_msg}"
     except ImageBuildError as exc:
         record.infra_error = str(exc)
     except RunTimeoutError as exc:
@@ -302,7 +312,7 @@ def execute(config: RunConfig, settings: Settings, backend: Backend, session: Se
     finally:
         record.usage = usage or None
         record.durations["total"] = round(time.monotonic() - started, 3)
-        agent_time = ((record.result or {}).get("runtime_result") or {}).get("agent_duration")
+        agent_time = record.runtime_result.agent_duration
         if agent_time is not None:
             record.durations["agent"] = float(agent_time)
         write_summary(record)
@@ -359,7 +369,7 @@ def finished_run(config: RunConfig, results_root: Path) -> RunRecord | None:
         if int(got.get("trial") or 1) != config.trial:
             continue
         result = read_result(run_dir)
-        if result is None or (result.get("patch_result") or {}).get("status") != summary["grade"]:
+        if result is None or PatchResult.of(result.get("patch_result")).status != summary["grade"]:
             continue
         return RunRecord(config=config, run_id=str(summary.get("run_id") or run_dir.name), run_dir=run_dir,
                          started_at=str(summary.get("started_at") or ""), grade=summary["grade"], result=result,

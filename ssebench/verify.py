@@ -49,28 +49,28 @@ class TaskVerdict:
 def judge(task: Task, agent: str, record: RunRecord) -> list[str]:
     """What is wrong with one run for a valid task, each naming the task and the check; empty when right."""
     checks = task.checks()
-    grade = record.patch_result
+    patch = record.patch_result
     where = f"{task.id} ({agent})"
     if record.infra_error:
         return [f"{where}: not graded: {record.infra_error.splitlines()[0]}"]
     problems = []
     if agent == "reference":
         if record.grade != "passed":
-            problems.append(f"{where}: graded {record.grade}, expected passed: {grade.get('error_msg')}")
-        wanted = {"build": "build_success", "function_test": "func_test_success",
-                  "intent_test": "intent_test_success"}
-        for check, key in wanted.items():
-            if check in checks and grade.get(key) is not True:
+            problems.append(f"{where}: graded {record.grade}, expected passed: {patch.error_msg}")
+        wanted = {"build": patch.build_success, "function_test": patch.func_test_success,
+                  "intent_test": patch.intent_test_success}
+        for check, passed in wanted.items():
+            if check in checks and passed is not True:
                 problems.append(f"{where}: {check} did not pass")
-        if "poc" in checks and (grade.get("pov_total") is None or grade.get("pov_passed") != grade.get("pov_total")):
-            problems.append(f"{where}: poc: {grade.get('pov_passed')} of {grade.get('pov_total')} fixed, expected all")
+        if "poc" in checks and patch.pocs_fixed is not True:
+            problems.append(f"{where}: poc: {patch.pov_passed} of {patch.pov_total} fixed, expected all")
         return problems
-    if "build" in checks and grade.get("build_success") is not True:
+    if "build" in checks and patch.build_success is not True:
         problems.append(f"{where}: build failed without any change")
-    if "function_test" in checks and grade.get("func_test_success") is not True:
+    if "function_test" in checks and patch.func_test_success is not True:
         problems.append(f"{where}: function_test fails without any change")
-    if "poc" in checks and grade.get("pov_passed") != 0:
-        problems.append(f"{where}: poc: {grade.get('pov_passed')} of {grade.get('pov_total')} PoCs pass without "
+    if "poc" in checks and patch.pov_passed != 0:
+        problems.append(f"{where}: poc: {patch.pov_passed} of {patch.pov_total} PoCs pass without "
                         "any change, expected none")
     return problems
 
@@ -167,7 +167,7 @@ def summary(verdicts: list[TaskVerdict], dataset: str, version: str | None, seco
                                "problems": v.problems}
         for agent, record in v.records.items():
             row[agent] = {"grade": record.grade, "run_dir": str(record.run_dir),
-                          "seconds": record.durations.get("total"), "result": record.patch_result}
+                          "seconds": record.durations.get("total"), "result": record.patch_result.as_dict()}
         rows.append(row)
     return {"dataset": dataset, "version": version, "verified_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "seconds": round(seconds, 1), "valid": all(v.valid for v in verdicts), "tasks": rows}

@@ -16,6 +16,7 @@ from pathlib import Path
 from filelock import FileLock
 
 from ssebench.errors import SSEBenchError
+from ssebench.logs import last_lines
 from ssebench.image import digest
 from ssebench.settings import Settings
 
@@ -54,7 +55,7 @@ def ensure_wheelhouse(settings: Settings, python: str, machine: str) -> Path:
                        "-d", str(partial), "-r", str(reqs), *pip_args(python, machine)]
             run = subprocess.run(command, capture_output=True, text=True, check=False)
             if run.returncode != 0:
-                tail = "\n".join((run.stdout + run.stderr).strip().splitlines()[-10:])
+                tail = last_lines(run.stdout + run.stderr, 10)
                 raise SSEBenchError(
                     f"downloading the runtime's wheels for Python {python} ({machine}) failed; "
                     f"the host needs a package index or PIP_FIND_LINKS with them:\n{tail}"

@@ -22,6 +22,7 @@ from types import TracebackType
 from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from ssebench.errors import SSEBenchError
+from ssebench.logs import file_tail
 from ssebench.gateway._models import MODEL_PORT, Budget
 from ssebench.gateway._usage import Usage
 
@@ -162,13 +163,6 @@ class GatewayLink:
         return self.client.finish_run(run_id).summary()
 
 
-def _tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
-    try:
-        return "\n".join(path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
-
-
 class GatewayProcess:
     """The gateway as a child process of this one: started on enter, stopped (for sure) on exit.
 
@@ -228,7 +222,7 @@ class GatewayProcess:
             code = self.process.poll()
             if code is not None:
                 raise GatewayError(f"the gateway exited ({code}) while starting; last lines of {self.log_path}:\n"
-                                   f"{_tail(self.log_path)}")
+                                   f"{file_tail(self.log_path, LOG_TAIL_LINES)}")
             if ready.is_file():
                 try:
                     self.control_url = str(json.loads(ready.read_text())["url"])
@@ -242,7 +236,7 @@ class GatewayProcess:
                     problem = str(exc)
             time.sleep(0.05)
         raise GatewayError(f"the gateway did not answer within {self.start_timeout:.0f} s ({problem}); "
-                           f"last lines of {self.log_path}:\n{_tail(self.log_path)}")
+                           f"last lines of {self.log_path}:\n{file_tail(self.log_path, LOG_TAIL_LINES)}")
 
     def stop(self) -> None:
         """Stop the process (SIGTERM, then SIGKILL after 10 s); a no-op when it is not running."""

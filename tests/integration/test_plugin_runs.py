@@ -67,12 +67,65 @@ def test_dummy_fails_every_demo_task_naming_the_poc(demo: pytest.Pytester) -> No
     assert "Checks: build passed; PoCs 0/1 fixed; function test passed" in text
 
 
-def test_sweep_in_parallel(demo: pytest.Pytester) -> None:
-    result = demo.runpytest_subprocess("datasets/demo", "--agent", "reference", "--agent", "dummy",
-                                       "--difficulty", "0,2,4", "-n", "2", "--results", "out", "-p", "no:cacheprovider")
+def _image_ids() -> dict[str, str]:
+    return {tag: image["Id"] for image in client().api.images(filters={"label": "ssebench.layer"})
+            for tag in image.get("RepoTags") or []}
+
+
+def test_sweep_in_parallel_with_trials(demo: pytest.Pytester) -> None:
+    before = _image_ids()
+    result = demo.runpytest_subprocess("datasets/demo", "--agent", "reference", "--agent", "dummy", "--trials", "3",
+                                       "-n", "2", "--results", "out", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=9, failed=9)
-    assert "building" not in result.stderr.str()  # the images were current: nothing was built again
+    # Per agent: 9 runs, the pass rate with its Wilson interval, pass@1 and pass@3 over the three tasks.
+    result.stdout.fnmatch_lines([
+        "*agent*runs*passed*failed*error*pass rate [95% CI]*pass@1*pass@3*",
+        "*dummy*none*2*9*0*9*0*0% [0-30]*0%*0%*",
+        "*reference*none*2*9*9*0*0*100% [70-100]*100%*100%*",
+    ])
+    trials = sorted(json.loads(p.read_text())["config"]["trial"] for p in (demo.path / "out").glob("*/*/*/*/summary.json"))
+    assert trials == [1] * 6 + [2] * 6 + [3] * 6
+    assert _image_ids() == before  # the images were current: nothing was built again
     assert _session_containers() == []
+
+
+def test_an_interrupted_sweep_resumes_with_what_had_not_finished(demo: pytest.Pytester) -> None:
+    def run_dirs() -> list[Path]:
+        return sorted((demo.path / "out" / "c-demo" / "none" / "dummy").glob("*-d2-sandbox-*"))
+
+    # The sweep stops at its first failure (-x): one run of three is finished.
+    first = demo.runpytest_subprocess("datasets/demo/c-demo", "--agent", "dummy", "--trials", "3", "-x",
+                                      "--results", "out", "-p", "no:cacheprovider", "-p", "no:randomly")
+    first.assert_outcomes(failed=1)
+    [done] = run_dirs()
+    resumed = demo.runpytest_subprocess("datasets/demo/c-demo", "--agent", "dummy", "--trials", "3", "--resume",
+                                        "--results", "out", "--junitxml", "junit.xml", "-p", "no:cacheprovider")
+    resumed.assert_outcomes(failed=3)
+    # Two new runs; the finished one was reported from its directory, not run again.
+    assert len(run_dirs()) == 3 and done in run_dirs()
+    props = [{p.get("name"): p.get("value") for p in case.iter("property")}
+             for case in ET.parse(demo.path / "junit.xml").iter("testcase")]
+    from_disk = [p for p in props if p["ssebench.resumed"] == "True"]
+    assert len(from_disk) == 1 and from_disk[0]["ssebench.run_dir"] == str(done)
+    assert from_disk[0]["ssebench.trial"] == "1"
+    # Everything finished now: resuming again runs nothing.
+    again = demo.runpytest_subprocess("datasets/demo/c-demo", "--agent", "dummy", "--trials", "3", "--resume",
+                                      "--results", "out", "-p", "no:cacheprovider")
+    again.assert_outcomes(failed=3)
+    assert len(run_dirs()) == 3
+
+
+def test_a_run_beside_popular_plugins(demo: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """pytest-timeout, pytest-retry, pytest-rerunfailures, pytest-randomly and pytest-cov loaded, and used."""
+    from tests.unit.test_plugin import beside_popular_plugins
+
+    beside_popular_plugins(monkeypatch)
+    result = demo.runpytest_subprocess("datasets/demo/c-demo", "--agent", "dummy", "--timeout", "900",
+                                       "--cov=ssebench", "-p", "randomly", "--results", "out",
+                                       "-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["Using --randomly-seed=*", "*A proof of concept still reproduces*",
+                                 "*coverage: platform*", "*SSEBench scores*"])
 
 
 def test_broken_dockerfile_is_an_error_with_the_build_log(demo: pytest.Pytester) -> None:
@@ -135,6 +188,20 @@ def test_ctrl_c_leaves_nothing_behind(sleeper: pytest.Pytester) -> None:
     process = _start(sleeper)
     try:
         _wait_for_containers(2)
+        # While they run, `ssebench ps` shows both in their agent phase.
+        deadline = time.monotonic() + 120
+        while True:
+            listed = subprocess.run([sys.executable, "-m", "ssebench.cli", "ps", "--json"], capture_output=True,
+                                    text=True, check=True)
+            mine = [r for r in json.loads(listed.stdout) if r["agent"] == "sleeper"]
+            if [r["phase"] for r in mine] == ["agent", "agent"] or time.monotonic() > deadline:
+                break
+            time.sleep(1)
+        assert sorted((r["task"], r["model"], r["difficulty"], r["mode"], r["phase"]) for r in mine) == [
+            ("c-demo", "none", "2", "sandbox", "agent"), ("go-demo", "none", "2", "sandbox", "agent")]
+        table = subprocess.run([sys.executable, "-m", "ssebench.cli", "ps"], capture_output=True, text=True,
+                               check=True).stdout
+        assert table.startswith("TASK") and "sleeper" in table
         process.send_signal(signal.SIGINT)
         process.wait(timeout=120)
     finally:

@@ -107,10 +107,10 @@ def test_an_attack_on_resources_ends_graded_and_spares_its_neighbour(settings: S
     assert elapsed < 180 + 600 + 300, elapsed
     text = f"{record.infra_error} {record.limits_hit} {record.patch_result}"
     assert record.grade in ("passed", "failed") or record.infra_error, text
-    named = " ".join(record.limits_hit) if said != "patch limit" else str(record.patch_result.get("error_log"))
+    named = " ".join(record.limits_hit) if said != "patch limit" else str(record.patch_result.error_log)
     assert said in named, f"the record does not name the limit ({said}): {text}"
     print(f"{attack}: grade {record.grade}, limits hit {record.limits_hit}, "
-          f"{record.patch_result.get('error_msg')}: {str(record.patch_result.get('error_log'))[:200]}")
+          f"{record.patch_result.error_msg}: {str(record.patch_result.error_log)[:200]}")
     summary = json.loads((record.run_dir / "summary.json").read_text())
     assert summary["config"]["limits"]["pids"] == record.config.limits.pids
     assert summary["network"] and summary["network"].startswith("ssebench-")

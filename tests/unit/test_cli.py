@@ -95,3 +95,16 @@ def test_bad_jobs_value_names_the_flag(value: str, capsys: pytest.CaptureFixture
     assert info.value.code == 2
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert "--jobs" in last and "1 to 16" in last and repr(value) in last
+
+
+def test_ps_reads_the_phase_from_the_entrypoints_own_lines() -> None:
+    from ssebench.inflight import phase_of
+
+    said = ["[ssebench-entrypoint 12:00:01] daemon ready", "[ssebench-entrypoint 12:00:02] MCP server ready",
+            "[ssebench-entrypoint 12:00:02] agent: sleep 600 (timeout 3600 s, difficulty 2)",
+            "[ssebench-entrypoint 12:10:02] agent exited with status 0 after 600.0 s",
+            "[ssebench-entrypoint 12:12:00] graded: failed"]
+    phases = [phase_of("\n".join(said[:n])) for n in range(len(said) + 1)]
+    assert phases == ["starting", "starting", "starting", "agent", "grading", "finishing"]
+    # Other output (the daemon's, say) never sets a phase; only whole entrypoint lines do.
+    assert phase_of(said[2] + "\nagent exited with status 0\n x [ssebench-entrypoint 1:2:3] graded: x") == "agent"
