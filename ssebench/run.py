@@ -112,6 +112,8 @@ class RunRecord:
     durations: dict[str, float] = field(default_factory=dict)
     # Taken from a finished run in the results directory (--resume), not run now.
     resumed: bool = False
+    # The session (ssebench.reaper) whose labels its container and network carried.
+    session: str | None = None
 
     @property
     def patch_result(self) -> PatchResult:
@@ -274,7 +276,7 @@ def execute(config: RunConfig, settings: Settings, backend: Backend, session: Se
     run_id = new_run_id(config.difficulty, config.mode)
     run_dir = make_run_dir(results_root, config.task.id, config.model, config.agent.name, run_id)
     record = RunRecord(config=config, run_id=run_id, run_dir=run_dir,
-                       started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+                       started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), session=session.id)
     started = time.monotonic()
     usage: dict[str, Any] = {}
     try:
@@ -330,6 +332,7 @@ def write_summary(record: RunRecord) -> None:
         "grade": record.grade,
         "error": record.infra_error,
         "run_id": record.run_id,
+        "session": record.session,
         "started_at": record.started_at,
         "network": record.network,
         "limits_hit": record.limits_hit,
@@ -375,5 +378,6 @@ def finished_run(config: RunConfig, results_root: Path) -> RunRecord | None:
                          started_at=str(summary.get("started_at") or ""), grade=summary["grade"], result=result,
                          exit_code=summary.get("exit_code"), network=summary.get("network"),
                          limits_hit=list(summary.get("limits_hit") or []), files=summary.get("files") or {},
-                         usage=summary.get("usage"), durations=summary.get("durations") or {}, resumed=True)
+                         usage=summary.get("usage"), durations=summary.get("durations") or {}, resumed=True,
+                         session=summary.get("session"))
     return None

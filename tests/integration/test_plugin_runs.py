@@ -84,10 +84,11 @@ def test_sweep_in_parallel_with_trials(demo: pytest.Pytester) -> None:
                                      "[95%"] and "pass@1  pass@3" in table[0], table
     assert table[1].split()[:10] == ["dummy", "none", "2", "9", "0", "9", "0", "0%", "[0-30]", "0%"], table
     assert table[2].split()[:10] == ["reference", "none", "2", "9", "9", "0", "0", "100%", "[70-100]", "100%"], table
-    trials = sorted(json.loads(p.read_text())["config"]["trial"] for p in (demo.path / "out").glob("*/*/*/*-sandbox-*/summary.json"))
-    assert trials == [1] * 6 + [2] * 6 + [3] * 6
+    summaries = [json.loads(p.read_text()) for p in (demo.path / "out").glob("*/*/*/*-sandbox-*/summary.json")]
+    assert sorted(s["config"]["trial"] for s in summaries) == [1] * 6 + [2] * 6 + [3] * 6
     assert _image_ids() == before  # the images were current: nothing was built again
-    assert _session_containers() == []
+    [session] = {s["session"] for s in summaries}
+    assert list_containers({"label": f"ssebench.session={session}"}) == []
 
 
 def test_an_interrupted_sweep_resumes_with_what_had_not_finished(demo: pytest.Pytester) -> None:
@@ -224,11 +225,11 @@ def test_killed_worker_and_crashed_session_are_reaped_by_the_next(sleeper: pytes
     for worker in _children(process.pid):
         os.kill(worker, signal.SIGKILL)
     time.sleep(1)
-    assert _session_containers(), "the crash should have left containers for the next session to reap"
+    assert _session_containers("sleeper"), "the crash should have left containers for the next session to reap"
     nextone = sleeper.runpytest_subprocess("datasets/demo/c-demo", "--agent", "dummy", "--collect-only", "-q",
                                            "-p", "no:cacheprovider")
     assert nextone.ret == 0
-    assert _session_containers() == []
+    assert _session_containers("sleeper") == []
     assert client().networks.list(filters={"label": "ssebench.session"}) == []
 
 
