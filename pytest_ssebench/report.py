@@ -241,10 +241,12 @@ class ScoreTable:
 
     def html(self) -> str:
         header, *rows = self.cells()
-        head = "".join(f"<th>{html.escape(c)}</th>" for c in header)
-        body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows)
-        return (f'<h2>SSEBench scores</h2><table id="ssebench-scores"><thead><tr>{head}</tr></thead>'
-                f"<tbody>{body}</tbody></table><p>Pass rates count graded runs (errors are infrastructure, not "
+        cell = "padding:3px 10px;border:1px solid #d0d7de;text-align:left;white-space:nowrap"
+        head = "".join(f'<th style="{cell};background:#f6f8fa">{html.escape(c)}</th>' for c in header)
+        body = "".join("<tr>" + "".join(f'<td style="{cell}">{html.escape(c)}</td>' for c in row) + "</tr>"
+                       for row in rows)
+        return (f'<h2>SSEBench scores</h2><table id="ssebench-scores" style="border-collapse:collapse">'
+                f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table><p>Pass rates count graded runs (errors are infrastructure, not "
                 "grades); the interval is Wilson's 95 %. pass@k is averaged over tasks.</p>")
 
 
@@ -256,6 +258,8 @@ class ReportHooks:
         self.html = html
         self.show_table = show_table
         self.table = ScoreTable()
+        # Items reported from finished runs (--resume) rather than run now.
+        self.resumed = 0
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
@@ -273,6 +277,8 @@ class ReportHooks:
             self.table.add(report.nodeid, "error", report.user_properties)
         elif report.when == "call":
             self.table.add(report.nodeid, report.outcome, report.user_properties)
+            if dict(report.user_properties).get(PREFIX + "resumed") is True:
+                self.resumed += 1
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if not self.show_table or not self.table.rows:
@@ -280,6 +286,8 @@ class ReportHooks:
         terminalreporter.section("SSEBench scores")
         for line in self.table.lines():
             terminalreporter.line(line)
+        if self.resumed:
+            terminalreporter.line(f"resumed: {self.resumed} item(s) reported from finished runs, not run again")
         terminalreporter.line(f"results: {self.results}")
 
     # pytest-html's hooks; pluggy checks only the hooks that exist, so these

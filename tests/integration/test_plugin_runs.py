@@ -103,6 +103,7 @@ def test_an_interrupted_sweep_resumes_with_what_had_not_finished(demo: pytest.Py
     resumed = demo.runpytest_subprocess("datasets/demo/c-demo", "--agent", "dummy", "--trials", "3", "--resume",
                                         "--results", "out", "--junitxml", "junit.xml", "-p", "no:cacheprovider")
     resumed.assert_outcomes(failed=3)
+    resumed.stdout.fnmatch_lines(["resumed: 1 item(s) reported from finished runs, not run again"])
     # Two new runs; the finished one was reported from its directory, not run again.
     assert len(run_dirs()) == 3 and done in run_dirs()
     props = [{p.get("name"): p.get("value") for p in case.iter("property")}
@@ -114,6 +115,7 @@ def test_an_interrupted_sweep_resumes_with_what_had_not_finished(demo: pytest.Py
     again = demo.runpytest_subprocess("datasets/demo/c-demo", "--agent", "dummy", "--trials", "3", "--resume",
                                       "--results", "out", "-p", "no:cacheprovider")
     again.assert_outcomes(failed=3)
+    again.stdout.fnmatch_lines(["resumed: 3 item(s) reported from finished runs, not run again"])
     assert len(run_dirs()) == 3
 
 
