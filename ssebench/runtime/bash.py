@@ -18,15 +18,13 @@ Improvements on a plain "write to the shell's stdin and read until a prompt":
 from __future__ import annotations
 
 import asyncio
-import os
 import secrets
-import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from sse.helper import ScriptResult
 
-from ssebench.runtime.process import User, confined
+from ssebench.runtime.process import User, confined, kill_group
 
 TIMED_OUT = 124
 
@@ -172,10 +170,7 @@ async def _end(shell: asyncio.subprocess.Process) -> None:
     command left behind in another session holds them open: waiting for it
     would block the tool (and the end of the agent phase) for good.
     """
-    try:
-        os.killpg(shell.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    kill_group(shell.pid)
     try:
         await asyncio.wait_for(shell.wait(), 2)
     except asyncio.TimeoutError:

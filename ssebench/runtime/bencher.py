@@ -42,7 +42,16 @@ from sse.helper import ScriptResult
 
 from ssebench.runtime import git, layout
 from ssebench.runtime.files import create_exclusive
-from ssebench.runtime.process import NEUTRAL_CWD, ROOT_PATH, AsUser, User, clear_user, confined, kill_user
+from ssebench.runtime.process import (
+    NEUTRAL_CWD,
+    ROOT_PATH,
+    AsUser,
+    User,
+    clear_user,
+    confined,
+    kill_group,
+    kill_user,
+)
 from ssebench.runtime.taskfile import TaskFile
 
 TIMED_OUT = 124
@@ -242,10 +251,7 @@ class Bencher:
                 code = process.wait(timeout=self.limits.script_timeout)
             except subprocess.TimeoutExpired:
                 timed_out = True
-                try:
-                    os.killpg(process.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+                kill_group(process.pid)
                 process.wait()
                 code = TIMED_OUT
             finally:

@@ -35,7 +35,7 @@ from typing import IO
 
 from ssebench.runtime import layout
 from ssebench.runtime.files import prune_tree, write_atomic
-from ssebench.runtime.process import NEUTRAL_CWD, User, confined, python_command
+from ssebench.runtime.process import NEUTRAL_CWD, User, confined, kill_group, python_command
 from ssebench.runtime.settings import RuntimeSettings, SettingsError, load_settings
 
 TIMED_OUT = 124
@@ -155,10 +155,7 @@ def run_agent(command: list[str], settings: RuntimeSettings, model: User, cwd: s
         status = agent.wait(timeout=settings.agent_timeout)
         return status, time.monotonic() - started, False
     except subprocess.TimeoutExpired:
-        try:
-            os.killpg(agent.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        kill_group(agent.pid)
         agent.wait()
         return TIMED_OUT, time.monotonic() - started, True
 

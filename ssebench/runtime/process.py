@@ -136,6 +136,14 @@ def pids_of(uid: int) -> list[int]:
     return sorted(_processes(uid))
 
 
+def kill_group(pid: int) -> None:
+    """SIGKILL the process group that `pid` leads (started with start_new_session); gone already is fine."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
 def _signal(pids: object, sig: signal.Signals) -> int:
     sent = 0
     for pid in pids:  # type: ignore[attr-defined]

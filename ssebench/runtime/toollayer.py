@@ -25,7 +25,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ssebench.runtime import layout
+from ssebench.runtime import git, layout
 from ssebench.runtime.capture import make_base
 from ssebench.runtime.taskfile import TaskFile, load_taskfile
 
@@ -77,15 +77,9 @@ def replace_source(task: TaskFile) -> None:
     for dirpath, dirnames, filenames in os.walk(source):
         for name in [*dirnames, *filenames, "."]:
             os.lchown(os.path.join(dirpath, name), model.pw_uid, model.pw_gid)
-    env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": model.pw_dir,
-        "GIT_CONFIG_NOSYSTEM": "1",
-        "GIT_CONFIG_GLOBAL": "/dev/null",
-        "GIT_AUTHOR_NAME": "ssebench", "GIT_AUTHOR_EMAIL": "ssebench@localhost",
-        "GIT_COMMITTER_NAME": "ssebench", "GIT_COMMITTER_EMAIL": "ssebench@localhost",
-        "GIT_AUTHOR_DATE": _COMMIT_DATE, "GIT_COMMITTER_DATE": _COMMIT_DATE,
-    }
+    env = git.env(model.pw_dir, GIT_AUTHOR_NAME="ssebench", GIT_AUTHOR_EMAIL="ssebench@localhost",
+                  GIT_COMMITTER_NAME="ssebench", GIT_COMMITTER_EMAIL="ssebench@localhost",
+                  GIT_AUTHOR_DATE=_COMMIT_DATE, GIT_COMMITTER_DATE=_COMMIT_DATE)
     as_model = ["runuser", "-u", layout.MODEL, "--"]
     for argv in (
         ["git", "init", "--quiet", "--initial-branch=main"],
