@@ -25,7 +25,7 @@ from ssebench.task import Task
 
 if TYPE_CHECKING:
     from pytest_ssebench.runner import Runner
-    from pytest_ssebench.session import SSEBenchPlugin
+    from pytest_ssebench.sweep import Sweep
 
 RECORD = pytest.StashKey[RunRecord]()
 CONFIG = pytest.StashKey[RunConfig]()
@@ -133,13 +133,13 @@ class RunItem(pytest.Item):
 class TaskDirectory(pytest.Directory):
     """A task folder: its runs are its children; nothing inside it is collected as tests."""
 
-    def __init__(self, *, session_plugin: SSEBenchPlugin, **kwargs: Any) -> None:
+    def __init__(self, *, sweep: Sweep, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.session_plugin = session_plugin
+        self.sweep = sweep
 
     def _task(self) -> Task:
         try:
-            return self.session_plugin.loader.load(self.path)
+            return self.sweep.loader.load(self.path)
         except ConfigErrors as exc:
             raise self.CollectError("\n".join(str(e) for e in exc.errors)) from None
         except ConfigError as exc:
@@ -147,7 +147,7 @@ class TaskDirectory(pytest.Directory):
 
     def collect(self) -> Iterator[pytest.Item]:
         task = self._task()
-        plugin = self.session_plugin
+        plugin = self.sweep
         for run in plugin.runs_of(task):
             yield RunItem.from_parent(self, name=plugin.item_name(run), run=run, runner=plugin.runner)
 

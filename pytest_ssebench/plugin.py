@@ -1,7 +1,7 @@
 """Entry point of the SSEBench pytest plugin (registered under `pytest11`).
 
 It declares options, ini keys and hooks; the session machinery
-(`pytest_ssebench.session`) is registered only when an agent is asked for,
+(`pytest_ssebench.sweep`) is registered only when an agent is asked for,
 so `pytest tests` and other projects' runs pay nothing for it.
 """
 
@@ -31,6 +31,6 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", f"{name}: {text}")
     if not (config.option.agent or config.getini("ssebench_agents")):
         return
-    from pytest_ssebench.session import SSEBenchPlugin
+    from pytest_ssebench.sweep import Sweep
 
-    config.pluginmanager.register(SSEBenchPlugin(config), "ssebench-session")
+    config.pluginmanager.register(Sweep(config), "ssebench-sweep")

@@ -42,7 +42,7 @@ def test_loading_the_plugin_imports_nothing_heavy() -> None:
     imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
     assert "pytest_ssebench.options" in imported  # the control: the listing is read right
     heavy = sorted(m for m in imported if m.split(".")[0] in {*HEAVY, "pydantic", "pydantic_core", "yaml"}
-                   or m in {"ssebench.run", "ssebench.task", "ssebench.settings", "pytest_ssebench.session"})
+                   or m in {"ssebench.run", "ssebench.task", "ssebench.settings", "pytest_ssebench.sweep"})
     assert heavy == []
 
 

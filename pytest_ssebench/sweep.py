@@ -1,4 +1,9 @@
-"""The plugin object of a sweep: options, agents, collection of task folders, the session's start and end.
+"""A sweep: the runs one pytest session asks for. Options, agents, collection of task folders, start and end.
+
+Words: a *sweep* is this plugin object; pytest's `Session` is pytest's own;
+the *session* of `ssebench.reaper.Session` is the id that labels every
+container and network the sweep starts (so that it, or the next sweep when
+it crashed, can remove them).
 
 Registered by `plugin.py` only when an agent is asked for. Items run through
 a `Runner` (pytest_ssebench.runner); what they add to pytest's reports is
@@ -50,7 +55,7 @@ def check_models(settings: Settings, names: tuple[str, ...]) -> None:
                                     f"on this host (it never enters a run's container)")
 
 
-class SSEBenchPlugin:
+class Sweep:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self.options: Options = parse_options(config)
@@ -154,7 +159,7 @@ class SSEBenchPlugin:
     @pytest.hookimpl(tryfirst=True)
     def pytest_collect_directory(self, path: Path, parent: pytest.Collector) -> pytest.Collector | None:
         if is_task_dir(path):
-            return TaskDirectory.from_parent(parent, path=path, session_plugin=self)
+            return TaskDirectory.from_parent(parent, path=path, sweep=self)
         return None
 
     # -- running --------------------------------------------------------------
@@ -216,7 +221,7 @@ class SSEBenchPlugin:
 class _XdistHooks:
     """Hooks that exist only with pytest-xdist: hand the session id to each worker."""
 
-    def __init__(self, session: SSEBenchPlugin) -> None:
+    def __init__(self, session: Sweep) -> None:
         self.session = session
 
     def pytest_configure_node(self, node: Any) -> None:
