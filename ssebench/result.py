@@ -20,7 +20,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, cast
 from urllib.parse import quote, unquote
 
 from ssebench.errors import SSEBenchError
@@ -219,3 +219,46 @@ class RuntimeResult:
     @classmethod
     def of(cls, data: object) -> RuntimeResult:
         return cls(**_typed(cls, data))
+
+
+class SummaryTask(TypedDict):
+    id: str
+    dataset: str
+    dataset_version: str | None
+    digest: str
+    language: str
+    project: str | None
+    advisories: list[str]
+    path: str
+
+
+class RunSummary(TypedDict):
+    """summary.json: what the harness records of a run (result.json is what the container recorded)."""
+
+    task: SummaryTask
+    config: dict[str, Any]  # RunConfig.describe()
+    grade: str  # passed, failed or error
+    error: str | None  # the infrastructure error, when the grade is error
+    run_id: str
+    session: str | None
+    started_at: str
+    network: str | None
+    limits_hit: list[str]
+    files: dict[str, Any]
+    usage: dict[str, Any] | None
+    durations: dict[str, float]
+    exit_code: int | None
+
+
+def read_summary(run_dir: Path) -> RunSummary | None:
+    """summary.json, or None when missing, unreadable or not the shape the harness writes."""
+    text = read_safely(run_dir, "summary.json", limit=4 << 20, tail=False)
+    try:
+        data = json.loads(text) if text else None
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("task"), dict) or not isinstance(data.get("config"), dict):
+        return None
+    if data.get("grade") not in ("passed", "failed", "error"):
+        return None
+    return cast(RunSummary, data)

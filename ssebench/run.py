@@ -32,12 +32,14 @@ from ssebench.limits import Limits
 from ssebench.reaper import Session
 from ssebench.result import (
     PatchResult,
+    RunSummary,
     RuntimeResult,
     make_run_dir,
     new_run_id,
     point_latest,
     read_result,
     read_safely,
+    read_summary,
     runs_parent,
     write_json,
     write_text_atomic,
@@ -324,7 +326,7 @@ def execute(config: RunConfig, settings: Settings, backend: Backend, session: Se
 
 def write_summary(record: RunRecord) -> None:
     task = record.config.task
-    write_json(record.run_dir / "summary.json", {
+    summary: RunSummary = {
         "task": {"id": task.id, "dataset": task.dataset, "dataset_version": task.dataset_version,
                  "digest": task.digest, "language": task.language, "project": task.config.project,
                  "advisories": task.advisories(), "path": str(task.path)},
@@ -340,7 +342,8 @@ def write_summary(record: RunRecord) -> None:
         "usage": record.usage,
         "durations": record.durations,
         "exit_code": record.exit_code,
-    })
+    }
+    write_json(record.run_dir / "summary.json", summary)
 
 
 def finished_run(config: RunConfig, results_root: Path) -> RunRecord | None:
@@ -356,14 +359,10 @@ def finished_run(config: RunConfig, results_root: Path) -> RunRecord | None:
     want = config.describe()
     task = config.task
     for run_dir in sorted((p for p in parent.iterdir() if p.is_dir() and not p.is_symlink()), reverse=True):
-        text = read_safely(run_dir, "summary.json", limit=4 << 20, tail=False)
-        try:
-            summary = json.loads(text) if text else None
-        except ValueError:
-            summary = None
-        if not isinstance(summary, dict) or summary.get("grade") not in ("passed", "failed"):
+        summary = read_summary(run_dir)
+        if summary is None or summary["grade"] not in ("passed", "failed"):
             continue
-        got, got_task = summary.get("config") or {}, summary.get("task") or {}
+        got, got_task = summary["config"], summary["task"]
         if (got_task.get("id"), got_task.get("dataset_version"), got_task.get("digest")) != (
                 task.id, task.dataset_version, task.digest):
             continue
