@@ -13,8 +13,8 @@ from typing import Any
 from ssebench.errors import SSEBenchError
 
 # The entrypoint's own lines on the container's stderr, newest last:
-# "[ssebench-entrypoint 12:00:01] agent: python3 /agent/agent.py (timeout 3600 s, difficulty 2)".
-_SAYS = re.compile(r"^\[ssebench-entrypoint [0-9:]+\] (.*)$", re.MULTILINE)
+# "[ssebench-entrypoint 12:00:01.250] agent: python3 /agent/agent.py (timeout 3600 s, difficulty 2)".
+_SAYS = re.compile(r"^\[ssebench-entrypoint [0-9:.]+\] (.*)$", re.MULTILINE)
 _PHASES = (("graded:", "finishing"), ("agent exited", "grading"), ("agent:", "agent"),
            ("refusing to start", "failed"), ("infrastructure failure", "failed"))
 

@@ -46,7 +46,10 @@ SHARED_TMP = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
 
 
 def say(message: str) -> None:
-    print(f"[ssebench-entrypoint {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+    """One line of the entrypoint's own on the container's log, stamped to the millisecond (UTC)."""
+    now = time.time()
+    stamp = time.strftime("%H:%M:%S", time.gmtime(now)) + f".{int(now * 1000) % 1000:03d}"
+    print(f"[ssebench-entrypoint {stamp}] {message}", file=sys.stderr, flush=True)
 
 
 def prepare_dirs(settings: RuntimeSettings, model: User) -> None:

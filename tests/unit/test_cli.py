@@ -100,7 +100,7 @@ def test_bad_jobs_value_names_the_flag(value: str, capsys: pytest.CaptureFixture
 def test_ps_reads_the_phase_from_the_entrypoints_own_lines() -> None:
     from ssebench.inflight import phase_of
 
-    said = ["[ssebench-entrypoint 12:00:01] daemon ready", "[ssebench-entrypoint 12:00:02] MCP server ready",
+    said = ["[ssebench-entrypoint 12:00:01] daemon ready", "[ssebench-entrypoint 12:00:02.125] MCP server ready",
             "[ssebench-entrypoint 12:00:02] agent: sleep 600 (timeout 3600 s, difficulty 2)",
             "[ssebench-entrypoint 12:10:02] agent exited with status 0 after 600.0 s",
             "[ssebench-entrypoint 12:12:00] graded: failed"]
