@@ -14,14 +14,19 @@ from ssebench.errors import SSEBenchError
 
 # The entrypoint's own lines on the container's stderr, newest last:
 # "[ssebench-entrypoint 12:00:01.250] agent: python3 /agent/agent.py (timeout 3600 s, difficulty 2)".
-_SAYS = re.compile(r"^\[ssebench-entrypoint [0-9:.]+\] (.*)$", re.MULTILINE)
+_SAYS = re.compile(r"^\[ssebench-entrypoint ([0-9:.]+)\] (.*)$", re.MULTILINE)
 _PHASES = (("graded:", "finishing"), ("agent exited", "grading"), ("agent:", "agent"),
            ("refusing to start", "failed"), ("infrastructure failure", "failed"))
 
 
+def entrypoint_lines(log: str) -> list[tuple[str, str]]:
+    """The entrypoint's own lines of a container log, as (time stamp, message), oldest first."""
+    return _SAYS.findall(log)
+
+
 def phase_of(log: str) -> str:
     """The phase a run is in, from the last line its entrypoint said: starting, agent, grading, finishing."""
-    for said in reversed(_SAYS.findall(log)):
+    for _, said in reversed(entrypoint_lines(log)):
         for prefix, phase in _PHASES:
             if said.startswith(prefix):
                 return phase

@@ -247,6 +247,7 @@ class RunSummary(TypedDict):
     files: dict[str, Any]
     usage: dict[str, Any] | None
     durations: dict[str, float]
+    timeline: dict[str, float]  # epoch seconds: container_started, container_ended
     exit_code: int | None
 
 

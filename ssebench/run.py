@@ -116,6 +116,8 @@ class RunRecord:
     resumed: bool = False
     # The session (ssebench.reaper) whose labels its container and network carried.
     session: str | None = None
+    # When things happened (seconds since the epoch, host clock): the container's start and end.
+    timeline: dict[str, float] = field(default_factory=dict)
 
     @property
     def patch_result(self) -> PatchResult:
@@ -292,10 +294,12 @@ def execute(config: RunConfig, settings: Settings, backend: Backend, session: Se
         with running(config, backend, session, run_id, image, models=models, usage=usage,
                      command=command) as live:
             began = time.monotonic()
+            record.timeline["container_started"] = time.time()
             try:
                 record.exit_code = live.handle.wait(config.timeout + config.grading_timeout + SLACK_SECONDS)
             finally:
                 record.durations["container"] = round(time.monotonic() - began, 3)
+                record.timeline["container_ended"] = time.time()
                 salvage(live.handle, run_dir, record)
         record.result = read_result(run_dir)
         if record.result is None:
@@ -341,6 +345,7 @@ def write_summary(record: RunRecord) -> None:
         "files": record.files,
         "usage": record.usage,
         "durations": record.durations,
+        "timeline": record.timeline,
         "exit_code": record.exit_code,
     }
     write_json(record.run_dir / "summary.json", summary)

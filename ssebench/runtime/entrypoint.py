@@ -234,6 +234,7 @@ def main(argv: list[str]) -> int:
         return 2
     from ssebench.runtime.taskfile import load_taskfile
 
+    say("starting")
     model = User.named(layout.MODEL)
     task = load_taskfile(Path(layout.TASK_DIR) / "config.yaml")
     prepare_dirs(settings, model)
