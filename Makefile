@@ -21,12 +21,23 @@ $(BIN)/ssebench: pyproject.toml sdk/pyproject.toml Makefile
 
 install: $(BIN)/ssebench
 
-# The OS image: pulled if a registry answers, else made with debootstrap
-# (needs root; installed from Debian's mirror when missing).
+# Installs a Debian package the set-up needs when it is missing: as root, or
+# with sudo; otherwise it stops with the one command to run.
+# $(call need,COMMAND,PACKAGE,WHY)
+define need
+	@if ! command -v $(1) >/dev/null && [ ! -x /usr/sbin/$(1) ] && [ ! -x /usr/bin/$(1) ]; then \
+	  if ! command -v apt-get >/dev/null; then \
+	    echo "make: $(1) is missing ($(3)) and this host has no apt-get: install $(2) with its package manager, then run make again" >&2; exit 1; fi; \
+	  if [ "$$(id -u)" != 0 ] && ! sudo -n true 2>/dev/null; then \
+	    echo "make: $(1) is missing ($(3)): run 'sudo apt-get install $(2)' (or as root), then run make again" >&2; exit 1; fi; \
+	  echo "installing $(2) ($(3))"; \
+	  $(SUDO) apt-get update -q >/dev/null && $(SUDO) apt-get install -y -q $(2) >/dev/null || { \
+	    echo "make: installing $(2) failed: run 'sudo apt-get install $(2)', then run make again" >&2; exit 1; }; fi
+endef
+
+# The OS image: pulled if a registry answers, else made with debootstrap (needs root).
 bootstrap: install
-	@if ! command -v debootstrap >/dev/null && [ ! -x /usr/sbin/debootstrap ]; then \
-	  echo "installing debootstrap (makes the OS image when no registry can supply it)"; \
-	  $(SUDO) apt-get update -q >/dev/null && $(SUDO) apt-get install -y -q debootstrap >/dev/null; fi
+	$(call need,debootstrap,debootstrap,it makes the OS image when no registry can supply it)
 	$(BIN)/ssebench images bootstrap || $(SUDO) $(BIN)/ssebench images bootstrap
 
 images: bootstrap
@@ -42,8 +53,7 @@ bench: images
 
 # The suite reads the HTML report as a person sees it, in Debian's Chromium.
 chromium:
-	@command -v chromium >/dev/null || { echo "installing chromium (the report test renders report.html)"; \
-	  $(SUDO) apt-get update -q >/dev/null && $(SUDO) apt-get install -y -q chromium >/dev/null; }
+	$(call need,chromium,chromium,the report test renders report.html)
 
 # STYLE.md's aim, kept: mypy --strict over the packages (pyproject.toml's [tool.mypy]).
 typecheck: install
