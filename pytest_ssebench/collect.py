@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_ssebench.report import properties
+from pytest_ssebench.report import identity, outcome
 from ssebench.errors import ConfigError, ConfigErrors
 from ssebench.logs import last_lines
 from ssebench.result import PatchResult, read_safely
@@ -109,10 +109,12 @@ class RunItem(pytest.Item):
         return self.stash[CONFIG]
 
     def setup(self) -> None:
+        # Who the run is, first: should anything below raise, the score table still counts it as an error.
+        self.user_properties.extend(identity(self.run))
         record = self.runner.run(self.run, lambda attempt: self.ihook.pytest_ssebench_run_finished(
             item=self, record=attempt))
         self.stash[RECORD] = record
-        self.user_properties.extend(properties(record))
+        self.user_properties.extend(outcome(record))
         if record.infra_error is not None:
             pytest.fail(error_text(record), pytrace=False)
 

@@ -12,6 +12,7 @@ plugin costs every pytest run of the environment almost nothing.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -56,7 +57,7 @@ def seconds(text: str) -> float:
         value = float(text)
     except ValueError:
         value = -1
-    if value <= 0:
+    if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"{text!r}: give a time in seconds above zero, e.g. 1800")
     return value
 
@@ -103,7 +104,8 @@ def budget(text: str) -> dict[str, float]:
             number = float(value)
         except ValueError:
             number = -1
-        if key not in ("tokens", "cost") or number <= 0 or (key == "tokens" and not number.is_integer()):
+        if (key not in ("tokens", "cost") or not math.isfinite(number) or number <= 0
+                or (key == "tokens" and not number.is_integer())):
             raise argparse.ArgumentTypeError(f"{text!r}: give tokens=N and/or cost=USD, both above zero, "
                                              "e.g. tokens=2000000,cost=5")
         parsed[key] = int(number) if key == "tokens" else number

@@ -19,7 +19,7 @@ from pytest_ssebench.transcript import render_transcript
 from sse.dialog import parse
 
 from ssebench.result import read_safely
-from ssebench.run import RunRecord
+from ssebench.run import RunConfig, RunRecord
 
 # The most of a dialog the report reads to render it (the file itself is attached, tail first).
 DIALOG_BYTES = 8 << 20
@@ -31,15 +31,31 @@ RUNTIME_FIELDS = ("agent_duration", "agent_timeout", "evaluator_timeout", "agent
 USAGE_FIELDS = ("calls", "prompt_tokens", "completion_tokens", "cost", "stopped")
 
 
-def properties(record: RunRecord) -> list[tuple[str, object]]:
-    """result.json's fields (and the run's identity) as junit-xml properties."""
-    config = record.config
+def _prefixed(props: list[tuple[str, object]]) -> list[tuple[str, object]]:
+    return [(PREFIX + key, "" if value is None else value) for key, value in props]
+
+
+def _identity(config: RunConfig) -> list[tuple[str, object]]:
     task = config.task
+    return [("task", task.id), ("project", task.config.project), ("language", task.language),
+            ("advisories", ", ".join(task.advisories())), ("dataset_version", task.dataset_version),
+            ("agent", config.agent.name), ("model", config.model), ("difficulty", config.difficulty),
+            ("mode", config.mode), ("trial", config.trial)]
+
+
+def identity(config: RunConfig) -> list[tuple[str, object]]:
+    """Who a run is, as junit-xml properties: known before it runs."""
+    return _prefixed(_identity(config))
+
+
+def properties(record: RunRecord) -> list[tuple[str, object]]:
+    """The run's identity and result.json's fields as junit-xml properties."""
+    return identity(record.config) + outcome(record)
+
+
+def outcome(record: RunRecord) -> list[tuple[str, object]]:
+    """What a run produced (grade, checks, times, usage, limits) as junit-xml properties."""
     props: list[tuple[str, object]] = [
-        ("task", task.id), ("project", task.config.project), ("language", task.language),
-        ("advisories", ", ".join(task.advisories())), ("dataset_version", task.dataset_version),
-        ("agent", config.agent.name), ("model", config.model),
-        ("difficulty", config.difficulty), ("mode", config.mode), ("trial", config.trial),
         ("resumed", record.resumed), ("run_id", record.run_id),
         ("run_dir", str(record.run_dir)), ("grade", record.grade),
     ]
@@ -52,7 +68,7 @@ def properties(record: RunRecord) -> list[tuple[str, object]]:
         props += [(f"usage_{name}", record.usage.get(name)) for name in USAGE_FIELDS]
     if record.limits_hit:
         props.append(("limits_hit", "; ".join(record.limits_hit)))
-    return [(PREFIX + key, "" if value is None else value) for key, value in props]
+    return _prefixed(props)
 
 
 def vulnerability_cell(user_properties: list[tuple[str, object]]) -> str:
@@ -174,12 +190,16 @@ class Tally:
         return f"{100 * self.outcomes['passed'] / graded:.0f}% [{100 * low:.0f}-{100 * high:.0f}]"
 
     def pass_at(self, k: int) -> str:
-        """pass@k averaged over the tasks graded at least k times; '-' when none was."""
-        values = [pass_at_k(n, c, k) for n, c in self.per_task.values() if n >= k]
-        return f"{100 * sum(values) / len(values):.0f}%" if values else "-"
+        """pass@k averaged over the tasks graded at least k times; '-' when none was.
 
-    def trials(self) -> int:
-        return max((n for n, _ in self.per_task.values()), default=0)
+        Tasks with fewer graded runs (an infrastructure error took one) are
+        left out, and the cell says how many tasks it stands for.
+        """
+        values = [pass_at_k(n, c, k) for n, c in self.per_task.values() if n >= k]
+        if not values:
+            return "-"
+        short = f" ({len(values)} of {len(self.per_task)} tasks)" if len(values) < len(self.per_task) else ""
+        return f"{100 * sum(values) / len(values):.0f}%{short}"
 
 
 def wilson_interval(passed: int, total: int, z: float = 1.959964) -> tuple[float, float]:
@@ -204,9 +224,11 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 class ScoreTable:
     """Outcomes per agent x model x difficulty, fed from reports (works under xdist)."""
 
-    def __init__(self) -> None:
+    def __init__(self, trials: int = 1) -> None:
         self.rows: dict[tuple[str, str, int], Tally] = defaultdict(Tally)
         self.seen: set[str] = set()
+        # With several trials, pass@1 and pass@trials join the table.
+        self.trials = trials
 
     def add(self, nodeid: str, outcome: str, user_properties: list[tuple[str, object]]) -> None:
         if nodeid in self.seen:
@@ -220,7 +242,7 @@ class ScoreTable:
 
     def cells(self) -> list[tuple[str, ...]]:
         """The table as rows of cells, the header first."""
-        k = max((t.trials() for t in self.rows.values()), default=0)
+        k = self.trials
         header = ("agent", "model", "diff", "runs", "passed", "failed", "error", "pass rate [95% CI]",
                   *(("pass@1", f"pass@{k}") if k > 1 else ()), "build", "PoC", "function", "intent",
                   "agent time", "tokens", "cost")
@@ -253,11 +275,11 @@ class ScoreTable:
 class ReportHooks:
     """The plugin's reporting: properties and extras on each run's report, the score table at the end."""
 
-    def __init__(self, results: Path, *, html: bool, show_table: bool) -> None:
+    def __init__(self, results: Path, *, html: bool, show_table: bool, trials: int = 1) -> None:
         self.results = results
         self.html = html
         self.show_table = show_table
-        self.table = ScoreTable()
+        self.table = ScoreTable(trials)
         # Items reported from finished runs (--resume) rather than run now.
         self.resumed = 0
 

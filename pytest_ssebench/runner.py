@@ -8,9 +8,11 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from ssebench.errors import SSEBenchError
 from ssebench.reaper import Session
 from ssebench.run import ModelLink, RunConfig, RunRecord, execute, finished_run
 from ssebench.settings import Settings
@@ -38,7 +40,14 @@ class Runner:
         models = self.models(config)
         attempt = 0
         while True:
-            record = execute(config, self.settings, self.backend(), self.session, self.results, models=models)
+            try:
+                record = execute(config, self.settings, self.backend(), self.session, self.results, models=models)
+            except (SSEBenchError, OSError) as exc:
+                # Before the run had a directory (a link in the results directory, a name too long): an error
+                # all the same, recorded in the item's report (the results root stands for its directory).
+                record = RunRecord(config=config, run_id="", run_dir=self.results, infra_error=str(exc),
+                                   started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                                   session=self.session.id)
             on_attempt(record)
             attempt += 1
             if record.infra_error is None or attempt == attempts:

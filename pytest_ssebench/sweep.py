@@ -28,7 +28,7 @@ from pytest_ssebench.options import Options, parse_options
 from pytest_ssebench.report import ReportHooks
 from pytest_ssebench.runner import Runner
 from ssebench.agent import Agent, load_agent
-from ssebench.dataset import TaskLoader, is_task_dir
+from ssebench.dataset import TaskLoader, looks_like_task
 from ssebench.errors import ConfigError, ConfigErrors, SSEBenchError
 from ssebench.reaper import Session
 from ssebench.run import RunConfig, limits_for
@@ -94,7 +94,7 @@ class Sweep:
         if config.pluginmanager.hasplugin("xdist"):
             config.pluginmanager.register(_XdistHooks(self), "ssebench-xdist")
         self.reports = ReportHooks(self.options.results, html=config.pluginmanager.hasplugin("html"),
-                                   show_table=self.is_controller)
+                                   show_table=self.is_controller, trials=self.options.trials)
         config.pluginmanager.register(self.reports, "ssebench-report")
 
     def _start_gateway(self) -> tuple[str, str]:
@@ -158,7 +158,7 @@ class Sweep:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_collect_directory(self, path: Path, parent: pytest.Collector) -> pytest.Collector | None:
-        if is_task_dir(path):
+        if looks_like_task(path):
             return TaskDirectory.from_parent(parent, path=path, sweep=self)
         return None
 

@@ -168,8 +168,11 @@ class DockerHandle(Handle):
     def remove(self) -> None:
         from ssebench.engine import remove_container
 
-        if self._tc._container is not None:
-            remove_container(self.id)
+        try:
+            if self._tc._container is not None:
+                remove_container(self.id)
+        finally:
+            self._tc.get_docker_client().client.close()  # its own connection pool, one per container
 
 
 def _docker_limits(limits: Limits) -> dict[str, Any]:
@@ -210,9 +213,10 @@ class DockerBackend(Backend):
             with docker_errors(f"starting a container of {spec.image}"):
                 tc.start()
         except BaseException:
-            handle = DockerHandle(tc)
-            if tc._container is not None:  # created but not started: remove it
-                handle.remove()
+            try:
+                DockerHandle(tc).remove()  # created but not started: remove it (and close its client)
+            except SSEBenchError:
+                pass  # the start's own error is the one to report
             raise
         return DockerHandle(tc)
 

@@ -50,7 +50,18 @@ class Dataset:
 
 
 def is_task_dir(path: Path) -> bool:
+    """A task folder of a dataset: not hidden, with an `sse/` folder (its config.yaml may still be missing)."""
     return (path / "sse").is_dir() and not path.name.startswith(".")
+
+
+def looks_like_task(path: Path) -> bool:
+    """What pytest collects as a task: a dataset's task folder, or any folder with `sse/config.yaml`.
+
+    (`sdk/`, which holds the `sse` package, is neither.)
+    """
+    if (path / "sse" / "config.yaml").is_file():
+        return True
+    return is_task_dir(path) and (path.parent / DATASET_FILE).is_file()
 
 
 def task_dirs(dataset_dir: Path) -> list[Path]:

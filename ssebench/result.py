@@ -48,6 +48,9 @@ def path_component(name: str) -> str:
     component = quote(name, safe=_SAFE)
     if component.startswith("."):
         component = "%2E" + component[1:]
+    if len(component.encode()) > 255:
+        raise SSEBenchError(f"the name {name[:40]!r}… is too long for a results directory "
+                            f"({len(component.encode())} bytes escaped, at most 255)")
     return component
 
 
@@ -261,5 +264,9 @@ def read_summary(run_dir: Path) -> RunSummary | None:
     if not isinstance(data, dict) or not isinstance(data.get("task"), dict) or not isinstance(data.get("config"), dict):
         return None
     if data.get("grade") not in ("passed", "failed", "error"):
+        return None
+    shapes: dict[str, type | tuple[type, ...]] = {"durations": dict, "timeline": dict, "files": dict,
+                                                  "limits_hit": list, "usage": (dict, type(None))}
+    if any(key in data and not isinstance(data[key], shape) for key, shape in shapes.items()):
         return None
     return cast(RunSummary, data)

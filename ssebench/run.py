@@ -351,15 +351,20 @@ def write_summary(record: RunRecord) -> None:
     write_json(record.run_dir / "summary.json", summary)
 
 
+# What must be the same for a finished run to stand for a run (RunConfig.describe()'s keys; trial apart).
+RESUME_IDENTITY = ("agent", "agent_version", "model", "difficulty", "mode", "timeout", "egress", "limits")
+
+
 def finished_run(config: RunConfig, results_root: Path) -> RunRecord | None:
     """The newest graded run of exactly this run's identity in `results_root`, as a record; None if none.
 
     Identity: the task (id, dataset version and the digest of its files), the
-    agent and its version, the model, difficulty, mode and trial. A run that
-    ended in an infrastructure error is not finished: it runs again.
+    agent and its version, the model, difficulty, mode, trial, and the
+    conditions it ran under (agent time limit, egress, resource limits). A
+    run that ended in an infrastructure error is not finished: it runs again.
     """
     parent = runs_parent(results_root, config.task.id, config.model, config.agent.name)
-    if parent.is_symlink() or not parent.is_dir():
+    if any(p.is_symlink() for p in (parent, parent.parent, parent.parent.parent)) or not parent.is_dir():
         return None
     want = config.describe()
     task = config.task
@@ -371,9 +376,7 @@ def finished_run(config: RunConfig, results_root: Path) -> RunRecord | None:
         if (got_task.get("id"), got_task.get("dataset_version"), got_task.get("digest")) != (
                 task.id, task.dataset_version, task.digest):
             continue
-        if any(got.get(key) != want[key] for key in ("agent", "agent_version", "model", "difficulty", "mode")):
-            continue
-        if int(got.get("trial") or 1) != config.trial:
+        if any(got.get(key) != want[key] for key in RESUME_IDENTITY) or got.get("trial", 1) != config.trial:
             continue
         result = read_result(run_dir)
         if result is None or PatchResult.of(result.get("patch_result")).status != summary["grade"]:
@@ -383,5 +386,5 @@ def finished_run(config: RunConfig, results_root: Path) -> RunRecord | None:
                          exit_code=summary.get("exit_code"), network=summary.get("network"),
                          limits_hit=list(summary.get("limits_hit") or []), files=summary.get("files") or {},
                          usage=summary.get("usage"), durations=summary.get("durations") or {}, resumed=True,
-                         session=summary.get("session"))
+                         session=summary.get("session"), timeline=summary.get("timeline") or {})
     return None

@@ -65,6 +65,9 @@ def test_without_agent_nothing_is_collected(demo: pytest.Pytester) -> None:
     (["--mode", "sidecar"], "argument --mode: sidecar mode is not available yet"),
     (["--mode", "cloud"], "argument --mode: 'cloud': the accepted modes are sandbox"),
     (["--agent-timeout", "0"], "argument --agent-timeout: '0': give a time in seconds above zero"),
+    (["--agent-timeout", "inf"], "argument --agent-timeout: 'inf': give a time in seconds above zero"),
+    (["--agent-timeout", "nan"], "argument --agent-timeout: 'nan': give a time in seconds above zero"),
+    (["--model-budget", "cost=nan"], "argument --model-budget: 'cost=nan': give tokens=N"),
     (["--infra-retries", "-1"], "argument --infra-retries: '-1': give a whole number of at least 0"),
     (["--trials", "0"], "argument --trials: '0': give a whole number of at least 1"),
     (["--egress", "wide"], "argument --egress: 'wide': use restricted or open"),
@@ -152,6 +155,16 @@ def test_a_task_with_a_broken_dataset_yaml_is_a_collection_error(demo: pytest.Py
     result = demo.runpytest("datasets/demo/c-demo", "--agent", "dummy", "--collect-only", "-q")
     assert result.ret == pytest.ExitCode.INTERRUPTED
     result.stdout.fnmatch_lines(["*dataset.yaml: version: must not be empty*"])
+
+
+def test_a_folder_with_an_sse_package_is_not_a_task(demo: pytest.Pytester) -> None:
+    """`sdk/` holds the SDK's `sse` package: collecting the project must not take it for a task."""
+    package = demo.path / "sdk" / "sse"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    result = demo.runpytest(".", "--agent", "dummy", "--collect-only", "-q")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    assert len(_ids(result)) == 3 and "sdk" not in result.stdout.str()
 
 
 def test_ini_keys_give_defaults(demo: pytest.Pytester) -> None:

@@ -75,7 +75,7 @@ def _props(task: str, agent: str = "chat-agent", model: str = "m", mode: str = "
 
 
 def test_the_score_table_gives_pass_rates_intervals_and_pass_at_k() -> None:
-    table = ScoreTable()
+    table = ScoreTable(trials=3)
     outcomes = {"a": ["passed", "failed", "failed"], "b": ["passed", "passed", "passed"], "c": ["failed", "error",
                                                                                                  "failed"]}
     for task, results in outcomes.items():
@@ -86,8 +86,9 @@ def test_the_score_table_gives_pass_rates_intervals_and_pass_at_k() -> None:
     assert cells["runs"] == "9" and (cells["passed"], cells["failed"], cells["error"]) == ("4", "4", "1")
     # 4 of 8 graded runs (the error is not a grade): 50 %, Wilson [21.5, 78.5].
     assert cells["pass rate [95% CI]"] == "50% [22-78]"
-    # pass@1 per task: 1/3, 1, 0 -> 44 %; pass@3 needs 3 graded trials: a (1) and b (1); c has 2 -> 100 %.
-    assert cells["pass@1"] == "44%" and cells["pass@3"] == "100%"
+    # pass@1 per task: 1/3, 1, 0 -> 44 %; pass@3 needs 3 graded trials: a (1) and b (1); c has 2 -> 100 %,
+    # and the cell says it stands for two of the three tasks.
+    assert cells["pass@1"] == "44%" and cells["pass@3"] == "100% (2 of 3 tasks)"
     assert "SSEBench scores" in table.html() and "50% [22-78]" in table.html()
 
 

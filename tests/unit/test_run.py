@@ -208,7 +208,9 @@ def test_resume_finds_only_a_graded_run_of_the_same_identity(tmp_path: Path) -> 
     # Any other identity is not that run.
     others = [replace(config, trial=1), replace(config, difficulty=0), replace(config, mode="sidecar"),
               replace(config, task=replace(task, dataset_version="demo-v999")),
-              replace(config, agent=load_agent(get_settings().agents_dir, "reference"))]
+              replace(config, agent=load_agent(get_settings().agents_dir, "reference")),
+              replace(config, egress="open"), replace(config, timeout=60.0),
+              replace(config, limits=replace(config.limits, pids=512))]
     for other in others:
         assert finished_run(other, tmp_path) is None, other
     # A task whose files changed since is another version of it.
@@ -223,3 +225,14 @@ def test_resume_ignores_a_run_whose_result_disagrees_with_its_summary(tmp_path: 
     run_dir = _finished(config, tmp_path, "passed", "20261201T000000-d2-sandbox-aaaaaa")
     (run_dir / "result.json").write_text(json.dumps({"patch_result": {"status": "failed"}}))
     assert finished_run(config, tmp_path) is None
+
+
+def test_a_run_that_cannot_get_a_directory_is_an_error_record_not_an_exception(tmp_path: Path) -> None:
+    from pytest_ssebench.runner import Runner
+
+    root = tmp_path / "results"
+    root.mkdir()
+    (root / "c-demo").symlink_to(tmp_path)  # a link where the task's runs would go
+    config = RunConfig(task=load_task(DEMO / "c-demo"), agent=load_agent(get_settings().agents_dir, "dummy"))
+    record = Runner(settings=get_settings(), session=Session.new(), results=root, retries=1).run(config)
+    assert record.grade == "error" and record.infra_error is not None and "is a link" in record.infra_error
