@@ -98,10 +98,11 @@ def floor(task: Any, image: str) -> float:
     return time.monotonic() - started
 
 
-def _stamp(day: float, clock: str) -> float:
-    """An entrypoint time stamp (HH:MM:SS.mmm, UTC) as epoch seconds, on the day of `day`."""
-    date = datetime.fromtimestamp(day, timezone.utc).strftime("%Y-%m-%d")
-    return datetime.strptime(f"{date} {clock}", "%Y-%m-%d %H:%M:%S.%f").replace(tzinfo=timezone.utc).timestamp()
+def _stamp(near: float, clock: str) -> float:
+    """An entrypoint time stamp (HH:MM:SS.mmm, UTC) as epoch seconds: the one within half a day of `near`."""
+    date = datetime.fromtimestamp(near, timezone.utc).strftime("%Y-%m-%d")
+    at = datetime.strptime(f"{date} {clock}", "%Y-%m-%d %H:%M:%S.%f").replace(tzinfo=timezone.utc).timestamp()
+    return at + 86400 * round((near - at) / 86400)
 
 
 def phases(run_dir: Path) -> dict[str, float]:
