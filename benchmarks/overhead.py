@@ -83,7 +83,7 @@ def floor_script(task: Any) -> str:
     """The task's own work once, as a plain shell in its tool image: copy, build, PoCs, tests."""
     config = task.config
     pocs = " ".join(f"/ssebench/{p}" for p in config.files.poc)
-    return (f"set -u; rm -rf /tmp/floor && cp -a {config.source} /tmp/floor && cd /tmp/floor && "
+    return (f"set -u; rm -rf /tmp/floor && cp -a {config.source} /tmp/floor && rm -rf /tmp/floor/.git && cd /tmp/floor && "
             f"bash /ssebench/{config.scripts.build} >/tmp/build.log 2>&1 || {{ tail -20 /tmp/build.log; exit 1; }}; "
             f"for p in {pocs}; do bash /ssebench/{config.scripts.run} $p >/dev/null 2>&1; done; "
             f"bash /ssebench/{config.scripts.test} >/dev/null 2>&1; exit 0")
