@@ -17,9 +17,10 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_ssebench.report import identity, outcome
+from sse.grading import PatchResult
 from ssebench.errors import ConfigError, ConfigErrors
 from ssebench.logs import last_lines
-from ssebench.result import PatchResult, read_safely
+from ssebench.result import read_safely
 from ssebench.run import RunConfig, RunRecord
 from ssebench.task import Task
 

@@ -18,10 +18,12 @@ import secrets
 import stat
 import tempfile
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, TypedDict, cast
 from urllib.parse import quote, unquote
+
+from sse.grading import PatchResult
 
 from ssebench.errors import SSEBenchError
 
@@ -181,33 +183,16 @@ def _typed(cls: type, data: object) -> dict[str, Any]:
     return kept
 
 
-@dataclass(frozen=True)
-class PatchResult:
-    """result.json's `patch_result`: the checks of the agent's patch (SPEC: result.json).
+def patch_result_of(data: object) -> PatchResult:
+    """result.json's `patch_result` as the SDK's own model of it (`sse.grading.PatchResult`: one home for
+    the container that writes it and the host that reads it); fields of the wrong JSON type are left unknown."""
+    return PatchResult(**_typed(PatchResult, data))
 
-    `status` is the grade: passed, failed or error. None means a check did not run.
-    """
 
-    status: str = "error"
-    build_success: bool | None = None
-    pov_passed: int | None = None
-    pov_total: int | None = None
-    func_test_success: bool | None = None
-    intent_test_success: bool | None = None
-    error_msg: str | None = None
-    error_log: str | None = None
-
-    @classmethod
-    def of(cls, data: object) -> PatchResult:
-        return cls(**_typed(cls, data))
-
-    @property
-    def pocs_fixed(self) -> bool | None:
-        """Whether every PoC stopped reproducing; None when none ran."""
-        return None if self.pov_total is None else self.pov_passed == self.pov_total
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+def recorded_status(data: object) -> str:
+    """The grade the evaluator recorded in `patch_result.status`: passed or failed; anything else is error."""
+    status = data.get("status") if isinstance(data, dict) else None
+    return status if status in ("passed", "failed") else "error"
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Protocol
 
+from sse.grading import PatchResult
+
 from ssebench.agent import Agent
 from ssebench.archive import extract
 from ssebench.backend import Backend, ContainerSpec, Handle, Mount, Network, RunTimeoutError
@@ -31,15 +33,16 @@ from ssebench.errors import ImageBuildError, SSEBenchError
 from ssebench.limits import Limits
 from ssebench.reaper import Session
 from ssebench.result import (
-    PatchResult,
     RunSummary,
     RuntimeResult,
     make_run_dir,
     new_run_id,
+    patch_result_of,
     point_latest,
     read_result,
     read_safely,
     read_summary,
+    recorded_status,
     runs_parent,
     write_json,
     write_text_atomic,
@@ -122,7 +125,7 @@ class RunRecord:
     @property
     def patch_result(self) -> PatchResult:
         """The checks of the patch as result.json gives them (all unknown without one)."""
-        return PatchResult.of((self.result or {}).get("patch_result"))
+        return patch_result_of((self.result or {}).get("patch_result"))
 
     @property
     def runtime_result(self) -> RuntimeResult:
@@ -307,9 +310,8 @@ def execute(config: RunConfig, settings: Settings, backend: Backend, session: Se
             if record.limits_hit:
                 record.infra_error += "; limits hit: " + "; ".join(record.limits_hit)
         else:
-            record.grade = record.patch_result.status
-            if record.grade not in ("passed", "failed"):
-                record.grade = "error"
+            record.grade = recorded_status(record.result.get("patch_result"))
+            if record.grade == "error":
                 record.infra_error = f"grading did not run: {record.patch_result.error_msg}"
     except ImageBuildError as exc:
         record.infra_error = str(exc)
@@ -379,7 +381,7 @@ def finished_run(config: RunConfig, results_root: Path) -> RunRecord | None:
         if any(got.get(key) != want[key] for key in RESUME_IDENTITY) or got.get("trial", 1) != config.trial:
             continue
         result = read_result(run_dir)
-        if result is None or PatchResult.of(result.get("patch_result")).status != summary["grade"]:
+        if result is None or recorded_status(result.get("patch_result")) != summary["grade"]:
             continue
         return RunRecord(config=config, run_id=str(summary.get("run_id") or run_dir.name), run_dir=run_dir,
                          started_at=str(summary.get("started_at") or ""), grade=summary["grade"], result=result,

@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -62,7 +62,7 @@ def judge(task: Task, agent: str, record: RunRecord) -> list[str]:
         for check, passed in wanted.items():
             if check in checks and passed is not True:
                 problems.append(f"{where}: {check} did not pass")
-        if "poc" in checks and patch.pocs_fixed is not True:
+        if "poc" in checks and (patch.pov_total is None or patch.pov_passed != patch.pov_total):
             problems.append(f"{where}: poc: {patch.pov_passed} of {patch.pov_total} fixed, expected all")
         return problems
     if "build" in checks and patch.build_success is not True:
@@ -167,7 +167,7 @@ def summary(verdicts: list[TaskVerdict], dataset: str, version: str | None, seco
                                "problems": v.problems}
         for agent, record in v.records.items():
             row[agent] = {"grade": record.grade, "run_dir": str(record.run_dir),
-                          "seconds": record.durations.get("total"), "result": record.patch_result.as_dict()}
+                          "seconds": record.durations.get("total"), "result": asdict(record.patch_result)}
         rows.append(row)
     return {"dataset": dataset, "version": version, "verified_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "seconds": round(seconds, 1), "valid": all(v.valid for v in verdicts), "tasks": rows}
