@@ -38,7 +38,7 @@ from ssebench.task import Task
 
 def check_models(settings: Settings, names: tuple[str, ...]) -> None:
     """Every --model is declared in the models folder, and its provider key is exported; UsageError if not."""
-    from ssebench.gateway import load_models
+    from ssebench.gateway import MODEL_NAME, load_models
 
     try:
         declared = load_models(settings.models_dir)
@@ -48,8 +48,9 @@ def check_models(settings: Settings, names: tuple[str, ...]) -> None:
         model = declared.get(name)
         if model is None:
             known = ", ".join(sorted(declared)) or "none"
-            raise pytest.UsageError(f"--model {name}: no {settings.models_dir}/{name}.yaml (models declared: "
-                                    f"{known}); see models/README.md")
+            where = (f"no {settings.models_dir}/{name}.yaml" if MODEL_NAME.match(name) else
+                     "not a model name (letters and digits separated by '.', '_' or '-', as its file is named)")
+            raise pytest.UsageError(f"--model {name}: {where} (models declared: {known}); see models/README.md")
         if model.api_key_env and not os.environ.get(model.api_key_env):
             raise pytest.UsageError(f"--model {name}: {model.api_key_env} is not set; export the provider key "
                                     f"on this host (it never enters a run's container)")

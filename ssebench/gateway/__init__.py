@@ -13,10 +13,11 @@ HTTP client are imported by the modules that serve and call.
 """
 
 from ssebench.gateway._client import GatewayClient, GatewayError, GatewayLink, GatewayProcess, RunKey
-from ssebench.gateway._models import Budget, ModelConfig, Price, load_model, load_models
+from ssebench.gateway._models import MODEL_NAME, Budget, ModelConfig, Price, load_model, load_models
 from ssebench.gateway._usage import Usage, UsageRecord
 
 __all__ = [
+    "MODEL_NAME",
     "Budget",
     "GatewayClient",
     "GatewayError",

@@ -203,3 +203,15 @@ def test_options_live_beside_popular_plugins(demo: pytest.Pytester, monkeypatch:
                                     "--infra-retries", "1", "--collect-only", "-q")
     assert ran.ret == 0, ran.stderr.str()
     assert "datasets/demo/c-demo::dummy[none-d2-sandbox]" in ran.stdout.str()
+
+
+@pytest.mark.parametrize("name, message", [
+    ("../../x", "--model ../../x: not a model name"),
+    ("openai/gpt-4o", "--model openai/gpt-4o: not a model name"),
+    ("gpt-4o", "--model gpt-4o: no */models/gpt-4o.yaml"),
+])
+def test_a_model_that_is_not_declared_is_a_usage_error(demo: pytest.Pytester, name: str, message: str) -> None:
+    result = demo.runpytest("datasets/demo/c-demo", "--agent", "chat-agent", "--model", name, "--collect-only")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*{message}*"])
+    assert not (demo.path / "results").exists()
