@@ -20,8 +20,8 @@ MODELS = Path(__file__).resolve().parents[2] / "models"
 def test_exports_are_pinned() -> None:
     assert ssebench.gateway.__all__ == sorted(ssebench.gateway.__all__)
     assert ssebench.gateway.__all__ == [
-        "Budget", "GatewayClient", "GatewayError", "GatewayLink", "GatewayProcess", "ModelConfig", "Price", "RunKey", "Usage",
-        "UsageRecord", "load_model", "load_models",
+        "Budget", "GatewayClient", "GatewayError", "GatewayLink", "GatewayProcess", "MODEL_NAME", "ModelConfig", "Price",
+        "RunKey", "Usage", "UsageRecord", "load_model", "load_models",
     ]
 
 
