@@ -96,7 +96,7 @@ def wait_for(what: str, ready: object, process: subprocess.Popen[bytes], timeout
             raise RuntimeError(f"the {what} exited with status {process.returncode} while starting:\n{_tail(log)}")
         if ready():  # type: ignore[operator]
             return
-        time.sleep(0.1)
+        time.sleep(0.02)
     raise RuntimeError(f"the {what} did not become ready within {timeout:.0f} s:\n{_tail(log)}")
 
 
@@ -243,14 +243,16 @@ def main(argv: list[str]) -> int:
     children: list[subprocess.Popen[bytes]] = []
     env = {**os.environ, "SSE_RESULTS": settings.results}
     try:
+        # Both start at once (their imports take most of their start-up, and there are two cores or more);
+        # the MCP server reaches the daemon only when a tool is called.
         daemon_log = (results / "daemon.log").open("ab")
         daemon = start("ssebench.runtime.daemon", daemon_log, env)
         children.append(daemon)
-        wait_for("daemon", lambda: daemon_ready(settings), daemon, settings.daemon_timeout, results / "daemon.log")
-        say("daemon ready")
         mcp_log = (results / "mcp.log").open("ab")
         mcp = start("ssebench.runtime.mcp_server", mcp_log, {**env, "SSE_DAEMON_SOCKET": settings.agent_socket})
         children.append(mcp)
+        wait_for("daemon", lambda: daemon_ready(settings), daemon, settings.daemon_timeout, results / "daemon.log")
+        say("daemon ready")
         wait_for("MCP server", mcp_ready, mcp, settings.mcp_timeout, results / "mcp.log")
         say("MCP server ready")
     except (RuntimeError, OSError) as exc:
