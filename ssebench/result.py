@@ -66,6 +66,17 @@ def runs_parent(results_root: Path, task_id: str, model: str, agent: str) -> Pat
     return results_root / path_component(task_id) / path_component(model) / path_component(agent)
 
 
+def _levels(results_root: Path, below: Path) -> list[Path]:
+    """The folders from `results_root` (excluded) down to `below` (included), top first."""
+    parts = below.relative_to(results_root).parts
+    return [results_root.joinpath(*parts[:n]) for n in range(1, len(parts) + 1)]
+
+
+def linked_level(results_root: Path, below: Path) -> Path | None:
+    """The first folder between `results_root` and `below` that is a link (never to be followed), if any."""
+    return next((level for level in _levels(results_root, below) if level.is_symlink()), None)
+
+
 def make_run_dir(results_root: Path, task_id: str, model: str, agent: str, run_id: str) -> Path:
     """Create the run's directory; never an existing one, never outside `results_root`.
 
@@ -73,13 +84,11 @@ def make_run_dir(results_root: Path, task_id: str, model: str, agent: str, run_i
     """
     parent = runs_parent(results_root, task_id, model, agent)
     results_root.mkdir(parents=True, exist_ok=True)
-    current = results_root
-    for part in parent.relative_to(results_root).parts:
-        current = current / part
-        if current.is_symlink():
-            raise SSEBenchError(f"{current} is a link, which would lead runs outside {results_root}; "
-                                "remove it or choose another --results")
-        current.mkdir(exist_ok=True)
+    linked = linked_level(results_root, parent)
+    if linked is not None:
+        raise SSEBenchError(f"{linked} is a link, which would lead runs outside {results_root}; "
+                            "remove it or choose another --results")
+    parent.mkdir(parents=True, exist_ok=True)
     run_dir = parent / path_component(run_id)
     try:
         run_dir.mkdir()

@@ -35,6 +35,7 @@ from ssebench.reaper import Session
 from ssebench.result import (
     RunSummary,
     RuntimeResult,
+    linked_level,
     make_run_dir,
     new_run_id,
     patch_result_of,
@@ -258,17 +259,17 @@ def _limits_hit(run_dir: Path, handle: Handle | None, config: RunConfig) -> list
 def salvage(handle: Handle, run_dir: Path, record: RunRecord) -> None:
     """Copy out what a run left (its log, results, archive, limits hit), each step despite the others failing.
 
-    Raises the first engine error afterwards, so the run is recorded as an infrastructure error.
+    Raises the log's engine error afterwards, so the run is recorded as an infrastructure error.
     """
-    failed: list[SSEBenchError] = []
+    error: SSEBenchError | None = None
     try:
         write_text_atomic(run_dir / "container.log", handle.logs())
     except SSEBenchError as exc:
-        failed.append(exc)
-    record.files = collect(handle, run_dir)
+        error = exc
+    record.files = collect(handle, run_dir)  # each of these records its own engine errors
     record.limits_hit = _limits_hit(run_dir, handle, record.config)
-    if failed:
-        raise failed[0]
+    if error is not None:
+        raise error
 
 
 def execute(config: RunConfig, settings: Settings, backend: Backend, session: Session, results_root: Path,
@@ -366,7 +367,7 @@ def finished_run(config: RunConfig, results_root: Path) -> RunRecord | None:
     run that ended in an infrastructure error is not finished: it runs again.
     """
     parent = runs_parent(results_root, config.task.id, config.model, config.agent.name)
-    if any(p.is_symlink() for p in (parent, parent.parent, parent.parent.parent)) or not parent.is_dir():
+    if linked_level(results_root, parent) is not None or not parent.is_dir():
         return None
     want = config.describe()
     task = config.task

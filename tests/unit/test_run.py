@@ -236,3 +236,14 @@ def test_a_run_that_cannot_get_a_directory_is_an_error_record_not_an_exception(t
     config = RunConfig(task=load_task(DEMO / "c-demo"), agent=load_agent(get_settings().agents_dir, "dummy"))
     record = Runner(settings=get_settings(), session=Session.new(), results=root, retries=1).run(config)
     assert record.grade == "error" and record.infra_error is not None and "is a link" in record.infra_error
+
+
+def test_resume_never_reads_runs_through_a_link(tmp_path: Path) -> None:
+    config = RunConfig(task=load_task(DEMO / "c-demo"), agent=load_agent(get_settings().agents_dir, "dummy"))
+    elsewhere = tmp_path / "elsewhere"
+    _finished(config, elsewhere, "failed", "20261201T000000-d2-sandbox-aaaaaa")
+    assert finished_run(config, elsewhere) is not None  # the control: it is a finished run
+    root = tmp_path / "results"
+    (root / "c-demo").mkdir(parents=True)
+    (root / "c-demo" / "none").symlink_to(elsewhere / "c-demo" / "none")
+    assert finished_run(config, root) is None
