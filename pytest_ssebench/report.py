@@ -18,14 +18,14 @@ import pytest
 from pytest_ssebench.transcript import render_transcript
 from sse.dialog import parse
 
-from ssebench.result import read_safely
+from ssebench.result import read_safely, recorded_status
 from ssebench.run import RunConfig, RunRecord
 
 # The most of a dialog the report reads to render it (the file itself is attached, tail first).
 DIALOG_BYTES = 8 << 20
 
 PREFIX = "ssebench."
-PATCH_FIELDS = ("status", "build_success", "pov_passed", "pov_total", "func_test_success",
+PATCH_FIELDS = ("build_success", "pov_passed", "pov_total", "func_test_success",
                 "intent_test_success", "error_msg")
 RUNTIME_FIELDS = ("agent_duration", "agent_timeout", "evaluator_timeout", "agent_exit_code")
 USAGE_FIELDS = ("calls", "prompt_tokens", "completion_tokens", "cost", "stopped")
@@ -60,6 +60,8 @@ def outcome(record: RunRecord) -> list[tuple[str, object]]:
         ("run_dir", str(record.run_dir)), ("grade", record.grade),
     ]
     patch, runtime = record.patch_result, record.runtime_result
+    # The grade the evaluator recorded (no result.json, none); PatchResult.status is the SDK's method, not a value.
+    props.append(("status", recorded_status(record.result.get("patch_result")) if record.result else None))
     props += [(name, getattr(patch, name)) for name in PATCH_FIELDS]
     props += [(name, getattr(runtime, name)) for name in RUNTIME_FIELDS]
     if record.infra_error:

@@ -99,3 +99,15 @@ def test_one_trial_each_shows_no_pass_at_k_column() -> None:
     header, row = table.cells()
     assert not any(h.startswith("pass@") for h in header)
     assert dict(zip(header, row))["pass rate [95% CI]"] == "50% [9-91]"
+
+
+def test_every_property_is_a_plain_value_and_status_is_the_recorded_grade(tmp_path: Path) -> None:
+    # xdist sends user_properties between processes and junit-xml writes them: only plain values travel.
+    record = _record("c-demo", tmp_path)
+    record.result = {"patch_result": {"status": "failed", "build_success": True, "pov_passed": 0, "pov_total": 1},
+                     "runtime_result": {"agent_duration": 1.5}}
+    props = dict(properties(record))
+    assert all(isinstance(value, (str, int, float, bool)) for value in props.values()), props
+    assert props["ssebench.status"] == "failed" and props["ssebench.pov_total"] == 1
+    record.result = None  # no result.json: no recorded grade either
+    assert dict(properties(record))["ssebench.status"] == ""
