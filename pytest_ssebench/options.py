@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from ssebench.defaults import AGENT_TIMEOUT, EGRESS, MODES
+from ssebench.defaults import AGENT_TIMEOUT, EGRESS, MODES, parse_modes
 
 DIFFICULTIES = range(0, 5)
 
@@ -38,18 +38,6 @@ def difficulties(text: str) -> tuple[int, ...]:
     if not levels or any(level not in DIFFICULTIES for level in levels):
         raise argparse.ArgumentTypeError(f"{text!r}: give levels 0-4 separated by commas, e.g. 0,2,4")
     return levels
-
-
-def modes(text: str) -> tuple[str, ...]:
-    chosen = tuple(dict.fromkeys(_csv(text)))
-    for mode in chosen:
-        if mode == "sidecar":
-            raise argparse.ArgumentTypeError("sidecar mode is not available yet; use sandbox")
-        if mode not in MODES:
-            raise argparse.ArgumentTypeError(f"{mode!r}: the accepted modes are {', '.join(MODES)}")
-    if not chosen:
-        raise argparse.ArgumentTypeError(f"{text!r}: give a mode, e.g. sandbox")
-    return chosen
 
 
 def seconds(text: str) -> float:
@@ -131,7 +119,7 @@ class Setting:
 SETTINGS = (
     Setting("--difficulty", "ssebench_difficulty", difficulties, "comma-separated levels 0-4 (default 2)",
             "LEVELS", env="SSEBENCH_DIFFICULTY", ini="ssebench_difficulty", default="2"),
-    Setting("--mode", "ssebench_mode", modes, "comma-separated modes: sandbox (default)", "MODES",
+    Setting("--mode", "ssebench_mode", parse_modes, "comma-separated modes: sandbox (default), sidecar", "MODES",
             default="sandbox"),
     Setting("--agent-timeout", "ssebench_timeout", seconds,
             f"the agent's time limit per run (default {AGENT_TIMEOUT:.0f})", "SECONDS",

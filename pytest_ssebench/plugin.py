@@ -14,7 +14,8 @@ from pytest_ssebench.options import add_options
 
 MARKERS = {
     "c": "a task in C", "go": "a task in Go", "rust": "a task in Rust",
-    "sandbox": "a run in sandbox mode", "ssebench": "an SSEBench run",
+    "sandbox": "a run in sandbox mode", "sidecar": "a run in sidecar mode (the agent in a container of its own)",
+    "ssebench": "an SSEBench run",
 }
 
 

@@ -196,7 +196,7 @@ class Sweep:
         paths = [Path(a.split("::")[0]) for a in self.config.args] or [Path("datasets")]
         tasks = [t for p in paths if p.exists() for t in load_tasks(p)]
         for agent in self.agents:
-            outcome = build_images(self.settings, tasks, agent, force=True)
+            outcome = build_images(self.settings, tasks, agent, modes=self.options.modes, force=True)
             for failure in outcome.failures.values():
                 print(f"ssebench: --rebuild: {str(failure).splitlines()[0]}", file=sys.stderr)
 

@@ -31,6 +31,19 @@ class Mount:
     read_only: bool = False
 
 
+@dataclass(frozen=True)
+class Volume:
+    """A volume of the run's own (Backend.create_volume) at `container`.
+
+    Empty at first, a volume is filled from the image at that path by the
+    first container that mounts it (sidecar mode's source tree, from the
+    task container's image).
+    """
+
+    name: str
+    container: str
+
+
 # What the entrypoint needs as root: switch to model and sse-runner (SETUID,
 # SETGID), hand them directories (CHOWN, FOWNER), clean up what they wrote
 # (DAC_OVERRIDE) and stop their processes (KILL). Nothing else: no raw
@@ -45,6 +58,9 @@ class ContainerSpec:
     image: str
     env: dict[str, str] = field(default_factory=dict)
     mounts: list[Mount] = field(default_factory=list)
+    volumes: list[Volume] = field(default_factory=list)
+    # A name others on its network can reach it by (None: the engine picks one, reachable by address only).
+    name: str | None = None
     labels: dict[str, str] = field(default_factory=dict)
     network: str | None = None
     command: list[str] | None = None
@@ -76,6 +92,14 @@ class Handle(ABC):
 
         Raises RunTimeoutError when it is still running after `timeout` seconds.
         """
+
+    @abstractmethod
+    def poll(self) -> int | None:
+        """Its exit status if it has exited, else None; does not wait."""
+
+    @abstractmethod
+    def stop(self, grace: float) -> None:
+        """Ask it to stop (SIGTERM), kill it after `grace` seconds; a no-op when it has exited."""
 
     @abstractmethod
     def logs(self) -> str:
@@ -112,6 +136,14 @@ class Backend(ABC):
     def remove_network(self, name: str) -> None:
         """Remove a network (disconnecting what is left on it); a no-op when it is gone."""
 
+    @abstractmethod
+    def create_volume(self, name: str, *, labels: dict[str, str]) -> None:
+        """Create an empty volume of one run. Raises SSEBenchError."""
+
+    @abstractmethod
+    def remove_volume(self, name: str) -> None:
+        """Remove a volume no container uses any more; a no-op when it is gone."""
+
 
 @dataclass(frozen=True)
 class Network:
@@ -143,6 +175,19 @@ class DockerHandle(Handle):
                 raise RunTimeoutError(f"container {self.id[:12]} still running after {timeout:.0f} s") from exc
             raise
         return int(outcome.get("StatusCode", -1))
+
+    def poll(self) -> int | None:
+        from ssebench.engine import client, docker_errors
+
+        with docker_errors(f"inspecting container {self.id[:12]}"):
+            state = client().api.inspect_container(self.id).get("State") or {}
+        return None if state.get("Running") or state.get("Status") == "created" else int(state.get("ExitCode", -1))
+
+    def stop(self, grace: float) -> None:
+        from ssebench.engine import client, docker_errors
+
+        with docker_errors(f"stopping container {self.id[:12]}"):
+            client().api.stop(self.id, timeout=max(1, round(grace)))
 
     def logs(self) -> str:
         from ssebench.engine import docker_errors
@@ -201,6 +246,10 @@ class DockerBackend(Backend):
             tc.with_env(key, value)
         for mount in spec.mounts:
             tc.with_volume_mapping(str(mount.host), mount.container, "ro" if mount.read_only else "rw")
+        for volume in spec.volumes:
+            tc.with_volume_mapping(volume.name, volume.container, "rw")
+        if spec.name is not None:
+            tc.with_name(spec.name)
         if spec.command is not None:
             tc.with_command(spec.command)
         kwargs: dict[str, Any] = {"labels": spec.labels, "init": True, "network": spec.network or "bridge"}
@@ -244,3 +293,14 @@ class DockerBackend(Backend):
         except SSEBenchError as exc:
             if not isinstance(exc.__cause__, docker.errors.NotFound):
                 raise
+
+    def create_volume(self, name: str, *, labels: dict[str, str]) -> None:
+        from ssebench.engine import client, docker_errors
+
+        with docker_errors(f"creating volume {name}"):
+            client().volumes.create(name, driver="local", labels=labels)
+
+    def remove_volume(self, name: str) -> None:
+        from ssebench.engine import remove_volume
+
+        remove_volume(name)

@@ -64,9 +64,12 @@ class BuildOutcome:
     failures: dict[str, ImageBuildError] = field(default_factory=dict)
 
 
-def task_plan(settings: Settings, task: Task, os_id: str, agent: Agent | None = None) -> list[Layer]:
-    base_image = f"{settings.prefix}/base-{task.language}:{settings.base_version}"
-    return plan(settings, task, os_id, agent, runtime_stager(settings, base_image))
+def task_plan(settings: Settings, task: Task, os_id: str, agent: Agent | None = None,
+              modes: tuple[str, ...] = ("sandbox",)) -> list[Layer]:
+    def stager(language: str) -> Callable[[Path], None]:
+        return runtime_stager(settings, f"{settings.prefix}/base-{language}:{settings.base_version}")
+
+    return plan(settings, task, os_id, agent, stager, modes)
 
 
 def build_images(
@@ -74,11 +77,15 @@ def build_images(
     tasks: Iterable[Task],
     agent: Agent | None = None,
     *,
+    modes: tuple[str, ...] = ("sandbox",),
     force: bool = False,
     jobs: int | None = None,
     say: Say = _stderr,
 ) -> BuildOutcome:
     """Make every layer of every task current; a task whose build fails does not stop the others.
+
+    With an agent, its images for each of `modes`: one per task in sandbox
+    mode, one for all tasks in sidecar mode.
 
     Up to `jobs` tasks (default: the `build_jobs` setting) build their chains
     at once; layers they share wait for each other on the per-image lock.
@@ -93,7 +100,7 @@ def build_images(
 
     def chain(task: Task) -> None:
         try:
-            ensure_layers(settings, task_plan(settings, task, os_id, agent), force=force,
+            ensure_layers(settings, task_plan(settings, task, os_id, agent, modes), force=force,
                           report=outcome.report, say=say, cancel=cancel)
         except ImageBuildError as exc:
             outcome.failures[task.id] = exc

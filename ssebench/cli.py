@@ -11,7 +11,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ssebench.defaults import AGENT_TIMEOUT, EGRESS
+from ssebench.defaults import AGENT_TIMEOUT, EGRESS, MODES, parse_modes
 from ssebench.errors import ConfigError, ConfigErrors, SSEBenchError
 from ssebench.version import __version__
 
@@ -125,7 +125,7 @@ def cmd_images_build(args: argparse.Namespace) -> int:
     built: list[str] = []
     reused: set[str] = set()
     for agent in agents:
-        outcome = build_images(settings, tasks, agent, force=args.force, jobs=args.jobs)
+        outcome = build_images(settings, tasks, agent, modes=args.mode, force=args.force, jobs=args.jobs)
         built += outcome.report.built
         reused |= set(outcome.report.reused)
         for failure in outcome.failures.values():
@@ -183,7 +183,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     model = args.model if agent.needs_model else "none"
     limits = limits_for(settings, task, parse_limits(args.limits or "", "--limits"))
     config = RunConfig(task=task, agent=agent, model=model, difficulty=args.difficulty, timeout=args.agent_timeout,
-                       egress=args.egress, keep_container=args.keep_container, limits=limits)
+                       mode=args.mode, egress=args.egress, keep_container=args.keep_container, limits=limits)
     session = Session.new()
     reap_orphans()
     with ExitStack() as stack:
@@ -284,6 +284,9 @@ def parser() -> argparse.ArgumentParser:
     build.add_argument("path", nargs="?", type=Path, default=DEFAULT_PATH, help="default: ./datasets")
     build.add_argument("--agent", action="append", default=[], metavar="NAME",
                        help="also build agents/NAME on each task (repeatable)")
+    build.add_argument("--mode", type=parse_modes, default=("sandbox",), metavar="MODES",
+                       help="comma-separated modes to build the agents' images for: sandbox (default: one image "
+                       "per agent and task), sidecar (one image per agent, for every task)")
     build.add_argument("--force", action="store_true", help="rebuild every layer, ignoring Docker's cache")
     build.add_argument("--jobs", "-j", type=_positive, metavar="N",
                        help="tasks whose images build at once (default: SSEBENCH_BUILD_JOBS, else 2)")
@@ -308,6 +311,7 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--agent-timeout", type=float, default=AGENT_TIMEOUT, metavar="SECONDS", help="the agent's time limit")
     run.add_argument("--limits", metavar="LIMITS",
                      help="resource limits of the run container: pids=N,memory=SIZE,cpus=N,file_size=SIZE")
+    run.add_argument("--mode", choices=MODES, default="sandbox", help="default sandbox")
     run.add_argument("--egress", choices=EGRESS, default="restricted")
     run.add_argument("--results", type=Path, default=Path("results"), metavar="DIR", help="default ./results")
     run.add_argument("--datasets", type=Path, default=DEFAULT_PATH, metavar="DIR", help="where to look up a task id")

@@ -104,3 +104,23 @@ def remove_container(container_id: str) -> bool:
             return False
         raise
     return True
+
+
+def list_volumes(filters: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The engine's list of volumes (Name, Labels...), in one call."""
+    with docker_errors("listing volumes"):
+        return list(client().api.volumes(filters=filters or {}).get("Volumes") or [])
+
+
+def remove_volume(name: str) -> bool:
+    """Remove a volume by force; False when it was already gone."""
+    import docker.errors
+
+    try:
+        with docker_errors(f"removing volume {name}"):
+            client().api.remove_volume(name, force=True)
+    except SSEBenchError as exc:
+        if isinstance(exc.__cause__, docker.errors.NotFound):
+            return False
+        raise
+    return True

@@ -3,6 +3,11 @@
     os  ->  base-<lang>  ->  case/<dataset>/<task>  ->  tool/<dataset>/<task>  ->  agent-<name>/<dataset>/<task>
             runtime-<lang> (the venv, once per language) --COPY--^
 
+Sidecar mode runs the tool image as the task container and, beside it, one
+image per agent that holds nothing of any task:
+
+    os  ->  base-c  ->  runtime-c  ->  sidecar/base  ->  sidecar/agent-<name>
+
 Each layer's *digest* hashes everything that goes into it, its parent's
 digest included, so a change anywhere rebuilds exactly the layers above it.
 A layer whose image carries its digest (label `ssebench.hash`) is reused.
@@ -112,8 +117,24 @@ def _slug(name: str) -> str:
     return name.lower()
 
 
-def image_names(settings: Settings, task: Task, agent: str | None = None) -> dict[str, str]:
-    """Image references of a task's layers (Docker names are lower case)."""
+# For a language, what fills its runtime layer's build context just before the build.
+Stager = Callable[[str], Callable[[Path], None]]
+# The runtime image sidecar mode's agent image starts from: Python for the runtime, git for the agents.
+SIDECAR_LANGUAGE = "c"
+
+
+def sidecar_names(settings: Settings, agent: str) -> dict[str, str]:
+    """Image references of sidecar mode's agent image and the base below it: one per agent, for every task."""
+    p, v = settings.prefix, __version__
+    return {"sidecar-base": f"{p}/sidecar/base:{v}", "agent": f"{p}/sidecar/agent-{_slug(agent)}:{v}"}
+
+
+def image_names(settings: Settings, task: Task, agent: str | None = None, mode: str = "sandbox") -> dict[str, str]:
+    """Image references of a task's layers (Docker names are lower case).
+
+    `tool` is what sandbox mode's agent image and sidecar mode's task container start from; `agent`, when
+    an agent is given, is the image its agent runs in, in `mode`.
+    """
     p, ds, tid, v = settings.prefix, _slug(task.dataset), _slug(task.id), __version__
     names = {
         "base": f"{p}/base-{task.language}:{settings.base_version}",
@@ -122,7 +143,8 @@ def image_names(settings: Settings, task: Task, agent: str | None = None) -> dic
         "tool": f"{p}/tool/{ds}/{tid}:{v}",
     }
     if agent is not None:
-        names["agent"] = f"{p}/agent-{agent}/{ds}/{tid}:{v}"
+        names["agent"] = (sidecar_names(settings, agent)["agent"] if mode == "sidecar"
+                          else f"{p}/agent-{agent}/{ds}/{tid}:{v}")
     return names
 
 
@@ -163,17 +185,46 @@ def runtime_layer(settings: Settings, language: str, base: Layer, stage: Callabl
     )
 
 
+def sidecar_plan(settings: Settings, os_id: str, agent: Agent, stager: Stager | None = None) -> list[Layer]:
+    """Sidecar mode's agent image and the layers below it, parents first: nothing of a task in any."""
+    names = sidecar_names(settings, agent.name)
+    base = base_layer(settings, SIDECAR_LANGUAGE, os_id)
+    runtime = runtime_layer(settings, SIDECAR_LANGUAGE, base, stager(SIDECAR_LANGUAGE) if stager else None)
+    folder = settings.images_dir / "agent-base"
+    agent_base = Layer(
+        kind="sidecar-base",
+        image=names["sidecar-base"],
+        dockerfile=folder / "Dockerfile",
+        context=folder,
+        buildargs={"SSEBENCH_RUNTIME": runtime.image},
+        digest=digest("sidecar-base", runtime.digest, hash_tree(folder)),
+    )
+    sidecar_agent = Layer(
+        kind="agent",
+        image=names["agent"],
+        dockerfile=agent.path / "Dockerfile",
+        context=agent.path,
+        buildargs={"SSEBENCH_TOOL": agent_base.image},
+        digest=digest("sidecar-agent", agent_base.digest, hash_tree(agent.path)),
+    )
+    return [base, runtime, agent_base, sidecar_agent]
+
+
 def plan(
     settings: Settings,
     task: Task,
     os_id: str,
     agent: Agent | None = None,
-    stage_runtime: Callable[[Path], None] | None = None,
+    stager: Stager | None = None,
+    modes: tuple[str, ...] = ("sandbox",),
 ) -> list[Layer]:
-    """The layers of a task (and agent), parents first. Needs no Docker."""
+    """The layers of a task (and agent, in each of `modes`), parents first. Needs no Docker.
+
+    `stager` gives, for a language, what fills its runtime layer's build context.
+    """
     names = image_names(settings, task, agent.name if agent else None)
     base = base_layer(settings, task.language, os_id, base_aliases(settings, task))
-    runtime = runtime_layer(settings, task.language, base, stage_runtime)
+    runtime = runtime_layer(settings, task.language, base, stager(task.language) if stager else None)
     case = Layer(
         kind="case",
         image=names["case"],
@@ -194,7 +245,10 @@ def plan(
         task=task,
     )
     layers = [base, runtime, case, tool]
-    if agent is not None:
+    if agent is not None and "sidecar" in modes:
+        have = {layer.image for layer in layers}
+        layers += [layer for layer in sidecar_plan(settings, os_id, agent, stager) if layer.image not in have]
+    if agent is not None and "sandbox" in modes:
         layers.append(
             Layer(
                 kind="agent",

@@ -1,6 +1,6 @@
 """Labels on everything a session starts, and removing what dead sessions left behind.
 
-Every container and network carries:
+Every container, network and volume carries:
 
     ssebench.session     the pytest (or CLI) session that started it
     ssebench.host        the machine that session runs on
@@ -20,7 +20,7 @@ import sys
 import uuid
 from dataclasses import dataclass
 
-from ssebench.engine import client, docker_errors, list_containers, remove_container
+from ssebench.engine import client, docker_errors, list_containers, list_volumes, remove_container, remove_volume
 
 SESSION = "ssebench.session"
 HOST = "ssebench.host"
@@ -80,11 +80,15 @@ def _remove(session: str | None, only_orphans: bool) -> int:
                 removed += 1
             except docker.errors.NotFound:
                 pass
+    for volume in list_volumes(filters):  # last: a volume goes once no container uses it
+        if only_orphans and not _orphaned(volume.get("Labels") or {}):
+            continue
+        removed += remove_volume(volume["Name"])
     return removed
 
 
 def reap_session(session_id: str) -> int:
-    """Remove every container and network of a session; return how many."""
+    """Remove every container, network and volume of a session; return how many."""
     return _remove(session_id, only_orphans=False)
 
 
@@ -92,5 +96,5 @@ def reap_orphans() -> int:
     """Remove what sessions on this host left when their process died."""
     removed = _remove(None, only_orphans=True)
     if removed:
-        print(f"ssebench: removed {removed} container(s)/network(s) left by dead sessions", file=sys.stderr)
+        print(f"ssebench: removed {removed} container(s), network(s) and volume(s) left by dead sessions", file=sys.stderr)
     return removed

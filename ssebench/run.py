@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Protocol
@@ -27,10 +27,11 @@ from sse.grading import PatchResult
 
 from ssebench.agent import Agent
 from ssebench.archive import extract
-from ssebench.backend import Backend, ContainerSpec, Handle, Mount, Network, RunTimeoutError
+from ssebench.backend import Backend, ContainerSpec, Handle, Mount, Network, RunTimeoutError, Volume
 from ssebench.defaults import AGENT_TIMEOUT, GRADING_TIMEOUT
 from ssebench.errors import ImageBuildError, SSEBenchError
 from ssebench.limits import Limits
+from ssebench.logs import last_lines
 from ssebench.reaper import Session
 from ssebench.result import (
     RunSummary,
@@ -54,6 +55,11 @@ from ssebench.task import Task, task_file
 RESULTS_IN_CONTAINER = "/var/lib/ssebench/results"
 ARCHIVE_IN_CONTAINER = "/tmp/sse-archive"
 REFERENCE_IN_CONTAINER = "/reference/patch.diff"
+# Sidecar mode: both sockets in one volume both containers mount (SPEC §7).
+SOCKETS_IN_CONTAINER = "/run/ssebench"
+SIDECAR_AGENT_SOCKET = "/run/ssebench/sse.sock"
+# How long the task container has to write what its cgroup counted once the agent's container is done.
+TASK_STOP_GRACE = 10.0
 # Start-up and the evaluator's own bookkeeping, beyond the agent's and grading's limits.
 SLACK_SECONDS = 300.0
 # What the host keeps of a run's files: the root-written results, and the agent's archive.
@@ -149,41 +155,115 @@ def network_name(session: Session, run_id: str) -> str:
 
 def container_spec(config: RunConfig, image: str, session: Session, run_id: str, network: str | None,
                    model_env: dict[str, str] | None = None, command: list[str] | None = None) -> ContainerSpec:
-    """The container of a run. Only the reference agent ever gets the reference patch."""
+    """The container the agent of a run runs in. Only the reference agent ever gets the reference patch."""
     task = config.task
     mounts = []
     if config.reference_run and task.config.files.patch:
         mounts.append(Mount(task_file(task.path, task.config.files.patch).resolve(), REFERENCE_IN_CONTAINER,
                             read_only=True))
-    env = {"TIMEOUT": str(int(config.timeout)), "SSE_DIFFICULTY": str(config.difficulty),
-           "SSE_GRADING_TIMEOUT": str(int(config.grading_timeout)),
-           "SSE_FILE_SIZE_LIMIT": str(config.limits.file_size),
-           "SSE_ARCHIVE_FILE_CAP": str(ARCHIVE_FILE_CAP), "SSE_ARCHIVE_CAP": str(ARCHIVE_CAP)}
+    env = run_env(config)
     if config.model != "none":
         env["SSE_MODEL_NAME"] = config.model
         env.update(model_env or {})
-    labels = {**session.labels(), "ssebench.run": run_id, "ssebench.task": task.id,
-              "ssebench.agent": config.agent.name, "ssebench.model": config.model,
-              "ssebench.difficulty": str(config.difficulty), "ssebench.mode": config.mode,
-              "ssebench.trial": str(config.trial)}
-    return ContainerSpec(image=image, env=env, mounts=mounts, labels=labels, network=network, command=command,
-                         limits=config.limits)
+    return ContainerSpec(image=image, env=env, mounts=mounts, labels=run_labels(config, session, run_id),
+                         network=network, command=command, limits=config.limits)
+
+
+def run_env(config: RunConfig) -> dict[str, str]:
+    """The runtime settings of a run's containers (ssebench.runtime.settings)."""
+    return {"TIMEOUT": str(int(config.timeout)), "SSE_DIFFICULTY": str(config.difficulty),
+            "SSE_GRADING_TIMEOUT": str(int(config.grading_timeout)),
+            "SSE_FILE_SIZE_LIMIT": str(config.limits.file_size),
+            "SSE_ARCHIVE_FILE_CAP": str(ARCHIVE_FILE_CAP), "SSE_ARCHIVE_CAP": str(ARCHIVE_CAP)}
+
+
+def run_labels(config: RunConfig, session: Session, run_id: str) -> dict[str, str]:
+    return {**session.labels(), "ssebench.run": run_id, "ssebench.task": config.task.id,
+            "ssebench.agent": config.agent.name, "ssebench.model": config.model,
+            "ssebench.difficulty": str(config.difficulty), "ssebench.mode": config.mode,
+            "ssebench.trial": str(config.trial)}
+
+
+def sidecar_specs(config: RunConfig, agent: ContainerSpec, task_image: str, run_id: str,
+                  session: Session) -> tuple[ContainerSpec, ContainerSpec, list[str]]:
+    """Sidecar mode: (task container, agent container, volume names) from the agent's container spec.
+
+    The task container (the tool image: daemon, tree, hidden files) and the
+    agent container (no task in its image) share four volumes of the run:
+    the source tree (filled from the tool image, owned by model), /run/ssebench
+    with both sockets, the results and the agent's archive. Same network,
+    limits and capabilities for both; the agent reaches the daemon through the
+    socket volume, or over HTTP at the task container's name.
+    """
+    prefix = f"ssebench-{session.id}-{run_id}"
+    shared = {"src": config.task.config.source, "sockets": SOCKETS_IN_CONTAINER,
+              "results": RESULTS_IN_CONTAINER, "archive": ARCHIVE_IN_CONTAINER}
+    volumes = [Volume(f"{prefix}-{key}", path) for key, path in shared.items()]
+    task_name = f"{prefix}-task"
+    sockets = {"SSE_DAEMON_SOCKET": SIDECAR_AGENT_SOCKET}
+    task = replace(agent, image=task_image, name=task_name, mounts=[], command=None, volumes=volumes,
+                   env={**run_env(config), **{k: v for k, v in agent.env.items() if k.startswith("SSE_")
+                                              and k not in ("SSE_BASE_URL", "SSE_API_KEY", "SSE_MODEL_NAME")},
+                        **sockets, "SSE_ROLE": "task"},
+                   labels={**agent.labels, "ssebench.role": "task"})
+    agent = replace(agent, volumes=volumes,
+                    env={**agent.env, **sockets, "SSE_ROLE": "agent", "SSE_SOURCE": config.task.config.source,
+                         "SSE_AGENT_DOCKER": f"{task_name}:4263"},
+                    labels={**agent.labels, "ssebench.role": "agent"})
+    return task, agent, [v.name for v in volumes]
+
+
+class ContainerDied(SSEBenchError):
+    """Sidecar mode's task container exited while the agent's container still ran."""
 
 
 @dataclass
 class LiveRun:
-    """A run's container on its network, while it exists."""
+    """A run's containers on its network, while they exist."""
 
-    handle: Handle
+    handle: Handle  # where the agent runs: sandbox mode's one container, sidecar mode's agent container
     network: Network
     run_id: str
+    task: Handle | None = None  # sidecar mode's task container
+
+    def wait(self, timeout: float) -> int:
+        """Wait for the agent's container to exit; its status. Sidecar mode: then stop the task container.
+
+        Raises RunTimeoutError after `timeout` seconds, and ContainerDied when
+        the task container exits first (with its log's last lines).
+        """
+        if self.task is None:
+            return self.handle.wait(timeout)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                status = self.handle.wait(max(0.1, min(2.0, deadline - time.monotonic())))
+                break
+            except RunTimeoutError:
+                ended = self.task.poll()
+                if ended is not None:
+                    raise ContainerDied(f"the task container exited (status {ended}) during the run; its last "
+                                        f"lines:\n{last_lines(self.task.logs(), 20)}") from None
+                if time.monotonic() >= deadline:
+                    raise
+        self.task.stop(TASK_STOP_GRACE)
+        return status
+
+    @property
+    def handles(self) -> list[tuple[str, Handle]]:
+        """(log name, container) of each of the run's containers."""
+        return [("container", self.handle)] + ([("task-container", self.task)] if self.task else [])
 
 
 @contextmanager
 def running(config: RunConfig, backend: Backend, session: Session, run_id: str, image: str, *,
             command: list[str] | None = None, models: ModelLink | None = None,
-            usage: dict[str, Any] | None = None, env: dict[str, str] | None = None) -> Iterator[LiveRun]:
-    """Start a run's network and container; remove both afterwards (unless the run keeps its container).
+            usage: dict[str, Any] | None = None, env: dict[str, str] | None = None,
+            task_image: str | None = None) -> Iterator[LiveRun]:
+    """Start a run's network and containers; remove all afterwards (unless the run keeps its containers).
+
+    `image` is the agent's image; sidecar mode also starts `task_image` (the
+    task's tool image) as the task container, with the volumes they share.
 
     With `models`, the run gets access to its model for as long as it lasts;
     what it used is put into `usage` when it ends. `env` adds runtime
@@ -192,7 +272,8 @@ def running(config: RunConfig, backend: Backend, session: Session, run_id: str, 
     labels = {**session.labels(), "ssebench.run": run_id}
     network = backend.create_network(network_name(session, run_id), internal=config.egress == "restricted",
                                       labels=labels)
-    handle: Handle | None = None
+    handles: list[Handle] = []
+    volumes: list[str] = []
     opened = False
     try:
         model_env: dict[str, str] = {}
@@ -202,8 +283,17 @@ def running(config: RunConfig, backend: Backend, session: Session, run_id: str, 
             opened = True
         spec = container_spec(config, image, session, run_id, network.name, model_env, command)
         spec.env.update(env or {})
-        handle = backend.start(spec)
-        yield LiveRun(handle=handle, network=network, run_id=run_id)
+        if config.mode != "sidecar":
+            handles.append(backend.start(spec))
+            yield LiveRun(handle=handles[0], network=network, run_id=run_id)
+            return
+        task_spec, agent_spec, names = sidecar_specs(config, spec, task_image or "", run_id, session)
+        for name in names:
+            backend.create_volume(name, labels=labels)
+            volumes.append(name)
+        handles.append(backend.start(task_spec))  # first: it fills the source volume from its image
+        handles.append(backend.start(agent_spec))
+        yield LiveRun(handle=handles[1], network=network, run_id=run_id, task=handles[0])
     finally:
         try:
             if opened and models is not None:
@@ -212,11 +302,26 @@ def running(config: RunConfig, backend: Backend, session: Session, run_id: str, 
                     usage.update(used)
         finally:
             if not config.keep_container:
-                try:
-                    if handle is not None:
-                        handle.remove()
-                finally:
-                    backend.remove_network(network.name)
+                remove_all(backend, handles, volumes, network.name)
+
+
+def remove_all(backend: Backend, handles: list[Handle], volumes: list[str], network: str) -> None:
+    """Remove a run's containers, then its volumes and its network; every step despite the others failing."""
+    errors: list[SSEBenchError] = []
+
+    def attempt(step: Callable[..., None], *args: str) -> None:
+        try:
+            step(*args)
+        except SSEBenchError as exc:
+            errors.append(exc)
+
+    for handle in reversed(handles):
+        attempt(handle.remove)
+    for name in volumes:
+        attempt(backend.remove_volume, name)
+    attempt(backend.remove_network, network)
+    if errors:
+        raise errors[0]
 
 
 def collect(handle: Handle, run_dir: Path) -> dict[str, Any]:
@@ -239,35 +344,42 @@ def collect(handle: Handle, run_dir: Path) -> dict[str, Any]:
     return report
 
 
-def _limits_hit(run_dir: Path, handle: Handle | None, config: RunConfig) -> list[str]:
+def _limits_hit(run_dir: Path, live: LiveRun | None, config: RunConfig) -> list[str]:
+    """What each container's cgroup counted (limits.json; sidecar mode's task-limits.json), and OOM kills
+    the engine saw."""
     hit: list[str] = []
-    text = read_safely(run_dir, "limits.json", limit=1 << 20, tail=False)
-    if text:
-        try:
-            hit += [str(line) for line in json.loads(text).get("hit") or []]
-        except (ValueError, AttributeError):
-            pass
-    if handle is not None and not any(line.startswith("memory") for line in hit):
-        try:
-            if handle.memory_exhausted():
-                hit.append(f"memory: the container hit its memory limit of {config.limits.memory} bytes")
-        except SSEBenchError:
-            pass
+    for name, prefix, (_, handle) in zip(("limits.json", "task-limits.json"), ("", "task container: "),
+                                         live.handles if live else [("", None), ("", None)], strict=False):
+        text = read_safely(run_dir, name, limit=1 << 20, tail=False)
+        lines: list[str] = []
+        if text:
+            try:
+                lines = [str(line) for line in json.loads(text).get("hit") or []]
+            except (ValueError, AttributeError):
+                pass
+        if handle is not None and not any(line.startswith("memory") for line in lines):
+            try:
+                if handle.memory_exhausted():
+                    lines.append(f"memory: the container hit its memory limit of {config.limits.memory} bytes")
+            except SSEBenchError:
+                pass
+        hit += [prefix + line for line in lines]
     return hit
 
 
-def salvage(handle: Handle, run_dir: Path, record: RunRecord) -> None:
-    """Copy out what a run left (its log, results, archive, limits hit), each step despite the others failing.
+def salvage(live: LiveRun, run_dir: Path, record: RunRecord) -> None:
+    """Copy out what a run left (its logs, results, archive, limits hit), each step despite the others failing.
 
-    Raises the log's engine error afterwards, so the run is recorded as an infrastructure error.
+    Raises the first log's engine error afterwards, so the run is recorded as an infrastructure error.
     """
     error: SSEBenchError | None = None
-    try:
-        write_text_atomic(run_dir / "container.log", handle.logs())
-    except SSEBenchError as exc:
-        error = exc
-    record.files = collect(handle, run_dir)  # each of these records its own engine errors
-    record.limits_hit = _limits_hit(run_dir, handle, record.config)
+    for name, handle in live.handles:
+        try:
+            write_text_atomic(run_dir / f"{name}.log", handle.logs())
+        except SSEBenchError as exc:
+            error = error or exc
+    record.files = collect(live.handle, run_dir)  # each of these records its own engine errors
+    record.limits_hit = _limits_hit(run_dir, live, record.config)
     if error is not None:
         raise error
 
@@ -289,25 +401,27 @@ def execute(config: RunConfig, settings: Settings, backend: Backend, session: Se
     usage: dict[str, Any] = {}
     try:
         if build:
-            outcome = build_images(settings, [config.task], config.agent)
+            outcome = build_images(settings, [config.task], config.agent, modes=(config.mode,))
             if config.task.id in outcome.failures:
                 raise outcome.failures[config.task.id]
         record.durations["images"] = round(time.monotonic() - started, 3)
-        image = image_names(settings, config.task, config.agent.name)["agent"]
+        names = image_names(settings, config.task, config.agent.name, config.mode)
         record.network = network_name(session, run_id)
-        with running(config, backend, session, run_id, image, models=models, usage=usage,
-                     command=command) as live:
+        with running(config, backend, session, run_id, names["agent"], models=models, usage=usage,
+                     command=command, task_image=names["tool"]) as live:
             began = time.monotonic()
             record.timeline["container_started"] = time.time()
             try:
-                record.exit_code = live.handle.wait(config.timeout + config.grading_timeout + SLACK_SECONDS)
+                record.exit_code = live.wait(config.timeout + config.grading_timeout + SLACK_SECONDS)
             finally:
                 record.durations["container"] = round(time.monotonic() - began, 3)
                 record.timeline["container_ended"] = time.time()
-                salvage(live.handle, run_dir, record)
+                salvage(live, run_dir, record)
         record.result = read_result(run_dir)
         if record.result is None:
-            record.infra_error = f"the run ended (exit {record.exit_code}) without a result.json; see {run_dir}/container.log"
+            record.infra_error = (f"the run ended (exit {record.exit_code}) without a result.json; see "
+                                  f"{run_dir}/container.log; its last lines:\n"
+                                  f"{last_lines(read_safely(run_dir, 'container.log') or '', 20)}")
             if record.limits_hit:
                 record.infra_error += "; limits hit: " + "; ".join(record.limits_hit)
         else:

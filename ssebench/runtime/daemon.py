@@ -350,9 +350,13 @@ async def serve(app: Starlette, agent_socket: str, admin_socket: str, http_port:
         def capture_signals(self) -> Iterator[None]:  # one handler for all three, below
             yield
 
+    # Root's alone, unless the agent socket lives beside the admin socket (sidecar mode's shared socket
+    # volume): then others may pass through it, to the agent socket, but create nothing in it, and the
+    # admin socket's own mode (0600) keeps them off it.
     admin_dir = Path(admin_socket).parent
+    shared = Path(agent_socket).parent == admin_dir
     admin_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    os.chmod(admin_dir, 0o700)
+    os.chmod(admin_dir, 0o755 if shared else 0o700)
     listeners = [
         (AGENT, _unix_socket(agent_socket, 0o666)),
         (HTTP, _tcp_socket(http_port)),

@@ -18,6 +18,16 @@ confined (file-size limit, first in line for the OOM killer). After grading,
 the archive is pruned to regular files and directories under its caps, and
 what the run's cgroup counted (OOM kills, forks refused at the pids limit,
 CPU throttling) goes to limits.json.
+
+Sidecar mode (SSE_ROLE) splits this between two containers that share the
+source tree, the results, the archive and /run/ssebench (both sockets):
+
+- the task container (`task`) runs only the daemon, until it is stopped, then
+  writes what its own cgroup counted to task-limits.json;
+- the agent container (`agent`) runs steps 3 to 7 against that daemon, and,
+  as it shares no processes with the daemon, ends every process of model
+  itself before it posts agent_exited (the daemon ends those of its own
+  container). It has no /ssebench: the tree's path comes in SSE_SOURCE.
 """
 
 from __future__ import annotations
@@ -35,7 +45,7 @@ from typing import IO
 
 from ssebench.runtime import layout
 from ssebench.runtime.files import prune_tree, write_atomic
-from ssebench.runtime.process import NEUTRAL_CWD, User, confined, kill_group, python_command
+from ssebench.runtime.process import NEUTRAL_CWD, User, clear_user, confined, kill_group, python_command
 from ssebench.runtime.settings import RuntimeSettings, SettingsError, load_settings
 
 TIMED_OUT = 124
@@ -89,10 +99,11 @@ def _tail(path: Path, lines: int = 20) -> str:
         return ""
 
 
-def wait_for(what: str, ready: object, process: subprocess.Popen[bytes], timeout: float, log: Path) -> None:
+def wait_for(what: str, ready: object, process: subprocess.Popen[bytes] | None, timeout: float, log: Path) -> None:
+    """Poll `ready` until it holds; fail when `process` (None: one in another container) exits first."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if process.poll() is not None:
+        if process is not None and process.poll() is not None:
             raise RuntimeError(f"the {what} exited with status {process.returncode} while starting:\n{_tail(log)}")
         if ready():  # type: ignore[operator]
             return
@@ -225,6 +236,77 @@ def finish_archive(settings: RuntimeSettings) -> None:
     write_atomic(Path(settings.results), "archive.json", json.dumps(record, indent=2) + "\n")
 
 
+def start_runtime(settings: RuntimeSettings, env: dict[str, str], *, daemon: bool,
+                  mcp: bool) -> list[subprocess.Popen[bytes]]:
+    """Start the daemon and/or the MCP server and wait until each answers; [daemon?, mcp?] as started.
+
+    Both start at once (their imports take most of their start-up, and there
+    are two cores or more); the MCP server reaches the daemon only when a
+    tool is called. Without `daemon`, the daemon is another container's and
+    its sockets (in the shared /run/ssebench) are awaited.
+    """
+    results = Path(settings.results)
+    children: list[subprocess.Popen[bytes]] = []
+    try:
+        process = None
+        if daemon:
+            process = start("ssebench.runtime.daemon", (results / "daemon.log").open("ab"), env)
+            children.append(process)
+        if mcp:
+            server = start("ssebench.runtime.mcp_server", (results / "mcp.log").open("ab"),
+                           {**env, "SSE_DAEMON_SOCKET": settings.agent_socket})
+            children.append(server)
+        wait_for("daemon", lambda: daemon_ready(settings), process, settings.daemon_timeout, results / "daemon.log")
+        say("daemon ready")
+        if mcp:
+            wait_for("MCP server", mcp_ready, server, settings.mcp_timeout, results / "mcp.log")
+            say("MCP server ready")
+    except (RuntimeError, OSError):
+        for child in children:
+            child.kill()
+        raise
+    return children
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+
+
+def write_limits(settings: RuntimeSettings, name: str) -> None:
+    report = limits_report()
+    write_atomic(Path(settings.results), name, json.dumps(report, indent=2) + "\n")
+    for line in report["hit"]:  # type: ignore[attr-defined]
+        say(f"limit hit: {line}")
+
+
+def wait_for_stop(until_exit: subprocess.Popen[bytes] | None = None) -> None:
+    """Block until SIGTERM or SIGINT (or until `until_exit` exits)."""
+    signals = {signal.SIGTERM, signal.SIGINT}
+    signal.pthread_sigmask(signal.SIG_BLOCK, signals)
+    while signal.sigtimedwait(signals, 1.0) is None:
+        if until_exit is not None and until_exit.poll() is not None:
+            say(f"the daemon exited with status {until_exit.returncode}")
+            return
+
+
+def serve_task(settings: RuntimeSettings, env: dict[str, str]) -> int:
+    """Sidecar mode's task container: the daemon alone, until the run stops it."""
+    try:
+        (daemon,) = start_runtime(settings, env, daemon=True, mcp=False)
+    except (RuntimeError, OSError) as exc:
+        say(f"infrastructure failure: {exc}")
+        return 1
+    wait_for_stop(daemon)
+    failed = daemon.poll() is not None
+    write_limits(settings, "task-limits.json")
+    stop(daemon)
+    return 1 if failed else 0
+
+
 def main(argv: list[str]) -> int:
     os.chdir(NEUTRAL_CWD)  # never work in a directory an image's WORKDIR (the agent's tree) names
     try:
@@ -232,40 +314,37 @@ def main(argv: list[str]) -> int:
     except SettingsError as exc:
         say(f"refusing to start: {exc}")
         return 2
-    from ssebench.runtime.taskfile import load_taskfile
 
-    say("starting")
+    say(f"starting ({settings.role})")
     model = User.named(layout.MODEL)
-    task = load_taskfile(Path(layout.TASK_DIR) / "config.yaml")
     prepare_dirs(settings, model)
     results = Path(settings.results)
-    command = argv or ["true"]
-    children: list[subprocess.Popen[bytes]] = []
     env = {**os.environ, "SSE_RESULTS": settings.results}
+    if settings.role == "task":
+        return serve_task(settings, env)
+    if settings.role == "agent":
+        source = settings.source  # there is no /ssebench here
+    else:
+        from ssebench.runtime.taskfile import load_taskfile
+
+        source = load_taskfile(Path(layout.TASK_DIR) / "config.yaml").source
     try:
-        # Both start at once (their imports take most of their start-up, and there are two cores or more);
-        # the MCP server reaches the daemon only when a tool is called.
-        daemon_log = (results / "daemon.log").open("ab")
-        daemon = start("ssebench.runtime.daemon", daemon_log, env)
-        children.append(daemon)
-        mcp_log = (results / "mcp.log").open("ab")
-        mcp = start("ssebench.runtime.mcp_server", mcp_log, {**env, "SSE_DAEMON_SOCKET": settings.agent_socket})
-        children.append(mcp)
-        wait_for("daemon", lambda: daemon_ready(settings), daemon, settings.daemon_timeout, results / "daemon.log")
-        say("daemon ready")
-        wait_for("MCP server", mcp_ready, mcp, settings.mcp_timeout, results / "mcp.log")
-        say("MCP server ready")
+        children = start_runtime(settings, env, daemon=settings.role == "sandbox", mcp=True)
     except (RuntimeError, OSError) as exc:
         say(f"infrastructure failure: {exc}")
         write_error(settings, f"the runtime failed to start: {exc}")
-        for child in children:
-            child.kill()
         return 1
+    mcp = children[-1]
 
+    command = argv or ["true"]
     say(f"agent: {' '.join(command)} (timeout {settings.agent_timeout:.0f} s, difficulty {settings.difficulty})")
     with (results / "agent.log").open("ab") as agent_log:
-        status, duration, timed_out = run_agent(command, settings, model, task.source, agent_log)
+        status, duration, timed_out = run_agent(command, settings, model, source, agent_log)
     say(f"agent exited with status {status} after {duration:.1f} s" + (" (timed out)" if timed_out else ""))
+    if settings.role == "agent":
+        # The daemon ends model's processes in its own container; here, nothing of the agent may go on
+        # changing the shared tree while it is captured and graded.
+        say(f"ended {clear_user(model)} leftover process(es) and IPC object(s) of {model.name}")
 
     try:
         admin_post(settings, "/admin/agent_exited")
@@ -287,21 +366,13 @@ def main(argv: list[str]) -> int:
         finish_archive(settings)
     except OSError as exc:
         say(f"pruning the archive failed: {exc}")
-    report = limits_report()
-    write_atomic(results, "limits.json", json.dumps(report, indent=2) + "\n")
-    for line in report["hit"]:  # type: ignore[attr-defined]
-        say(f"limit hit: {line}")
+    write_limits(settings, "limits.json")
 
     if settings.keep_alive:
         say("SSE_KEEP_ALIVE=1: the container stays up (the daemon still answers)")
-        stop = {signal.SIGTERM, signal.SIGINT}
-        signal.pthread_sigmask(signal.SIG_BLOCK, stop)
-        signal.sigwait(stop)
-    daemon.terminate()
-    try:
-        daemon.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        daemon.kill()
+        wait_for_stop()
+    if settings.role == "sandbox":
+        stop(children[0])
     return status
 
 

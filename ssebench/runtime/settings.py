@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ssebench.runtime import layout
 
@@ -28,8 +28,15 @@ def allowed_actions(difficulty: int) -> list[str]:
     return [action for action, level in MAX_LEVEL.items() if difficulty <= level]
 
 
+# Which part of a run a container plays: the one container of sandbox mode, or,
+# in sidecar mode, the task container (daemon, tree, hidden files) or the agent
+# container (agent, MCP server, evaluator; nothing of the task).
+ROLES = ("sandbox", "task", "agent")
+
 # Field name -> environment variable.
 ENV = {
+    "role": "SSE_ROLE",
+    "source": "SSE_SOURCE",
     "difficulty": "SSE_DIFFICULTY",
     "results": "SSE_RESULTS",
     "archive": "SSE_ARCHIVE",
@@ -60,6 +67,9 @@ class SettingsError(Exception):
 class RuntimeSettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    role: str = "sandbox"
+    # The agent's source tree (agent role: there is no config.yaml to read it from).
+    source: str = ""
     difficulty: int = Field(2, ge=0, le=4)
     results: str = layout.RESULTS
     archive: str = layout.ARCHIVE
@@ -84,6 +94,19 @@ class RuntimeSettings(BaseModel):
     archive_file_cap: int = Field(64 << 20, ge=1)
     archive_cap: int = Field(256 << 20, ge=1)
 
+    @field_validator("role")
+    @classmethod
+    def _role(cls, value: str) -> str:
+        if value not in ROLES:
+            raise ValueError(f"must be one of {', '.join(ROLES)} (got {value!r})")
+        return value
+
+    @model_validator(mode="after")
+    def _source(self) -> RuntimeSettings:
+        if self.role == "agent" and not self.source.startswith("/"):
+            raise ValueError("SSE_SOURCE: the agent container needs the source tree's absolute path")
+        return self
+
     @field_validator("difficulty", mode="before")
     @classmethod
     def _difficulty(cls, value: object) -> object:
@@ -106,5 +129,8 @@ def load_settings(environ: Mapping[str, str] | None = None) -> RuntimeSettings:
         return RuntimeSettings.model_validate(values)
     except ValidationError as exc:
         first = exc.errors()[0]
+        message = str(first["msg"]).removeprefix("Value error, ")
+        if not first["loc"]:  # a rule across settings: its message names the variable
+            raise SettingsError(message) from None
         var = ENV.get(str(first["loc"][0]), str(first["loc"][0]))
-        raise SettingsError(f"{var}: {str(first['msg']).removeprefix('Value error, ')}") from None
+        raise SettingsError(f"{var}: {message}") from None

@@ -12,6 +12,8 @@ It turns a case image into a task image whose answer the agent cannot reach:
    root-owned copy of the buggy commit.
 
 It reads only /ssebench/config.yaml and imports nothing of the host side.
+With `--agent-base` it makes sidecar mode's agent image instead, from a
+runtime image: steps 1, 4 and 5, and nothing of a task.
 """
 
 from __future__ import annotations
@@ -161,7 +163,22 @@ def lock_runtime() -> None:
                 os.chmod(p, stat.S_IMODE(os.lstat(p).st_mode) & ~0o022)
 
 
+def agent_base() -> None:
+    """Sidecar mode's agent image (no task in it): the same users, run-time directories and locks."""
+    if Path(layout.TASK_DIR).exists() or Path(layout.REPO).exists():
+        raise SystemExit(f"toollayer: an agent image must hold nothing of a task, but {layout.TASK_DIR} exists")
+    create_users()
+    make_runtime_dirs()
+    lock_runtime()
+    strip_world_writable()
+    strip_set_id_bits()
+    print("toollayer: agent base ready", file=sys.stderr)
+
+
 def main() -> None:
+    if sys.argv[1:] == ["--agent-base"]:
+        agent_base()
+        return
     task = load_taskfile(Path(layout.TASK_DIR) / "config.yaml")
     create_users()
     replace_source(task)

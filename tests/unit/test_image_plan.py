@@ -52,6 +52,33 @@ def test_layers_parents_first_with_lower_case_names(settings: Settings, tmp_path
     assert tool.labels["ssebench.task"] == "RUSTSEC-2019-0009" and tool.labels["ssebench.hash"] == tool.digest
 
 
+def test_sidecar_mode_plans_one_agent_image_per_agent_with_nothing_of_a_task(settings: Settings,
+                                                                             tmp_path: Path) -> None:
+    dataset = write_dataset(tmp_path, tasks=())
+    for name, language in (("one", "c"), ("two", "go"), ("three", "rust")):
+        write_task(dataset, name, config=task_config(name, language=language))
+    tasks = [load_task(dataset / name) for name in ("one", "two", "three")]
+    agents = [load_agent(settings.agents_dir, name) for name in ("dummy", "reference")]
+    plans = {(t.id, a.name): image.plan(settings, t, OS_ID, a, modes=("sidecar",)) for t in tasks for a in agents}
+    agent_layers = {key: [layer for layer in layers if layer.kind in ("sidecar-base", "agent")]
+                    for key, layers in plans.items()}
+    for (task_id, agent_name), (base, agent) in agent_layers.items():
+        assert base.image == "ssebench/sidecar/base:0.1.0" and base.task is None
+        assert agent.image == f"ssebench/sidecar/agent-{agent_name}:0.1.0" and agent.task is None
+        assert base.buildargs == {"SSEBENCH_RUNTIME": "ssebench/runtime-c:0.1.0"}
+        assert agent.buildargs == {"SSEBENCH_TOOL": base.image}
+        assert "ssebench.task" not in agent.labels
+    # one image (and one digest) per agent, whatever the task and its language
+    for agent in agents:
+        assert len({agent_layers[(t.id, agent.name)][1].digest for t in tasks}) == 1
+    # the task's own layers are still planned (the tool image is the task container), but no per-task agent layer
+    kinds = [layer.kind for layer in plans[("two", "dummy")]]
+    assert kinds == ["base", "runtime", "case", "tool", "base", "runtime", "sidecar-base", "agent"]
+    both = image.plan(settings, tasks[0], OS_ID, agents[0], modes=("sandbox", "sidecar"))
+    assert [layer.image for layer in both if layer.kind == "agent"] == [
+        "ssebench/sidecar/agent-dummy:0.1.0", "ssebench/agent-dummy/tinyset/one:0.1.0"]
+
+
 def test_digests_are_stable(settings: Settings, tmp_path: Path) -> None:
     dataset = write_dataset(tmp_path, tasks=("one", "two"))
     assert _digests(settings, dataset) == _digests(settings, dataset)

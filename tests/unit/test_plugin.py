@@ -62,8 +62,8 @@ def test_without_agent_nothing_is_collected(demo: pytest.Pytester) -> None:
 @pytest.mark.parametrize("args, message", [
     (["--difficulty", "5"], "argument --difficulty: '5': give levels 0-4"),
     (["--difficulty", "two"], "argument --difficulty: 'two': give levels 0-4"),
-    (["--mode", "sidecar"], "argument --mode: sidecar mode is not available yet"),
-    (["--mode", "cloud"], "argument --mode: 'cloud': the accepted modes are sandbox"),
+    (["--mode", "cloud"], "argument --mode: 'cloud': the accepted modes are sandbox, sidecar"),
+    (["--mode", ","], "argument --mode: ',': give a mode, e.g. sandbox"),
     (["--agent-timeout", "0"], "argument --agent-timeout: '0': give a time in seconds above zero"),
     (["--agent-timeout", "inf"], "argument --agent-timeout: 'inf': give a time in seconds above zero"),
     (["--agent-timeout", "nan"], "argument --agent-timeout: 'nan': give a time in seconds above zero"),

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ssebench.agent import available_agents, load_agent
-from ssebench.backend import Backend, ContainerSpec, Handle, Network
+from ssebench.backend import Backend, ContainerSpec, Handle, Network, RunTimeoutError
 from ssebench.errors import SSEBenchError
 from ssebench.limits import Limits
 from ssebench.reaper import Session
@@ -24,6 +24,7 @@ from ssebench.run import (
     container_spec,
     execute,
     finished_run,
+    sidecar_specs,
     write_summary,
 )
 from ssebench.settings import get_settings
@@ -47,6 +48,31 @@ def test_only_the_reference_agent_gets_the_reference_patch(agent_name: str, tmp_
     # Nothing else of the host enters a run: results come out by copy.
     assert [m for m in spec.mounts if m.container != REFERENCE_IN_CONTAINER] == []
     assert spec.limits == Limits() and spec.capabilities and "NET_RAW" not in spec.capabilities
+
+
+@pytest.mark.parametrize("agent_name", available_agents(get_settings().agents_dir))
+def test_sidecar_mode_gives_the_task_container_nothing_of_the_agent_and_the_agent_nothing_of_the_task(
+        agent_name: str) -> None:
+    agent = load_agent(get_settings().agents_dir, agent_name)
+    config = RunConfig(task=load_task(DEMO / "c-demo"), agent=agent, mode="sidecar", model="m1")
+    session = Session.new()
+    spec = container_spec(config, "agent-img", session, "r1", "net", {"SSE_API_KEY": "k", "SSE_BASE_URL": "u"})
+    task, agent_side, volumes = sidecar_specs(config, spec, "tool-img", "r1", session)
+    assert (task.image, agent_side.image) == ("tool-img", "agent-img")
+    assert task.mounts == [] and task.command is None  # the reference patch, if any, is the agent's alone
+    assert agent_side.mounts == spec.mounts
+    assert not {"SSE_API_KEY", "SSE_BASE_URL", "SSE_MODEL_NAME"} & set(task.env)
+    assert agent_side.env["SSE_API_KEY"] == "k" and agent_side.env["SSE_SOURCE"] == "/src/tlvkit"
+    assert (task.env["SSE_ROLE"], agent_side.env["SSE_ROLE"]) == ("task", "agent")
+    assert task.env["SSE_DAEMON_SOCKET"] == agent_side.env["SSE_DAEMON_SOCKET"] == "/run/ssebench/sse.sock"
+    assert agent_side.env["SSE_AGENT_DOCKER"] == f"{task.name}:4263"
+    shared = {v.container for v in task.volumes}
+    assert task.volumes == agent_side.volumes and len(volumes) == 4
+    assert shared == {"/src/tlvkit", "/run/ssebench", "/var/lib/ssebench/results", "/tmp/sse-archive"}
+    assert not any(path.startswith(("/ssebench", "/reference")) for path in shared)
+    for side in (task, agent_side):  # the same network, limits and capabilities for both
+        assert (side.network, side.limits, side.capabilities) == (spec.network, spec.limits, spec.capabilities)
+        assert side.labels["ssebench.run"] == "r1" and side.labels["ssebench.mode"] == "sidecar"
 
 
 def test_run_dirs_are_never_reused(tmp_path: Path) -> None:
@@ -141,16 +167,26 @@ class _BrokenHandle(Handle):
     def memory_exhausted(self) -> bool:
         raise SSEBenchError("Docker refused inspecting: engine hiccup")
 
+    def poll(self) -> int | None:
+        raise SSEBenchError("Docker refused inspecting: engine hiccup")
+
+    def stop(self, grace: float) -> None:
+        raise SSEBenchError("Docker refused stopping: engine hiccup")
+
     def remove(self) -> None:
         raise SSEBenchError("Docker refused removing: engine hiccup")
 
 
 class _Backend(Backend):
-    def __init__(self) -> None:
+    def __init__(self, handles: list[Handle] | None = None) -> None:
         self.networks: list[str] = []
+        self.volumes: list[str] = []
+        self.specs: list[ContainerSpec] = []
+        self.handles = handles
 
     def start(self, spec: ContainerSpec) -> Handle:
-        return _BrokenHandle()
+        self.specs.append(spec)
+        return self.handles.pop(0) if self.handles else _BrokenHandle()
 
     def create_network(self, name: str, *, internal: bool, labels: dict[str, str]) -> Network:
         self.networks.append(name)
@@ -159,18 +195,81 @@ class _Backend(Backend):
     def remove_network(self, name: str) -> None:
         self.networks.remove(name)
 
+    def create_volume(self, name: str, *, labels: dict[str, str]) -> None:
+        self.volumes.append(name)
 
-def test_engine_errors_anywhere_in_a_run_are_recorded_and_cleanup_still_happens(tmp_path: Path) -> None:
+    def remove_volume(self, name: str) -> None:
+        self.volumes.remove(name)
+
+
+@pytest.mark.parametrize("mode", ["sandbox", "sidecar"])
+def test_engine_errors_anywhere_in_a_run_are_recorded_and_cleanup_still_happens(mode: str, tmp_path: Path) -> None:
     task = load_task(DEMO / "c-demo")
-    config = RunConfig(task=task, agent=load_agent(get_settings().agents_dir, "dummy"))
+    config = RunConfig(task=task, agent=load_agent(get_settings().agents_dir, "dummy"), mode=mode)
     backend = _Backend()
     record = execute(config, get_settings(), backend, Session.new(), tmp_path, build=False)
     assert record.grade == "error" and record.infra_error is not None
     assert "engine hiccup" in record.infra_error
-    assert backend.networks == []  # removing the container failed; the network went all the same
+    assert len(backend.specs) == (2 if mode == "sidecar" else 1)
+    # removing the containers failed; the volumes and the network went all the same
+    assert backend.networks == [] and backend.volumes == []
     summary = json.loads((record.run_dir / "summary.json").read_text())
     assert summary["grade"] == "error" and "engine hiccup" in summary["error"]
     assert "engine hiccup" in summary["files"]["results"]["error"]
+
+
+class _Container(_BrokenHandle):
+    """A container that runs until `ends` polls, then exits with `status`; its engine works."""
+
+    def __init__(self, name: str, status: int, ends: int) -> None:
+        self.name, self.status, self.ends, self.stopped = name, status, ends, False
+
+    def wait(self, timeout: float) -> int:
+        if self.ends > 0:
+            self.ends -= 1
+            raise RunTimeoutError("still running")
+        return self.status
+
+    def poll(self) -> int | None:
+        return self.wait(0) if self.ends <= 0 else None
+
+    def stop(self, grace: float) -> None:
+        self.stopped = True
+
+    def logs(self) -> str:
+        return f"{self.name} line 1\n{self.name}: the last line\n"
+
+    def export(self, path: str) -> Iterator[bytes]:
+        raise SSEBenchError("nothing to copy")
+
+    def memory_exhausted(self) -> bool:
+        return False
+
+    def remove(self) -> None:
+        pass
+
+
+def test_a_sidecar_run_whose_task_container_dies_is_an_error_with_its_log_tail(tmp_path: Path) -> None:
+    task = load_task(DEMO / "c-demo")
+    config = RunConfig(task=task, agent=load_agent(get_settings().agents_dir, "dummy"), mode="sidecar")
+    backend = _Backend([_Container("task", 137, ends=0), _Container("agent", 0, ends=1000)])
+    record = execute(config, get_settings(), backend, Session.new(), tmp_path, build=False)
+    assert record.grade == "error" and record.infra_error is not None
+    assert record.infra_error.startswith("the task container exited (status 137) during the run")
+    assert "task: the last line" in record.infra_error
+    assert (record.run_dir / "task-container.log").read_text().endswith("task: the last line\n")
+    assert backend.networks == [] and backend.volumes == []
+
+
+def test_a_sidecar_run_stops_its_task_container_once_the_agent_container_exits(tmp_path: Path) -> None:
+    task = load_task(DEMO / "c-demo")
+    config = RunConfig(task=task, agent=load_agent(get_settings().agents_dir, "dummy"), mode="sidecar")
+    task_container, agent_container = _Container("task", 0, ends=1000), _Container("agent", 1, ends=2)
+    record = execute(config, get_settings(), _Backend([task_container, agent_container]), Session.new(), tmp_path,
+                     build=False)
+    assert task_container.stopped and record.exit_code == 1
+    assert record.infra_error is not None and "without a result.json" in record.infra_error
+    assert "agent: the last line" in record.infra_error  # the agent container's own tail
 
 
 def test_a_handle_is_removed_when_its_block_ends() -> None:
