@@ -14,6 +14,7 @@ the run is over (`ssebench.archive`).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Callable, Iterator
@@ -192,14 +193,17 @@ def sidecar_specs(config: RunConfig, agent: ContainerSpec, task_image: str, run_
     agent container (no task in its image) share four volumes of the run:
     the source tree (filled from the tool image, owned by model), /run/ssebench
     with both sockets, the results and the agent's archive. Same network,
-    limits and capabilities for both; the agent reaches the daemon through the
-    socket volume, or over HTTP at the task container's name.
+    limits and capabilities for both. The agent reaches the daemon through the
+    socket volume: the daemon's HTTP port (at the task container's name)
+    serves a peer, as in sandbox mode, the public view only, because the
+    model gateway is a peer on the same network too.
     """
     prefix = f"ssebench-{session.id}-{run_id}"
     shared = {"src": config.task.config.source, "sockets": SOCKETS_IN_CONTAINER,
               "results": RESULTS_IN_CONTAINER, "archive": ARCHIVE_IN_CONTAINER}
     volumes = [Volume(f"{prefix}-{key}", path) for key, path in shared.items()]
-    task_name = f"{prefix}-task"
+    # Its name is a host name on the run's network: one DNS label (63 characters at most), unique on the engine.
+    task_name = "ssebench-task-" + hashlib.sha256(prefix.encode()).hexdigest()[:16]
     sockets = {"SSE_DAEMON_SOCKET": SIDECAR_AGENT_SOCKET}
     task = replace(agent, image=task_image, name=task_name, mounts=[], command=None, volumes=volumes,
                    env={**run_env(config), **{k: v for k, v in agent.env.items() if k.startswith("SSE_")
@@ -207,8 +211,7 @@ def sidecar_specs(config: RunConfig, agent: ContainerSpec, task_image: str, run_
                         **sockets, "SSE_ROLE": "task"},
                    labels={**agent.labels, "ssebench.role": "task"})
     agent = replace(agent, volumes=volumes,
-                    env={**agent.env, **sockets, "SSE_ROLE": "agent", "SSE_SOURCE": config.task.config.source,
-                         "SSE_AGENT_DOCKER": f"{task_name}:4263"},
+                    env={**agent.env, **sockets, "SSE_ROLE": "agent", "SSE_SOURCE": config.task.config.source},
                     labels={**agent.labels, "ssebench.role": "agent"})
     return task, agent, [v.name for v in volumes]
 

@@ -141,13 +141,13 @@ def strip_set_id_bits() -> None:
         os.chmod(path, stat.S_IMODE(os.lstat(path).st_mode) & ~0o6000)
 
 
-def make_runtime_dirs() -> None:
+def make_runtime_dirs(*, checks: bool = True) -> None:
+    """The run-time directories; with `checks`, the runner's too (where the task is, not in an agent image)."""
     runner_gid = grp.getgrnam(layout.RUNNER).gr_gid
-    for path, gid, mode in (
-        (layout.STATE_DIR, 0, 0o700),
-        (layout.RUNNER_DIR, runner_gid, 0o710),
-        (layout.ADMIN_DIR, 0, 0o700),
-    ):
+    dirs = [(layout.STATE_DIR, 0, 0o700), (layout.ADMIN_DIR, 0, 0o700)]
+    if checks:
+        dirs.append((layout.RUNNER_DIR, runner_gid, 0o710))
+    for path, gid, mode in dirs:
         Path(path).mkdir(parents=True, exist_ok=True)
         os.chown(path, 0, gid)
         os.chmod(path, mode)
@@ -168,7 +168,7 @@ def agent_base() -> None:
     if Path(layout.TASK_DIR).exists() or Path(layout.REPO).exists():
         raise SystemExit(f"toollayer: an agent image must hold nothing of a task, but {layout.TASK_DIR} exists")
     create_users()
-    make_runtime_dirs()
+    make_runtime_dirs(checks=False)
     lock_runtime()
     strip_world_writable()
     strip_set_id_bits()

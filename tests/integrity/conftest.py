@@ -11,26 +11,34 @@ from ssebench.agent import load_agent
 from ssebench.build import build_images
 from ssebench.settings import Settings
 from ssebench.task import Task
-from tests.integrity.harness import Launcher, launching
+from tests.integrity.harness import MODES, Launcher, launching
 
 
 @pytest.fixture(scope="session")
 def integrity_images(settings: Settings, demo_tasks: list[Task]) -> list[Task]:
-    """The demo's images for the agents the suite uses."""
+    """The demo's images for the agents the suite uses, in both modes."""
     for agent in ("dummy", "reference"):
-        outcome = build_images(settings, demo_tasks, load_agent(settings.agents_dir, agent))
+        outcome = build_images(settings, demo_tasks, load_agent(settings.agents_dir, agent), modes=tuple(MODES))
         assert not outcome.failures, {k: str(v) for k, v in outcome.failures.items()}
     return demo_tasks
 
 
-@pytest.fixture(scope="module")
-def launcher(settings: Settings, integrity_images: list[Task],
+@pytest.fixture(scope="module", params=MODES)
+def launcher(request: pytest.FixtureRequest, settings: Settings, integrity_images: list[Task],
              tmp_path_factory: pytest.TempPathFactory) -> Iterator[Launcher]:
-    with launching(settings, integrity_images, tmp_path_factory.mktemp("integrity")) as launch:
+    """Starts held runs in one mode (each test that uses it runs in both)."""
+    with launching(settings, integrity_images, tmp_path_factory.mktemp("integrity"), request.param) as launch:
         yield launch
 
 
-@pytest.fixture
-def fresh_launcher(settings: Settings, integrity_images: list[Task], tmp_path: Path) -> Iterator[Launcher]:
-    with launching(settings, integrity_images, tmp_path) as launch:
+@pytest.fixture(params=MODES)
+def fresh_launcher(request: pytest.FixtureRequest, settings: Settings, integrity_images: list[Task],
+                   tmp_path: Path) -> Iterator[Launcher]:
+    with launching(settings, integrity_images, tmp_path, request.param) as launch:
         yield launch
+
+
+@pytest.fixture(params=MODES)
+def mode(request: pytest.FixtureRequest) -> str:
+    """A mode, for tests that start runs through ssebench.run.execute themselves."""
+    return str(request.param)

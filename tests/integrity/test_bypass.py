@@ -37,17 +37,19 @@ def sh(run: HeldRun, user: str, script: str) -> tuple[int, str]:
 
 
 LISTENERS = """
-import httpx, json
+import httpx, json, os
 clients = {
-    "socket": httpx.Client(transport=httpx.HTTPTransport(uds="/tmp/sse.sock"), base_url="http://d", timeout=600),
-    "http": httpx.Client(base_url="http://127.0.0.1:4263", timeout=600),
+    "socket": httpx.Client(transport=httpx.HTTPTransport(uds=os.environ["SSE_DAEMON_SOCKET"]), base_url="http://d",
+                           timeout=600),
+    "http": httpx.Client(base_url=os.environ["DAEMON_URL"], timeout=600),
 }
 out = {}
 for name, c in clients.items():
     out[name] = {"reference": c.get("/reference/patch").status_code,
                  "prepare_grading": c.post("/prepare_grading").status_code,
                  "agent_exited": c.post("/admin/agent_exited").status_code,
-                 "grading": c.post("/tool/bencher", params={"action": "build"}, json={"grading": True}).status_code}
+                 "grading": c.post("/tool/bencher", params={"action": "build"}, json={"grading": True}).status_code,
+                 "version": c.get("/version").status_code}
     for action in ("build", "run_poc", "function_test", "intent_test"):
         body = {"poc": "/ssebench/pocs/long_value.tlv"} if action == "run_poc" else {}
         out[name][action] = c.post("/tool/bencher", params={"action": action}, json=body).status_code
@@ -56,38 +58,59 @@ print(json.dumps(out))
 
 
 def test_listeners_refuse_the_answer_and_withheld_checks(run: Any) -> None:
-    out = as_model(run, LISTENERS)
+    out = run.py("1000", LISTENERS, env={"DAEMON_URL": run.daemon_url})
     for listener in ("socket", "http"):
         codes = out[listener]
         assert codes["reference"] == 403 and codes["prepare_grading"] == 403 and codes["agent_exited"] == 403
         assert codes["grading"] == 403
+        # Sidecar mode: the agent's container is a peer of the daemon's port, which serves peers (the model
+        # gateway is one too) the public view only; the agent's way in is the socket volume.
+        peer = listener == "http" and run.mode == "sidecar"
         for action in ("build", "run_poc", "function_test", "intent_test"):
-            assert codes[action] == (200 if action in ALLOWED[run.level] else 403), (listener, action, codes)
+            expected = 200 if action in ALLOWED[run.level] and not peer else 403
+            assert codes[action] == expected, (listener, action, codes)
     assert "run_poc" not in ALLOWED[run.level] or out["socket"]["run_poc"] == 200  # a positive control
+    assert out["http"]["version"] == 200  # and the port answers (what it refuses, it refuses)
 
 
-def test_admin_socket_cannot_be_reached_nor_sockets_moved(run: Any) -> None:
-    out = as_model(run, """
-    import json, os, socket
-    out = {}
-    s = socket.socket(socket.AF_UNIX)
-    try:
-        s.connect("/run/ssebench/admin.sock"); out["admin"] = "connected"
-    except OSError as exc:
-        out["admin"] = type(exc).__name__
-    for src in ("/tmp/sse.sock", "/run/ssebench/admin.sock"):
+ADMIN_AND_SOCKETS = """
+import json, os, socket
+agent = os.environ["SSE_DAEMON_SOCKET"]
+out = {}
+s = socket.socket(socket.AF_UNIX)
+try:
+    s.connect("/run/ssebench/admin.sock"); out["admin"] = "connected"
+except OSError as exc:
+    out["admin"] = type(exc).__name__
+for name, src in (("agent", agent), ("admin", "/run/ssebench/admin.sock")):
+    for dest in ("/tmp/moved.sock", os.path.join(os.path.dirname(src), "moved.sock")):
         try:
-            os.rename(src, "/tmp/moved.sock"); out[src] = "moved"
-        except OSError as exc:
-            out[src] = type(exc).__name__
+            os.rename(src, dest); out["move " + name] = "moved"
+        except PermissionError as exc:
+            out["move " + name] = type(exc).__name__
+        except OSError as exc:  # another file system (sidecar mode's socket volume): not a move either
+            out.setdefault("move " + name, "PermissionError")
+for name, path in (("agent", agent), ("admin", "/run/ssebench/admin.sock")):
     try:
-        os.unlink("/tmp/sse.sock"); out["unlink"] = "removed"
+        os.unlink(path); out["unlink " + name] = "removed"
     except OSError as exc:
-        out["unlink"] = type(exc).__name__
-    print(json.dumps(out))
-    """)
-    assert out == {"admin": "PermissionError", "/tmp/sse.sock": "PermissionError",
-                   "/run/ssebench/admin.sock": "PermissionError", "unlink": "PermissionError"}
+        out["unlink " + name] = type(exc).__name__
+for name in ("sse.sock", "admin.sock", "planted"):
+    try:
+        open(os.path.join("/run/ssebench", name + ".new"), "w").close(); out["create " + name] = "created"
+    except OSError as exc:
+        out["create " + name] = type(exc).__name__
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("where", ["agent", "task"])
+def test_admin_socket_cannot_be_reached_nor_sockets_moved(run: Any, where: str) -> None:
+    """From where the agent runs, and through its bash tool (where the task is, in sidecar mode)."""
+    out = run.py("1000", ADMIN_AND_SOCKETS, task=where == "task")
+    assert set(out.values()) == {"PermissionError"}, out
+    assert len(out) == 8, out
+
 
 
 SECRETS = ["/ssebench/diffs/patch.diff", "/ssebench/diffs/test.diff", "/ssebench/pocs/long_value.tlv",
@@ -119,7 +142,33 @@ def test_bash_tool_still_works(run: Any) -> None:
 
 
 def test_nothing_the_runner_writes_can_reach_model(run: Any) -> None:
-    """Code run by a check (as sse-runner) finds no directory it can write and model can enter."""
-    code, writable = sh(run, "root", "runuser -u sse-runner -- find / /dev/shm -xdev -type d -writable 2>/dev/null")
-    channels = [d for d in writable.split() if sh(run, "root", f"runuser -u model -- test -x '{d}'")[0] == 0]
+    """Code run by a check (as sse-runner, where the task is) finds no directory it can write and model can
+    enter, there or (sidecar mode) through the volumes where the agent runs."""
+    writable = run.sh("root", "runuser -u sse-runner -- find / /dev/shm -xdev -type d -writable 2>/dev/null; "
+                              "runuser -u sse-runner -- find /src /run/ssebench /tmp/sse-archive -type d -writable "
+                              "2>/dev/null; true", task=True)
+    # The positive control: the same probe finds what model may write (its tree).
+    assert run.source in run.sh("root", f"runuser -u model -- find {run.source} -maxdepth 0 -type d -writable",
+                                task=True)
+    channels = [d for d in writable.split() for task in (True, False)
+                if run.status("root", f"runuser -u model -- test -x '{d}'", task=task) == 0
+                and run.status("root", f"test -d '{d}'", task=task) == 0]
     assert channels == []
+
+
+def test_the_agent_container_holds_nothing_of_the_task(run: Any) -> None:
+    """Sidecar mode: /ssebench, /ssebench-repo and the case image's files do not exist where the agent runs,
+    for uid 1000 nor for root; they do where the task is (the positive control)."""
+    if run.mode != "sidecar":
+        pytest.skip("sandbox mode: the agent shares the task's container (the other tests cover it)")
+    # The case image's own files: what it added to the base (its tree's original, the build it made).
+    case_only = ["/ssebench", "/ssebench/config.yaml", "/ssebench/diffs/patch.diff", "/ssebench/pocs/long_value.tlv",
+                 "/ssebench-repo", "/ssebench-repo/tlv.c", "/var/lib/ssebench-capture", "/var/lib/ssebench-runner"]
+    probe = "for p in " + " ".join(case_only) + "; do [ -e \"$p\" ] || [ -L \"$p\" ] && echo \"$p\"; done; true"
+    for user in ("1000", "root"):
+        assert run.sh(user, probe).split() == [], user
+    assert run.sh("root", probe, task=True).split() == case_only
+    # No line of the fix anywhere in the agent container's files; the positive control finds it where the task is.
+    fix = "grep -rlF 'len > TLV_VALUE_MAX' {} --exclude-dir=proc --exclude-dir=sys --exclude-dir=dev 2>/dev/null; true"
+    assert run.sh("root", fix.format("/")).split() == []
+    assert "/ssebench/diffs/patch.diff" in run.sh("root", fix.format("/"), task=True).split()

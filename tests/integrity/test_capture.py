@@ -83,8 +83,8 @@ def _markers(names: list[str]) -> list[str]:
 def test_planted_git_configuration_runs_nothing_and_capture_is_out_of_reach(launcher: Launcher, level: int) -> None:
     run = launcher.start(level=level)
     run.sh("1000", PLANT.replace("{m}", MARKER_DIR).replace("{src}", run.source))
-    assert run.sh("1000", ATTACK_BASE).strip() == ""
-    owned = run.sh("root", "find /var/lib/ssebench-capture -not -user root | head")
+    assert run.sh("1000", ATTACK_BASE, task=True).strip() == ""  # capture is where the task is
+    owned = run.sh("root", "find /var/lib/ssebench-capture -not -user root | head", task=True)
     assert owned.strip() == "", f"capture files not root's:\n{owned}"
     diff, files = run.py("1000", "import json; from sse.daemon import _default as d;"
                                  "print(json.dumps([d().get('/diff')['diff'], d().get('/files')['files']]))")

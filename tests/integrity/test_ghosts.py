@@ -43,8 +43,8 @@ echo $n
 """
 
 
-def _threads(run: object, uid: int) -> int:
-    return int(run.sh("root", THREADS.replace("{uid}", str(uid))).strip())  # type: ignore[attr-defined]
+def _threads(run: object, uid: int, task: bool = False) -> int:
+    return int(run.sh("root", THREADS.replace("{uid}", str(uid)), task=task).strip())  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("level", LEVELS, ids=lambda level: f"d{level}")
@@ -56,21 +56,32 @@ def test_ghost_processes_are_killed(launcher: Launcher, level: int) -> None:
         # The agent's build code starts a ghost as sse-runner; the check must not leave it behind.
         run.sh("1000", "cp /tmp/ghost.c . && sed -i '1i $(shell gcc -pthread -o .g ghost.c && ./.g >/dev/null 2>&1 </dev/null)' Makefile")
         assert run.py("1000", "import json; from sse import project; print(json.dumps(project.build().code))") == 0
-        assert _threads(run, runner) == 0, "a process of a check outlived it"
+        assert _threads(run, runner, task=True) == 0, "a process of a check outlived it"
         run.sh("1000", "git checkout -q Makefile && rm -f ghost.c")
     # The agent starts one through its bash tool, and one of its own.
+    # (Sidecar mode: the bash tool's is where the task is, the agent's own where the agent is.)
+    sidecar = run.mode == "sidecar"
+    if sidecar:
+        run.sh("1000", f"cat > /tmp/ghost.c <<'EOF'\n{GHOST}\nEOF\ngcc -pthread -o /tmp/ghost /tmp/ghost.c", task=True)
     run.py("1000", "import json; from sse.tools.bash import execute; print(json.dumps(execute('/tmp/ghost').code))")
     run.sh("1000", "/tmp/ghost")
-    assert _threads(run, 1000) >= 2  # the ghosts live (a positive control of the count)
+    assert _threads(run, 1000) + (_threads(run, 1000, task=True) if sidecar else 0) >= 2  # the ghosts live
     # IPC objects outlive processes: a channel from the agent to what runs after it.
-    run.sh("1000", "ipcmk -M 4096 -p 0666 && ipcmk -Q -p 0666 && ipcmk -S 1 -p 0666")
-    assert run.sh("root", "awk 'NR>1 && $8==1000' /proc/sysvipc/shm | wc -l").strip() == "1"
+    run.sh("1000", "ipcmk -M 4096 -p 0666 && ipcmk -Q -p 0666 && ipcmk -S 1 -p 0666", task=True)
+    assert run.sh("root", "awk 'NR>1 && $8==1000' /proc/sysvipc/shm | wc -l", task=True).strip() == "1"
     # (Bounded: a ghost holding the shell's pipes once made the end of the phase wait for ever.)
     run.sh("root", "timeout 60 /opt/ssebench/venv/bin/python -I -c \"from sse.daemon import Daemon; "
                    "Daemon('/run/ssebench/admin.sock').post('/admin/agent_exited', {})\"")
-    assert _threads(run, 1000) == 0, "a process of the agent outlived the agent phase"
+    assert _threads(run, 1000, task=True) == 0, "a process of the agent outlived the agent phase"
     left = run.sh("root", "cat /proc/sysvipc/shm /proc/sysvipc/msg /proc/sysvipc/sem | awk 'NR>1' | grep -c ' 1000 ' "
-                          "|| true").strip()
+                          "|| true", task=True).strip()
     assert left == "0", "IPC objects of the agent outlived the agent phase"
+    if sidecar:
+        # The agent's own container: its ghost lives until the agent exits (here, until the phase was ended
+        # from outside); then the entrypoint ends it before it asks for grading.
+        assert _threads(run, 1000) >= 2  # the held agent's sleep and the ghost
     result = run.finish()
     assert result["patch_result"]["status"] == "failed"
+    if sidecar:
+        ended = [line for line in run.live.handle.logs().splitlines() if "leftover process(es)" in line]
+        assert ended and int(ended[0].split("ended ")[1].split()[0]) >= 1, ended  # the ghost

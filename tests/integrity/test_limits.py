@@ -36,14 +36,17 @@ CAP_BITS = {"CHOWN": 0, "DAC_OVERRIDE": 1, "FOWNER": 3, "KILL": 5, "SETGID": 6, 
 @pytest.mark.parametrize("level", LEVELS, ids=lambda level: f"d{level}")
 def test_run_container_is_confined_and_the_agent_gains_nothing(launcher: Launcher, level: int) -> None:
     run = launcher.start(level=level, limits={"pids": "300", "memory": "1g", "cpus": "1", "file_size": "64m"})
-    host = client().api.inspect_container(run.live.handle.id)["HostConfig"]
-    assert host["PidsLimit"] == 300 and host["Memory"] == 1 << 30 and host["NanoCpus"] == 10**9
-    assert host["CapDrop"] == ["ALL"] and sorted(host["CapAdd"]) == sorted(RUN_CAPABILITIES)
-    assert host["SecurityOpt"] == ["no-new-privileges"]
-    status = run.sh("root", "grep -E '^(CapEff|NoNewPrivs)' /proc/1/status")
-    eff = int(status.split("CapEff:")[1].split()[0], 16)
-    assert eff == sum(1 << bit for bit in CAP_BITS.values()), hex(eff)
-    assert "NoNewPrivs:\t1" in status
+    for name, handle in run.live.handles:  # sidecar mode: the same for both containers
+        host = client().api.inspect_container(handle.id)["HostConfig"]
+        assert host["PidsLimit"] == 300 and host["Memory"] == 1 << 30 and host["NanoCpus"] == 10**9, name
+        assert host["CapDrop"] == ["ALL"] and sorted(host["CapAdd"]) == sorted(RUN_CAPABILITIES), name
+        assert host["SecurityOpt"] == ["no-new-privileges"], name
+    assert len(run.live.handles) == (2 if run.mode == "sidecar" else 1)
+    for task in (False, True):
+        status = run.sh("root", "grep -E '^(CapEff|NoNewPrivs)' /proc/1/status", task=task)
+        eff = int(status.split("CapEff:")[1].split()[0], 16)
+        assert eff == sum(1 << bit for bit in CAP_BITS.values()), hex(eff)
+        assert "NoNewPrivs:\t1" in status
     # The agent's processes (its command, and the shell of its bash tool): no capability, no way up, the
     # file-size limit, first to go when memory runs out.
     agent = run.sh("root", "pid=$(pgrep -u model -x sleep); grep -E '^(CapEff|CapPrm|NoNewPrivs)' /proc/$pid/status; "
@@ -58,6 +61,7 @@ def test_run_container_is_confined_and_the_agent_gains_nothing(launcher: Launche
     assert shell[0].split() == ["1000", str((64 << 20) // 1024)], shell
     assert shell[1] != 0 and shell[2] != 0, shell  # over the file-size limit; no way to root
     assert shell[3].strip() == "0", shell  # no setuid or setgid program left
+    assert run.sh("1000", "find / -xdev -perm /6000 -type f 2>/dev/null | wc -l; true").strip() == "0"  # nor here
 
 
 HOG = "import time\nchunks = []\nwhile True:\n    chunks.append(bytearray(64 << 20))\n"
@@ -74,15 +78,16 @@ ATTACKS = {
 
 
 def _execute(settings: Settings, task: Task, agent: str, level: int, results: Path, session: Session,
-             command: list[str] | None = None, limits: dict[str, str] | None = None) -> RunRecord:
+             command: list[str] | None = None, limits: dict[str, str] | None = None,
+             mode: str = "sandbox") -> RunRecord:
     config = RunConfig(task=task, agent=load_agent(settings.agents_dir, agent), difficulty=level, timeout=180,
-                       grading_timeout=600, limits=limits_for(settings, task, limits))
+                       grading_timeout=600, limits=limits_for(settings, task, limits), mode=mode)
     return execute(config, settings, DockerBackend(), session, results, build=False, command=command)
 
 
 @pytest.mark.parametrize("attack", list(ATTACKS))
 def test_an_attack_on_resources_ends_graded_and_spares_its_neighbour(settings: Settings, integrity_images: list[Task],
-                                                                     tmp_path: Path, attack: str) -> None:
+                                                                     tmp_path: Path, attack: str, mode: str) -> None:
     level, command, limits, said = ATTACKS[attack]
     tasks = {t.id: t for t in integrity_images}
     session = Session.new()
@@ -91,13 +96,13 @@ def test_an_attack_on_resources_ends_graded_and_spares_its_neighbour(settings: S
 
     def beside() -> None:
         time.sleep(5)  # while the attack is under way
-        neighbour["record"] = _execute(settings, tasks["go-demo"], "reference", 2, tmp_path, session)
+        neighbour["record"] = _execute(settings, tasks["go-demo"], "reference", 2, tmp_path, session, mode=mode)
 
     thread = threading.Thread(target=beside)
     started = time.monotonic()
     try:
         thread.start()
-        record = _execute(settings, tasks["c-demo"], "dummy", level, tmp_path, session, command, limits)
+        record = _execute(settings, tasks["c-demo"], "dummy", level, tmp_path, session, command, limits, mode)
         thread.join(900)
         elapsed = time.monotonic() - started
         assert leftovers(f"ssebench.session={session.id}") == [], "containers or networks left behind"

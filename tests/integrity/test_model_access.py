@@ -89,9 +89,15 @@ def test_the_model_is_reachable_and_the_provider_key_is_not(fresh_launcher: Laun
     assert out["other-model"][0] == 403 and out["forged-key"][0] == 401, out
     assert out["internet"] != "connected" and out["mirror"] != "connected", out
     # The provider key: in no environment, no file of the container.
-    found = run.sh("root", f"cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | grep -c {SECRET} || true; "
-                           f"grep -rl --exclude-dir=proc --exclude-dir=sys -e {SECRET} / 2>/dev/null | head -3; true")
-    assert found.split() == ["0"], found
+    for task in (False, True):  # sidecar mode: in neither container
+        found = run.sh("root", f"cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | grep -c {SECRET} || true; "
+                               f"grep -rl --exclude-dir=proc --exclude-dir=sys -e {SECRET} / 2>/dev/null | head -3; true",
+                       task=task)
+        assert found.split() == ["0"], found
+    if run.mode == "sidecar":  # and the task container gets no model access at all
+        task_env = run.sh("root", "cat /proc/1/environ | tr '\\0' '\\n' | grep -c -e '^SSE_API_KEY=' -e "
+                                  "'^SSE_BASE_URL=' || true", task=True)
+        assert task_env.strip() == "0", task_env
     key = env["SSE_API_KEY"]
     run.close()  # the run ends: its key goes with it
     usage = fresh_launcher.usage[run.live.run_id]

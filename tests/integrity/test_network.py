@@ -48,8 +48,9 @@ print(json.dumps({name: (get(*t) if len(t) == 3 else reach(*t)) for name, t in t
 """
 
 
-def address(run: HeldRun) -> str:
-    container = client().containers.get(run.live.handle.id)
+def address(run: HeldRun, agent: bool = False) -> str:
+    """The address of the run's daemon (`agent`: of where its agent and MCP server run) on its network."""
+    container = run.container if agent else run.task_container
     return str(container.attrs["NetworkSettings"]["Networks"][run.live.network.name]["IPAddress"])
 
 
@@ -84,7 +85,7 @@ def test_a_run_cannot_reach_another_run(fresh_launcher: Launcher, host_service: 
     answer = fresh_launcher.start(agent="reference", level=level,
                                   command=["bash", "-c", "git apply /reference/patch.diff && sleep 3600"])
     attacker = fresh_launcher.start(level=level)
-    a, b = address(answer), address(attacker)
+    a, b, a_agent = address(answer), address(attacker), address(answer, agent=True)
     # What there is to steal: A's live diff holds the fix (read inside A).
     assert "TLV_VALUE_MAX" in answer.py("1000", "import json; from sse.daemon import _default as d;"
                                                  "print(json.dumps(d().get('/diff')['diff']))")
@@ -92,12 +93,13 @@ def test_a_run_cannot_reach_another_run(fresh_launcher: Launcher, host_service: 
     assert gateway
     port = host_service(gateway)
     targets = {
-        "other-daemon": [a, 4263], "other-diff": [a, 4263, "/diff"], "other-mcp": [a, 3000], "other-ssh": [a, 22],
+        "other-daemon": [a, 4263], "other-diff": [a, 4263, "/diff"], "other-mcp": [a_agent, 3000], "other-ssh": [a, 22],
+        "other-agent-ssh": [a_agent, 22],
         "own-address": [b, 4263, "/version"], "own-diff-from-peer-address": [b, 4263, "/diff"],
         "host-end-of-own-network": [gateway, port, "/"],
     }
     out = attacker.py("1000", PROBE, env={"TARGETS": json.dumps(targets)})
-    for name in ("other-daemon", "other-mcp", "other-ssh"):
+    for name in ("other-daemon", "other-mcp", "other-ssh", "other-agent-ssh"):
         assert out[name] != "connected" and "ConnectionRefused" not in out[name], (name, out[name])
     assert out["other-diff"].startswith("unreachable"), out["other-diff"]
     # Positive controls: the probe reaches what it should.

@@ -26,7 +26,7 @@ CAPTURE_GIT = re.compile(r"/usr/bin/prlimit --fsize=\d+ --core=0 -- /usr/bin/cho
 QUEUE = """
 import json, threading, time, httpx
 def call(name, path, body, params=None):
-    c = httpx.Client(transport=httpx.HTTPTransport(uds="/tmp/sse.sock"), base_url="http://d", timeout=300)
+    c = httpx.Client(transport=httpx.HTTPTransport(uds=SOCKET), base_url="http://d", timeout=300)
     started = time.monotonic()
     try:
         r = c.post(path, json=body, params=params)
@@ -60,7 +60,8 @@ def test_requests_that_waited_run_nothing_after_the_phase(launcher: Launcher, le
     run.sh("1000", "sed -i '1i $(shell sleep 8)' Makefile")  # a check that takes a while
     container = run.container
     exec_id = container.client.api.exec_create(container.id, ["/opt/ssebench/venv/bin/python", "-I", "-c",
-                                                             QUEUE.replace("BENCH", str(bench))], user="root")
+                                                             QUEUE.replace("BENCH", str(bench)).replace(
+                                                                 "SOCKET", repr(run.agent_socket))], user="root")
     container.client.api.exec_start(exec_id, detach=True)
     deadline = time.monotonic() + 60
     while run.status("root", "test -e /tmp/queued") != 0:
@@ -72,8 +73,9 @@ def test_requests_that_waited_run_nothing_after_the_phase(launcher: Launcher, le
     # (sse-runner's processes are grading's from now on: the check that was busy is judged by its time below.
     # So is the capture of the agent's change, which the daemon runs as the tree's owner once the agent is
     # gone: a model process whose parent is the daemon and whose program is capture's confined git.)
-    left = run.sh("root", "sleep 1; ps -o pid=,ppid=,args= -u model || true").strip().splitlines()
-    daemons = set(run.sh("root", "pgrep -f 'ssebench[.]runtime[.]daemon' || true").split())
+    # (Sidecar mode: where the task is; the agent's own container ends the agent's processes when it exits.)
+    left = run.sh("root", "sleep 1; ps -o pid=,ppid=,args= -u model || true", task=True).strip().splitlines()
+    daemons = set(run.sh("root", "pgrep -f 'ssebench[.]runtime[.]daemon' || true", task=True).split())
     strays = [line for line in left if line.split()[1] not in daemons
               or not CAPTURE_GIT.match(line.split(None, 2)[2])]
     assert strays == [], "processes of the agent outlived the phase:\n" + "\n".join(strays)

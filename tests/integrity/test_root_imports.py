@@ -67,9 +67,10 @@ def test_modules_planted_at_every_name_are_never_imported(launcher: Launcher, le
     names = json.loads(out.decode())
     assert {"signal", "os", "json", "subprocess", "ssebench", "sse", "starlette", "uvicorn", "httpx", "yaml",
             "pydantic", "mcp"} <= set(names)
-    planted = run.py("1000", PLANT, env={"NAMES": json.dumps(names),
-                                         "WHERE": json.dumps([run.source, "/home/model", "/tmp"])})
-    assert planted >= 3 * len(names) - 3
+    for task in ([False, True] if run.mode == "sidecar" else [False]):  # sidecar mode: root runs in both
+        planted = run.py("1000", PLANT, env={"NAMES": json.dumps(names),
+                                             "WHERE": json.dumps([run.source, "/home/model", "/tmp"])}, task=task)
+        assert planted >= 3 * len(names) - 3
     # The daemon's workers start processes as other users while they are planted: a check where the
     # level allows one, and the bash tool.
     if level <= 3:

@@ -72,7 +72,7 @@ PROTECTED = {"ssebench": (0, 0o710), "ssebench/diffs": (0, 0o700), "ssebench/dif
 
 
 def _state(run: HeldRun) -> str:
-    return run.sh("root", STATE)
+    return run.sh("root", STATE, task=True)
 
 
 def _untouched(run: HeldRun, before: str, when: str) -> None:
