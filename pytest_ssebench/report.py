@@ -224,10 +224,10 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 
 class ScoreTable:
-    """Outcomes per agent x model x difficulty, fed from reports (works under xdist)."""
+    """Outcomes per agent x model x difficulty x mode, fed from reports (works under xdist)."""
 
     def __init__(self, trials: int = 1) -> None:
-        self.rows: dict[tuple[str, str, int], Tally] = defaultdict(Tally)
+        self.rows: dict[tuple[str, str, int, str], Tally] = defaultdict(Tally)
         self.seen: set[str] = set()
         # With several trials, pass@1 and pass@trials join the table.
         self.trials = trials
@@ -239,20 +239,21 @@ class ScoreTable:
         if PREFIX + "agent" not in props:
             return
         self.seen.add(nodeid)
-        key = (str(props[PREFIX + "agent"]), str(props[PREFIX + "model"]), int(props[PREFIX + "difficulty"]))  # type: ignore[call-overload]
+        key = (str(props[PREFIX + "agent"]), str(props[PREFIX + "model"]), int(props[PREFIX + "difficulty"]),  # type: ignore[call-overload]
+               str(props.get(PREFIX + "mode", "sandbox")))
         self.rows[key].add(outcome, props)
 
     def cells(self) -> list[tuple[str, ...]]:
         """The table as rows of cells, the header first."""
         k = self.trials
-        header = ("agent", "model", "diff", "runs", "passed", "failed", "error", "pass rate [95% CI]",
+        header = ("agent", "model", "diff", "mode", "runs", "passed", "failed", "error", "pass rate [95% CI]",
                   *(("pass@1", f"pass@{k}") if k > 1 else ()), "build", "PoC", "function", "intent",
                   "agent time", "tokens", "cost")
         table: list[tuple[str, ...]] = [header]
-        for (agent, model, level), t in sorted(self.rows.items()):
+        for (agent, model, level, mode), t in sorted(self.rows.items()):
             mean = f"{sum(t.agent_times) / len(t.agent_times):.1f}s" if t.agent_times else "-"
             tokens, cost = (str(t.tokens), f"${t.cost:.4f}") if t.metered else ("-", "-")
-            table.append((agent, model, str(level), str(t.runs), str(t.outcomes["passed"]),
+            table.append((agent, model, str(level), mode, str(t.runs), str(t.outcomes["passed"]),
                           str(t.outcomes["failed"]), str(t.outcomes["error"]), t.pass_rate(),
                           *((t.pass_at(1), t.pass_at(k)) if k > 1 else ()), t.rate("build"), t.rate("poc"),
                           t.rate("function"), t.rate("intent"), mean, tokens, cost))

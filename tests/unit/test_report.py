@@ -111,3 +111,13 @@ def test_every_property_is_a_plain_value_and_status_is_the_recorded_grade(tmp_pa
     assert props["ssebench.status"] == "failed" and props["ssebench.pov_total"] == 1
     record.result = None  # no result.json: no recorded grade either
     assert dict(properties(record))["ssebench.status"] == ""
+
+
+def test_the_score_table_keeps_modes_apart() -> None:
+    table = ScoreTable()
+    for mode, outcome in (("sandbox", "passed"), ("sidecar", "failed")):
+        table.add(f"a::x[none-d2-{mode}]", outcome, _props("a", mode=mode))
+    header, *rows = table.cells()
+    by_mode = {row[header.index("mode")]: dict(zip(header, row)) for row in rows}
+    assert set(by_mode) == {"sandbox", "sidecar"}
+    assert by_mode["sandbox"]["passed"] == "1" and by_mode["sidecar"]["failed"] == "1"
