@@ -34,6 +34,7 @@ from ssebench.errors import ImageBuildError, SSEBenchError
 from ssebench.limits import Limits
 from ssebench.logs import last_lines
 from ssebench.reaper import Session
+from ssebench.runtime.settings import ENV as RUNTIME_ENV
 from ssebench.result import (
     RunSummary,
     RuntimeResult,
@@ -205,11 +206,11 @@ def sidecar_specs(config: RunConfig, agent: ContainerSpec, task_image: str, run_
     # Its name is a host name on the run's network: one DNS label (63 characters at most), unique on the engine.
     task_name = "ssebench-task-" + hashlib.sha256(prefix.encode()).hexdigest()[:16]
     sockets = {"SSE_DAEMON_SOCKET": SIDECAR_AGENT_SOCKET}
+    # The task container gets the runtime's settings and nothing else of the agent's environment (no model
+    # access: its bash tool is the agent's, but the key is the agent container's alone).
+    settings = {k: v for k, v in agent.env.items() if k in RUNTIME_ENV.values()}
     task = replace(agent, image=task_image, name=task_name, mounts=[], command=None, volumes=volumes,
-                   env={**run_env(config), **{k: v for k, v in agent.env.items() if k.startswith("SSE_")
-                                              and k not in ("SSE_BASE_URL", "SSE_API_KEY", "SSE_MODEL_NAME")},
-                        **sockets, "SSE_ROLE": "task"},
-                   labels={**agent.labels, "ssebench.role": "task"})
+                   env={**settings, **sockets, "SSE_ROLE": "task"}, labels={**agent.labels, "ssebench.role": "task"})
     agent = replace(agent, volumes=volumes,
                     env={**agent.env, **sockets, "SSE_ROLE": "agent", "SSE_SOURCE": config.task.config.source},
                     labels={**agent.labels, "ssebench.role": "agent"})

@@ -57,7 +57,9 @@ def test_sidecar_mode_gives_the_task_container_nothing_of_the_agent_and_the_agen
     config = RunConfig(task=load_task(DEMO / "c-demo"), agent=agent, mode="sidecar", model="m1")
     session = Session.new()
     spec = container_spec(config, "agent-img", session, "r1", "net", {"SSE_API_KEY": "k", "SSE_BASE_URL": "u"})
+    spec.env.update(SSE_CAPTURE_TIMEOUT="10", OTHER="x")  # a runtime setting (and something else) for the run
     task, agent_side, volumes = sidecar_specs(config, spec, "tool-img", "r1", session)
+    assert task.env["SSE_CAPTURE_TIMEOUT"] == "10" and task.env["TIMEOUT"] == "3600" and "OTHER" not in task.env
     assert (task.image, agent_side.image) == ("tool-img", "agent-img")
     assert task.mounts == [] and task.command is None  # the reference patch, if any, is the agent's alone
     assert agent_side.mounts == spec.mounts
