@@ -1,7 +1,7 @@
 """What the harness costs beyond a task's own work, measured side by side.
 
     python benchmarks/overhead.py [--dataset datasets/demo] [--rounds 3] [--json overhead.json]
-                                  [--tasks ID,ID] [--workers]
+                                  [--tasks ID,ID] [--workers] [--sidecar]
 
 Needs the dataset's images for the dummy and reference agents
 (`ssebench images build DATASET --agent dummy --agent reference`). Per task,
@@ -11,6 +11,8 @@ rounds alternate (A B A B ...):
            work once: copy the source, build.sh, run.sh on each PoC, test.sh
   run      one dummy run of the task through pytest (collection, images
            check, network, container, agent, grading, results), wall clock
+  sidecar  (with --sidecar) the same run in sidecar mode: two containers and
+           the run's four volumes
 
 and from each run's files: where the container's time went (start to the
 entrypoint, daemon and MCP server ready, the agent, grading, the end).
@@ -111,7 +113,7 @@ def phases(run_dir: Path) -> dict[str, float]:
 
     summary = json.loads((run_dir / "summary.json").read_text())
     started, ended = summary["timeline"]["container_started"], summary["timeline"]["container_ended"]
-    said = {message.split(":")[0].split(" with ")[0]: _stamp(started, stamp)
+    said = {message.split(":")[0].split(" with ")[0].split(" (")[0]: _stamp(started, stamp)
             for stamp, message in entrypoint_lines((run_dir / "container.log").read_text())}
     marks = [("to entrypoint", said.get("starting")), ("daemon + MCP ready", said.get("agent")),
              ("agent", said.get("agent exited")), ("grading", said.get("graded")), ("end", ended)]
@@ -125,15 +127,15 @@ def phases(run_dir: Path) -> dict[str, float]:
     return out
 
 
-def pytest_run(task_dir: Path, results: Path, *extra: str) -> tuple[float, Path]:
+def pytest_run(task_dir: Path, results: Path, mode: str = "sandbox") -> tuple[float, Path]:
     started = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "pytest", str(task_dir), "--agent", "dummy", "-q",
-                           "-p", "no:cacheprovider", "--results", str(results), *extra],
+                           "-p", "no:cacheprovider", "--results", str(results), "--mode", mode],
                           capture_output=True, text=True, check=False, cwd=ROOT)
     elapsed = time.monotonic() - started
     if done.returncode not in (0, 1):
         raise SystemExit(f"pytest failed on {task_dir}:\n{done.stdout[-3000:]}")
-    run_dir = max((p for p in results.glob("*/*/dummy/*-sandbox-*") if p.is_dir()), key=lambda p: p.stat().st_mtime)
+    run_dir = max((p for p in results.glob(f"*/*/dummy/*-{mode}-*") if p.is_dir()), key=lambda p: p.stat().st_mtime)
     return elapsed, run_dir
 
 
@@ -183,6 +185,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--workers", action="store_true", help="also time the dataset's runs at -n 1 and -n 2")
+    parser.add_argument("--sidecar", action="store_true", help="also time each run in sidecar mode")
     parser.add_argument("--json", type=Path, default=Path("overhead.json"))
     args = parser.parse_args()
 
@@ -200,13 +203,14 @@ def main() -> int:
     report: dict[str, Any] = {"dataset": dataset.name, "version": dataset.version, "rounds": args.rounds,
                               "machine": {"cpus": os.cpu_count()}, "tasks": {}}
 
+    modes = ("sandbox", "sidecar") if args.sidecar else ("sandbox",)
     started = time.monotonic()
-    outcome = build_images(settings, tasks, dummy)
+    outcome = build_images(settings, tasks, dummy, modes=modes)
     if outcome.failures:
         raise SystemExit(f"build the images first: {next(iter(outcome.failures.values()))}")
     report["images_current_s"] = {"first": time.monotonic() - started}
     started = time.monotonic()
-    build_images(settings, tasks, dummy)
+    build_images(settings, tasks, dummy, modes=modes)
     report["images_current_s"]["again"] = time.monotonic() - started
     report["images_current_s"]["per_task"] = report["images_current_s"]["again"] / len(tasks)
 
@@ -214,11 +218,16 @@ def main() -> int:
         for task in tasks:
             names = image_names(settings, task, "dummy")
             floors, runs, breakdowns = [], [], []
+            sidecar_runs, sidecar_breakdowns = [], []
             for _ in range(args.rounds):
                 floors.append(floor(task, names["tool"]))
                 elapsed, run_dir = pytest_run(task.path, Path(scratch) / "results")
                 runs.append(elapsed)
                 breakdowns.append(phases(run_dir))
+                if args.sidecar:
+                    elapsed, run_dir = pytest_run(task.path, Path(scratch) / "results", "sidecar")
+                    sidecar_runs.append(elapsed)
+                    sidecar_breakdowns.append(phases(run_dir))
             parts = {k: statistics.median(b[k] for b in breakdowns if k in b) for k in breakdowns[0]}
             report["tasks"][task.id] = {
                 "floor_s": stats(floors), "run_s": stats(runs),
@@ -227,6 +236,15 @@ def main() -> int:
                 "run_phases_s": parts,
                 "disk_beyond_case_bytes": image_size(names["agent"]) - image_size(names["case"]),
             }
+            if args.sidecar:
+                report["tasks"][task.id]["sidecar"] = {
+                    "run_s": stats(sidecar_runs),
+                    "overhead_s": statistics.median(sidecar_runs) - statistics.median(floors),
+                    "run_phases_s": {k: statistics.median(b[k] for b in sidecar_breakdowns if k in b)
+                                     for k in sidecar_breakdowns[0]},
+                    # the task's own image only: the agent image is one for every task
+                    "disk_beyond_case_bytes": image_size(names["tool"]) - image_size(names["case"]),
+                }
             print(f"{task.id}: floor {statistics.median(floors):.1f} s, run {statistics.median(runs):.1f} s",
                   file=sys.stderr)
         first = tasks[0]
@@ -258,6 +276,15 @@ def print_table(report: dict[str, Any]) -> None:
         print(f"{task_id:32} {t['floor_s']['median']:7.1f} s ({t['floor_s']['p95']:4.1f}) "
               f"{t['run_s']['median']:7.1f} s ({t['run_s']['p95']:4.1f}) {t['overhead_s']:+8.1f}s "
               f"{t['ratio']:5.2f}x {t['disk_beyond_case_bytes'] / 1e6:6.1f}MB")
+    sidecar = {task_id: t["sidecar"] for task_id, t in report["tasks"].items() if "sidecar" in t}
+    if sidecar:
+        print(f"\nsidecar mode: {'task':23} {'run':>14} {'overhead':>9} {'disk+':>8}")
+        for task_id, t in sidecar.items():
+            print(f"{'':14}{task_id:23} {t['run_s']['median']:7.1f} s ({t['run_s']['p95']:4.1f}) "
+                  f"{t['overhead_s']:+8.1f}s {t['disk_beyond_case_bytes'] / 1e6:6.1f}MB")
+        print("inside a sidecar run (median seconds): "
+              + "; ".join(f"{task_id}: " + ", ".join(f"{k} {v:.2f}" for k, v in t["run_phases_s"].items())
+                          for task_id, t in sidecar.items()))
     print("\ninside a run (median seconds): "
           + "; ".join(f"{task_id}: " + ", ".join(f"{k} {v:.2f}" for k, v in t["run_phases_s"].items())
                       for task_id, t in report["tasks"].items()))

@@ -95,6 +95,8 @@ def grade_card(record: RunRecord) -> str:
     what = f"{task.id}: {task.config.project} ({task.language})"
     rows = [("task", html.escape(what)),
             ("advisories", html.escape(", ".join(task.advisories()) or "—")),
+            ("ran", html.escape(f"difficulty {record.config.difficulty}, {record.config.mode} mode, "
+                                f"egress {record.config.egress}")),
             ("grade", f'<b style="color:{colour}">{html.escape(record.grade)}</b>'),
             ("build", _cell(patch.build_success)), ("PoCs", html.escape(pocs)),
             ("function test", _cell(patch.func_test_success)),

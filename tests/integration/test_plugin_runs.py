@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from ssebench.engine import client, list_containers
+from ssebench.engine import client, list_containers, list_volumes
 from ssebench.task import Task
 from tests.helpers import DEMO, rendered_text
 
@@ -80,10 +80,11 @@ def test_sweep_in_parallel_with_trials(demo: pytest.Pytester) -> None:
     result.assert_outcomes(passed=6, failed=6)
     # Per agent: 6 runs, the pass rate with its Wilson interval, pass@1 and pass@2 over the three tasks.
     table = result.stdout.str().split("SSEBench scores")[1].splitlines()[1:4]
-    assert table[0].split()[:10] == ["agent", "model", "diff", "runs", "passed", "failed", "error", "pass", "rate",
-                                     "[95%"] and "pass@1  pass@2" in table[0], table
-    assert table[1].split()[:10] == ["dummy", "none", "2", "6", "0", "6", "0", "0%", "[0-39]", "0%"], table
-    assert table[2].split()[:10] == ["reference", "none", "2", "6", "6", "0", "0", "100%", "[61-100]", "100%"], table
+    assert table[0].split()[:11] == ["agent", "model", "diff", "mode", "runs", "passed", "failed", "error", "pass",
+                                     "rate", "[95%"] and "pass@1  pass@2" in table[0], table
+    assert table[1].split()[:11] == ["dummy", "none", "2", "sandbox", "6", "0", "6", "0", "0%", "[0-39]", "0%"], table
+    assert table[2].split()[:11] == ["reference", "none", "2", "sandbox", "6", "6", "0", "0", "100%", "[61-100]",
+                                     "100%"], table
     summaries = [json.loads(p.read_text()) for p in (demo.path / "out").glob("*/*/*/*-sandbox-*/summary.json")]
     assert sorted(s["config"]["trial"] for s in summaries) == [1] * 6 + [2] * 6
     assert _image_ids() == before  # the images were current: nothing was built again
@@ -159,9 +160,9 @@ def sleeper(demo: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Py
     return demo
 
 
-def _start(pytester: pytest.Pytester) -> subprocess.Popen[bytes]:
+def _start(pytester: pytest.Pytester, mode: str = "sandbox") -> subprocess.Popen[bytes]:
     command = [sys.executable, "-m", "pytest", "datasets/demo/c-demo", "datasets/demo/go-demo", "--agent", "sleeper",
-               "-n", "2", "--results", "out", "-p", "no:cacheprovider"]
+               "-n", "2", "--results", "out", "-p", "no:cacheprovider", "--mode", mode]
     return subprocess.Popen(command, cwd=pytester.path, env=os.environ.copy(), stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
 
@@ -211,6 +212,33 @@ def test_ctrl_c_leaves_nothing_behind(sleeper: pytest.Pytester) -> None:
     finally:
         process.kill()
     assert _session_containers("sleeper") == []
+
+
+def test_ctrl_c_in_sidecar_mode_leaves_no_container_volume_or_network(sleeper: pytest.Pytester) -> None:
+    process = _start(sleeper, "sidecar")
+    try:
+        _wait_for_containers(4)  # two runs, two containers each
+        volumes = list_volumes({"label": "ssebench.session"})
+        assert len(volumes) >= 8, volumes  # the positive control: four volumes per run, labelled
+        roles = sorted(c["Labels"].get("ssebench.role", "") for c in _session_containers("sleeper"))
+        assert roles == ["agent", "agent", "task", "task"], roles
+        deadline = time.monotonic() + 120
+        while True:  # `ssebench ps` shows each run once (by its agent container), in its agent phase
+            listed = subprocess.run([sys.executable, "-m", "ssebench.cli", "ps", "--json"], capture_output=True,
+                                    text=True, check=True)
+            mine = [r for r in json.loads(listed.stdout) if r["agent"] == "sleeper"]
+            if [r["phase"] for r in mine] == ["agent", "agent"] or time.monotonic() > deadline:
+                break
+            time.sleep(1)
+        assert sorted((r["task"], r["mode"], r["phase"]) for r in mine) == [
+            ("c-demo", "sidecar", "agent"), ("go-demo", "sidecar", "agent")]
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=120)
+    finally:
+        process.kill()
+    assert _session_containers("sleeper") == []
+    assert list_volumes({"label": "ssebench.session"}) == []
+    assert client().networks.list(filters={"label": "ssebench.session"}) == []
 
 
 def test_killed_worker_and_crashed_session_are_reaped_by_the_next(sleeper: pytest.Pytester) -> None:

@@ -38,7 +38,7 @@ def test_a_fifo_where_git_reads_is_a_failed_capture(launcher: Launcher, level: i
 
 
 def test_checks_that_never_finish_are_the_patchs_failure(launcher: Launcher) -> None:
-    run = launcher.start(level=2, grading_timeout=60)
+    run = launcher.start(level=2, grading_timeout=30)
     run.sh("1000", "sed -i 's/^int main(int argc, char \\*\\*argv)$/&\\n{ sleep(100000); }\\nint unused(int argc, char **argv)/' "
                    "tlvdump.c && sed -i '1i #include <unistd.h>' tlvdump.c && grep -q 'sleep(100000)' tlvdump.c")
     result = run.finish(timeout=600)

@@ -29,6 +29,7 @@ def test_a_pilot_run_names_its_advisories_and_project(tmp_path: Path) -> None:
     assert vulnerability_cell(properties(record)) == "CVE-2026-25727, RUSTSEC-2026-0009 · time"
     card = grade_card(record)
     assert "time-CVE-2026-25727: time (rust)" in card and "CVE-2026-25727, RUSTSEC-2026-0009" in card
+    assert "difficulty 2, sandbox mode, egress restricted" in card
 
 
 def test_a_task_without_an_advisory_says_so_and_other_tests_get_an_empty_cell(tmp_path: Path) -> None:
