@@ -35,13 +35,16 @@ class Mount:
 class Volume:
     """A volume of the run's own (Backend.create_volume) at `container`.
 
-    Empty at first, a volume is filled from the image at that path by the
-    first container that mounts it (sidecar mode's source tree, from the
-    task container's image).
+    Empty at first. With `fill`, the container's image fills it from that
+    path (sidecar mode's source tree, from the task container's image);
+    without, nothing of the image enters it, whichever container mounts it
+    first.
     """
 
     name: str
     container: str
+    # Fill it from the image at `container` when it is empty (Docker's default); else mount it as it is.
+    fill: bool = False
 
 
 # What the entrypoint needs as root: switch to model and sse-runner (SETUID,
@@ -247,7 +250,7 @@ class DockerBackend(Backend):
         for mount in spec.mounts:
             tc.with_volume_mapping(str(mount.host), mount.container, "ro" if mount.read_only else "rw")
         for volume in spec.volumes:
-            tc.with_volume_mapping(volume.name, volume.container, "rw")
+            tc.with_volume_mapping(volume.name, volume.container, "rw" if volume.fill else "rw,nocopy")
         if spec.name is not None:
             tc.with_name(spec.name)
         if spec.command is not None:

@@ -113,14 +113,17 @@ def list_volumes(filters: dict[str, Any] | None = None) -> list[dict[str, Any]]:
 
 
 def remove_volume(name: str) -> bool:
-    """Remove a volume by force; False when it was already gone."""
+    """Remove a volume by force; False when it was already gone, or is still used by a container (whose
+    removal failed: the volume goes with the next reaping)."""
     import docker.errors
 
     try:
         with docker_errors(f"removing volume {name}"):
             client().api.remove_volume(name, force=True)
     except SSEBenchError as exc:
-        if isinstance(exc.__cause__, docker.errors.NotFound):
+        cause = exc.__cause__
+        if isinstance(cause, docker.errors.NotFound) or (
+                isinstance(cause, docker.errors.APIError) and cause.status_code == 409):
             return False
         raise
     return True

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -203,13 +204,15 @@ def sidecar_specs(config: RunConfig, agent: ContainerSpec, task_image: str, run_
     shared = {"src": config.task.config.source, "sockets": SOCKETS_IN_CONTAINER,
               "results": RESULTS_IN_CONTAINER, "archive": ARCHIVE_IN_CONTAINER}
     volumes = [Volume(f"{prefix}-{key}", path) for key, path in shared.items()]
+    # Only the tree comes from an image (the task's); nothing of either image enters the other volumes.
+    filled = [replace(v, fill=v.container == config.task.config.source) for v in volumes]
     # Its name is a host name on the run's network: one DNS label (63 characters at most), unique on the engine.
     task_name = "ssebench-task-" + hashlib.sha256(prefix.encode()).hexdigest()[:16]
     sockets = {"SSE_DAEMON_SOCKET": SIDECAR_AGENT_SOCKET}
     # The task container gets the runtime's settings and nothing else of the agent's environment (no model
     # access: its bash tool is the agent's, but the key is the agent container's alone).
     settings = {k: v for k, v in agent.env.items() if k in RUNTIME_ENV.values()}
-    task = replace(agent, image=task_image, name=task_name, mounts=[], command=None, volumes=volumes,
+    task = replace(agent, image=task_image, name=task_name, mounts=[], command=None, volumes=filled,
                    env={**settings, **sockets, "SSE_ROLE": "task"}, labels={**agent.labels, "ssebench.role": "task"})
     agent = replace(agent, volumes=volumes,
                     env={**agent.env, **sockets, "SSE_ROLE": "agent", "SSE_SOURCE": config.task.config.source},
@@ -249,8 +252,12 @@ class LiveRun:
                     raise ContainerDied(f"the task container exited (status {ended}) during the run; its last "
                                         f"lines:\n{last_lines(self.task.logs(), 20)}") from None
                 if time.monotonic() >= deadline:
-                    raise
-        self.task.stop(TASK_STOP_GRACE)
+                    raise RunTimeoutError(f"container {self.handle.id[:12]} still running after "
+                                          f"{timeout:.0f} s") from None
+        try:
+            self.task.stop(TASK_STOP_GRACE)  # it writes what its cgroup counted; the grade is already written
+        except SSEBenchError as exc:
+            print(f"ssebench: stopping the task container of run {self.run_id}: {exc}", file=sys.stderr)
         return status
 
     @property
@@ -279,6 +286,7 @@ def running(config: RunConfig, backend: Backend, session: Session, run_id: str, 
     handles: list[Handle] = []
     volumes: list[str] = []
     opened = False
+    failed = True  # until the block ends normally: then a cleanup error is the run's error, else it is not
     try:
         model_env: dict[str, str] = {}
         if models is not None and config.model != "none":
@@ -290,14 +298,15 @@ def running(config: RunConfig, backend: Backend, session: Session, run_id: str, 
         if config.mode != "sidecar":
             handles.append(backend.start(spec))
             yield LiveRun(handle=handles[0], network=network, run_id=run_id)
-            return
-        task_spec, agent_spec, names = sidecar_specs(config, spec, task_image or "", run_id, session)
-        for name in names:
-            backend.create_volume(name, labels=labels)
-            volumes.append(name)
-        handles.append(backend.start(task_spec))  # first: it fills the source volume from its image
-        handles.append(backend.start(agent_spec))
-        yield LiveRun(handle=handles[1], network=network, run_id=run_id, task=handles[0])
+        else:
+            task_spec, agent_spec, names = sidecar_specs(config, spec, task_image or "", run_id, session)
+            for name in names:
+                volumes.append(name)  # first: a volume whose creation was interrupted is removed all the same
+                backend.create_volume(name, labels=labels)
+            handles.append(backend.start(task_spec))  # first: it fills the source volume from its image
+            handles.append(backend.start(agent_spec))
+            yield LiveRun(handle=handles[1], network=network, run_id=run_id, task=handles[0])
+        failed = False
     finally:
         try:
             if opened and models is not None:
@@ -306,11 +315,16 @@ def running(config: RunConfig, backend: Backend, session: Session, run_id: str, 
                     usage.update(used)
         finally:
             if not config.keep_container:
-                remove_all(backend, handles, volumes, network.name)
+                remove_all(backend, handles, volumes, network.name, quiet=failed)
 
 
-def remove_all(backend: Backend, handles: list[Handle], volumes: list[str], network: str) -> None:
-    """Remove a run's containers, then its volumes and its network; every step despite the others failing."""
+def remove_all(backend: Backend, handles: list[Handle], volumes: list[str], network: str, *,
+               quiet: bool = False) -> None:
+    """Remove a run's containers, then its volumes and its network; every step despite the others failing.
+
+    Raises the first error, unless `quiet` (the run already failed: its own error is the one to report, and
+    these are printed; the session's reaper removes what is left by its labels).
+    """
     errors: list[SSEBenchError] = []
 
     def attempt(step: Callable[..., None], *args: str) -> None:
@@ -324,7 +338,10 @@ def remove_all(backend: Backend, handles: list[Handle], volumes: list[str], netw
     for name in volumes:
         attempt(backend.remove_volume, name)
     attempt(backend.remove_network, network)
-    if errors:
+    if errors and quiet:
+        for exc in errors:
+            print(f"ssebench: cleaning up after a failed run: {exc}", file=sys.stderr)
+    elif errors:
         raise errors[0]
 
 

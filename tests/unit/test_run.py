@@ -19,6 +19,7 @@ from ssebench.reaper import Session
 from ssebench.result import make_run_dir, name_of, path_component, point_latest, read_result, read_safely
 from ssebench.run import (
     REFERENCE_IN_CONTAINER,
+    LiveRun,
     RunConfig,
     RunRecord,
     container_spec,
@@ -69,7 +70,11 @@ def test_sidecar_mode_gives_the_task_container_nothing_of_the_agent_and_the_agen
     assert task.env["SSE_DAEMON_SOCKET"] == agent_side.env["SSE_DAEMON_SOCKET"] == "/run/ssebench/sse.sock"
     assert task.name and len(task.name) <= 63 and task.name.replace("-", "").isalnum()  # one DNS label
     shared = {v.container for v in task.volumes}
-    assert task.volumes == agent_side.volumes and len(volumes) == 4
+    assert [(v.name, v.container) for v in task.volumes] == [(v.name, v.container) for v in agent_side.volumes]
+    assert len(volumes) == 4 == len({v.name for v in task.volumes})
+    # only the tree is filled, and only from the task's image: nothing of the agent's image enters a volume
+    assert [v.container for v in task.volumes if v.fill] == ["/src/tlvkit"] and not any(
+        v.fill for v in agent_side.volumes)
     assert shared == {"/src/tlvkit", "/run/ssebench", "/var/lib/ssebench/results", "/tmp/sse-archive"}
     assert not any(path.startswith(("/ssebench", "/reference")) for path in shared)
     for side in (task, agent_side):  # the same network, limits and capabilities for both
@@ -348,3 +353,19 @@ def test_resume_never_reads_runs_through_a_link(tmp_path: Path) -> None:
     (root / "c-demo").mkdir(parents=True)
     (root / "c-demo" / "none").symlink_to(elsewhere / "c-demo" / "none")
     assert finished_run(config, root) is None
+
+
+def test_a_sidecar_wait_names_the_whole_limit_and_a_failed_stop_keeps_the_grade() -> None:
+    network = Network(name="n", gateway=None)
+    hung = LiveRun(handle=_Container("agent", 0, ends=10**9), network=network, run_id="r",
+                   task=_Container("task", 0, ends=10**9))
+    with pytest.raises(RunTimeoutError, match="still running after 3 s"):  # the whole limit, not one poll's
+        hung.wait(3)
+
+    class Unstoppable(_Container):
+        def stop(self, grace: float) -> None:
+            raise SSEBenchError("Docker refused stopping: engine hiccup")
+
+    done = LiveRun(handle=_Container("agent", 3, ends=0), network=network, run_id="r",
+                   task=Unstoppable("task", 0, ends=10**9))
+    assert done.wait(5) == 3  # the agent's container finished and graded: its status stands
