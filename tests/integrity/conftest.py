@@ -55,7 +55,10 @@ ATTACKS_IN_CI = {"fork-bomb"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
     for item in items:
+        if here not in item.path.parents:  # the hook sees the whole session's items: only this suite's
+            continue
         callspec = getattr(item, "callspec", None)
         params = callspec.params if callspec is not None else {}
         sidecar = "sidecar" in (params.get("launcher"), params.get("fresh_launcher"), params.get("mode"))
