@@ -199,15 +199,20 @@ def sidecar_plan(settings: Settings, os_id: str, agent: Agent, stager: Stager | 
         buildargs={"SSEBENCH_RUNTIME": runtime.image},
         digest=digest("sidecar-base", runtime.digest, hash_tree(folder)),
     )
-    sidecar_agent = Layer(
+    return [base, runtime, agent_base, agent_layer(agent, names["agent"], agent_base, "sidecar-agent")]
+
+
+def agent_layer(agent: Agent, image: str, parent: Layer, salt: str, task: Task | None = None) -> Layer:
+    """An agent's own Dockerfile on `parent` (SSEBENCH_TOOL): a task's tool image, or sidecar mode's base."""
+    return Layer(
         kind="agent",
-        image=names["agent"],
+        image=image,
         dockerfile=agent.path / "Dockerfile",
         context=agent.path,
-        buildargs={"SSEBENCH_TOOL": agent_base.image},
-        digest=digest("sidecar-agent", agent_base.digest, hash_tree(agent.path)),
+        buildargs={"SSEBENCH_TOOL": parent.image},
+        digest=digest(salt, parent.digest, hash_tree(agent.path)),
+        task=task,
     )
-    return [base, runtime, agent_base, sidecar_agent]
 
 
 def plan(
@@ -249,17 +254,7 @@ def plan(
         have = {layer.image for layer in layers}
         layers += [layer for layer in sidecar_plan(settings, os_id, agent, stager) if layer.image not in have]
     if agent is not None and "sandbox" in modes:
-        layers.append(
-            Layer(
-                kind="agent",
-                image=names["agent"],
-                dockerfile=agent.path / "Dockerfile",
-                context=agent.path,
-                buildargs={"SSEBENCH_TOOL": tool.image},
-                digest=digest("agent", tool.digest, hash_tree(agent.path)),
-                task=task,
-            )
-        )
+        layers.append(agent_layer(agent, names["agent"], tool, "agent", task))
     return layers
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from ssebench.backend import Backend, ContainerSpec, DockerBackend, Mount, RunTimeoutError
-from ssebench.engine import client, list_containers, remove_container
+from ssebench.backend import Backend, ContainerSpec, DockerBackend, Mount, RunTimeoutError, Volume
+from ssebench.engine import client, list_containers, list_volumes, remove_container
 from ssebench.errors import SSEBenchError
 from ssebench.limits import Limits
 from ssebench.settings import get_settings
@@ -138,3 +138,36 @@ def test_memory_exhaustion_is_reported(backend: Backend, labels: dict[str, str])
         assert handle.memory_exhausted() is True
     finally:
         handle.remove()
+
+
+def test_volumes_poll_and_stop(backend: Backend, labels: dict[str, str]) -> None:
+    """A filled volume takes the image's files at its path, a plain one nothing; a second container sees what
+    the first wrote; poll() says running until stop() ends it; a removed volume is gone."""
+    tag = labels["ssebench.session"]
+    filled, plain = f"{tag}-filled", f"{tag}-plain"
+    for name in (filled, plain):
+        backend.create_volume(name, labels=labels)
+    try:
+        writer = backend.start(ContainerSpec(
+            image=_image(), labels=labels, command=["bash", "-c", "echo shared > /plain/note; sleep 600"],
+            volumes=[Volume(filled, "/etc/apt", fill=True), Volume(plain, "/plain")]))
+        reader = backend.start(ContainerSpec(
+            image=_image(), labels=labels, volumes=[Volume(filled, "/seen"), Volume(plain, "/usr/share")],
+            command=["bash", "-c", "sleep 2; ls /seen; echo ---; ls /usr/share; echo ---; cat /usr/share/note"]))
+        try:
+            assert writer.poll() is None
+            assert reader.wait(120) == 0
+            seen, etc, note = reader.logs().split("---")
+            assert "sources.list.d" in seen.split() or "apt.conf.d" in seen.split(), seen  # filled from the image
+            assert etc.split() == ["note"], etc  # nocopy: nothing of the image's /usr/share entered the plain volume
+            assert note.strip() == "shared"
+            writer.stop(1)
+            assert writer.poll() is not None
+        finally:
+            writer.remove()
+            reader.remove()
+    finally:
+        for name in (filled, plain):
+            backend.remove_volume(name)
+            backend.remove_volume(name)  # removing twice is a no-op
+    assert not list_volumes({"name": tag})

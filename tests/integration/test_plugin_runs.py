@@ -189,19 +189,25 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+def _listed_in_agent_phase(agent: str, runs: int, timeout: float = 120) -> list[dict[str, Any]]:
+    """What `ssebench ps --json` lists of `agent`'s runs, once all `runs` are in their agent phase (or at
+    the timeout, as they are then)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        listed = subprocess.run([sys.executable, "-m", "ssebench.cli", "ps", "--json"], capture_output=True,
+                                text=True, check=True)
+        mine: list[dict[str, Any]] = [r for r in json.loads(listed.stdout) if r["agent"] == agent]
+        if [r["phase"] for r in mine] == ["agent"] * runs or time.monotonic() > deadline:
+            return mine
+        time.sleep(1)
+
+
 def test_ctrl_c_leaves_nothing_behind(sleeper: pytest.Pytester) -> None:
     process = _start(sleeper)
     try:
         _wait_for_containers(2)
         # While they run, `ssebench ps` shows both in their agent phase.
-        deadline = time.monotonic() + 120
-        while True:
-            listed = subprocess.run([sys.executable, "-m", "ssebench.cli", "ps", "--json"], capture_output=True,
-                                    text=True, check=True)
-            mine = [r for r in json.loads(listed.stdout) if r["agent"] == "sleeper"]
-            if [r["phase"] for r in mine] == ["agent", "agent"] or time.monotonic() > deadline:
-                break
-            time.sleep(1)
+        mine = _listed_in_agent_phase("sleeper", 2)
         assert sorted((r["task"], r["model"], r["difficulty"], r["mode"], r["phase"]) for r in mine) == [
             ("c-demo", "none", "2", "sandbox", "agent"), ("go-demo", "none", "2", "sandbox", "agent")]
         table = subprocess.run([sys.executable, "-m", "ssebench.cli", "ps"], capture_output=True, text=True,
@@ -222,14 +228,7 @@ def test_ctrl_c_in_sidecar_mode_leaves_no_container_volume_or_network(sleeper: p
         assert len(volumes) >= 8, volumes  # the positive control: four volumes per run, labelled
         roles = sorted(c["Labels"].get("ssebench.role", "") for c in _session_containers("sleeper"))
         assert roles == ["agent", "agent", "task", "task"], roles
-        deadline = time.monotonic() + 120
-        while True:  # `ssebench ps` shows each run once (by its agent container), in its agent phase
-            listed = subprocess.run([sys.executable, "-m", "ssebench.cli", "ps", "--json"], capture_output=True,
-                                    text=True, check=True)
-            mine = [r for r in json.loads(listed.stdout) if r["agent"] == "sleeper"]
-            if [r["phase"] for r in mine] == ["agent", "agent"] or time.monotonic() > deadline:
-                break
-            time.sleep(1)
+        mine = _listed_in_agent_phase("sleeper", 2)  # each run once (by its agent container)
         assert sorted((r["task"], r["mode"], r["phase"]) for r in mine) == [
             ("c-demo", "sidecar", "agent"), ("go-demo", "sidecar", "agent")]
         process.send_signal(signal.SIGINT)
