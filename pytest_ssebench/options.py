@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from ssebench.defaults import AGENT_TIMEOUT, EGRESS, MODES, parse_modes
+from ssebench.defaults import AGENT_TIMEOUT, EGRESS, MODES, parse_dispatch, parse_modes, parse_registry
 
 DIFFICULTIES = range(0, 5)
 
@@ -138,6 +138,15 @@ SETTINGS = (
     Setting("--run-limits", "ssebench_limits", limits,
             "resource limits of every run container, overriding settings and tasks: "
             "pids=N,memory=SIZE,cpus=N,file_size=SIZE (e.g. pids=512,memory=2g)", "LIMITS"),
+    Setting("--dispatch", "ssebench_dispatch", parse_dispatch,
+            "where runs execute: local (default, this machine's engine) or ray (tasks of a Ray cluster; "
+            "docs/scale-out.md)", "local|ray", env="SSEBENCH_DISPATCH", ini="ssebench_dispatch", default="local"),
+    Setting("--ray-address", "ssebench_ray_address", None,
+            "the Ray cluster for --dispatch ray, HOST:PORT of its head (default: the one `ray start` left "
+            "on this machine)", "ADDR", env="SSEBENCH_RAY_ADDRESS", ini="ssebench_ray_address"),
+    Setting("--registry", "ssebench_registry", parse_registry,
+            "a registry, HOST:PORT, that builds push images to and machines lacking one pull it from",
+            "HOST:PORT", env="SSEBENCH_IMAGE_REGISTRY", ini="ssebench_registry"),
     Setting("--model-budget", "ssebench_budget", budget,
             "what one run may use of its model, overriding the model file: tokens=N,cost=USD "
             "(e.g. tokens=2000000,cost=5)", "BUDGET"),
@@ -204,6 +213,9 @@ class Options:
     resume: bool
     limits: dict[str, str]
     budget: dict[str, float] | None
+    dispatch: str = "local"
+    ray_address: str | None = None
+    registry: str | None = None
 
 
 def parse_options(config: pytest.Config) -> Options:
@@ -221,4 +233,6 @@ def parse_options(config: pytest.Config) -> Options:
         difficulties=value["ssebench_difficulty"], modes=value["ssebench_mode"], timeout=value["ssebench_timeout"],
         egress=value["ssebench_egress"], results=results, retries=value["ssebench_retries"],
         trials=value["ssebench_trials"], keep_containers=bool(opt.ssebench_keep), rebuild=bool(opt.ssebench_rebuild),
-        resume=bool(opt.ssebench_resume), limits=value["ssebench_limits"] or {}, budget=value["ssebench_budget"])
+        resume=bool(opt.ssebench_resume), limits=value["ssebench_limits"] or {}, budget=value["ssebench_budget"],
+        dispatch=value["ssebench_dispatch"], ray_address=value["ssebench_ray_address"] or None,
+        registry=value["ssebench_registry"] or None)

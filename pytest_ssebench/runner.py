@@ -1,6 +1,8 @@
 """Running one item's run: the same `ssebench.run.execute` as the CLI, plus retries and --resume.
 
-Items call a `Runner`; it knows nothing of the plugin or of pytest.
+Items call a `Runner`; it knows nothing of the plugin or of pytest. A run
+executes here, or, with a `dispatch` (`ssebench.dispatch.RayDispatch`), on
+whichever node of a Ray cluster takes it.
 """
 
 from __future__ import annotations
@@ -29,6 +31,14 @@ class Runner:
     resume: bool = False
     backend: Callable[[], Any] = lambda: None
     models: Callable[[RunConfig], ModelLink | None] = lambda run: None
+    # Runs elsewhere (--dispatch ray): its `run(config)` gives a record already under `results`.
+    dispatch: Any = None
+
+    def execute(self, config: RunConfig) -> RunRecord:
+        """One attempt of the run, here or through the dispatch."""
+        if self.dispatch is not None:
+            return self.dispatch.run(config)  # type: ignore[no-any-return]
+        return execute(config, self.settings, self.backend(), self.session, self.results, models=self.models(config))
 
     def run(self, config: RunConfig, on_attempt: Callable[[RunRecord], None] = lambda record: None) -> RunRecord:
         """The run's record; `on_attempt` sees every attempt's (a resumed run makes none)."""
@@ -37,11 +47,10 @@ class Runner:
             if record is not None:
                 return record
         attempts = 1 + self.retries
-        models = self.models(config)
         attempt = 0
         while True:
             try:
-                record = execute(config, self.settings, self.backend(), self.session, self.results, models=models)
+                record = self.execute(config)
             except (SSEBenchError, OSError) as exc:
                 # Before the run had a directory (a link in the results directory, a name too long): an error
                 # all the same, recorded in the item's report (the results root stands for its directory).

@@ -67,6 +67,12 @@ class Sweep:
             raise pytest.UsageError(f"--agent: {exc}") from None
         except ConfigErrors as exc:
             raise pytest.UsageError(f"--agent: {exc}") from None
+        if self.options.registry:
+            self.settings = self.settings.model_copy(update={"image_registry": self.options.registry})
+        if self.options.dispatch == "ray" and (getattr(config.option, "numprocesses", None) or 0):
+            raise pytest.UsageError("--dispatch ray: one pytest process submits every run to the cluster; "
+                                    "drop -n (the cluster's resources decide how many run at once)")
+        self.dispatch: Any = None
         needing = [a.name for a in self.agents if a.needs_model]
         if needing and not self.options.models:
             raise pytest.UsageError(f"--model: agent {needing[0]} needs a model; give --model NAME (repeatable)")
@@ -121,6 +127,65 @@ class Sweep:
             budget = Budget.model_validate(self.options.budget) if self.options.budget else None
             self._link = GatewayLink(GatewayClient(*self.gateway_access), budget=budget)
         return self._link
+
+    def _start_dispatch(self) -> None:
+        """Connect to the Ray cluster (--dispatch ray); models are served by a gateway on each node."""
+        from ssebench.dispatch import NodeModels, RayDispatch
+        from ssebench.gateway import load_models
+
+        models = None
+        env: dict[str, str] = {}
+        if self.gateway_access is not None:
+            models = NodeModels(self.settings.models_dir, self.options.budget)
+            declared = load_models(self.settings.models_dir)
+            for name in self.options.models:
+                key = declared[name].api_key_env
+                if key and os.environ.get(key):
+                    env[key] = os.environ[key]
+        try:
+            self.dispatch = RayDispatch(self.settings, self.session, self.options.results, self.options.ray_address,
+                                        models=models, provider_env=env)
+        except SSEBenchError as exc:
+            raise pytest.UsageError(str(exc)) from None
+        self.runner.dispatch = self.dispatch
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> bool | None:
+        """With --dispatch ray: every run is submitted at once, and each item is reported as its run ends."""
+        if self.options.dispatch != "ray" or session.config.option.collectonly:
+            return None
+        if session.testsfailed and not session.config.option.continue_on_collection_errors:
+            raise session.Interrupted(f"{session.testsfailed} error(s) during collection")
+        from pytest_ssebench.collect import RunItem
+        from ssebench.run import finished_run
+
+        items = [item for item in session.items if isinstance(item, RunItem)]
+        others = [item for item in session.items if not isinstance(item, RunItem)]
+        for item in others:  # anything else collected beside the runs runs first, here, in order
+            item.config.hook.pytest_runtest_protocol(item=item, nextitem=None)
+            self._check_stop(session)
+        by_config = {id(item.run): item for item in items}
+        for item in items:
+            if not (self.options.resume and finished_run(item.run, self.options.results)):
+                self.dispatch.submit(item.run)
+        waiting = dict(by_config)
+        while waiting:
+            done = [id(config) for config in self.dispatch.ready(timeout=1.0)]
+            # Runs never submitted (resumed, or fitting no node) are reported without waiting.
+            done += [key for key in waiting if key not in self.dispatch.pending]
+            for key in dict.fromkeys(done):
+                if key in waiting:
+                    item = waiting.pop(key)
+                    item.config.hook.pytest_runtest_protocol(item=item, nextitem=None)
+                    self._check_stop(session)
+        return True
+
+    @staticmethod
+    def _check_stop(session: pytest.Session) -> None:
+        if session.shouldfail:
+            raise session.Failed(session.shouldfail)
+        if session.shouldstop:
+            raise session.Interrupted(session.shouldstop)
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         if self._link is not None:
@@ -188,6 +253,8 @@ class Sweep:
             print(f"ssebench: could not remove what dead sessions left: {exc}", file=sys.stderr)
         if self.options.rebuild:
             self._rebuild()
+        if self.options.dispatch == "ray":
+            self._start_dispatch()
 
     def _rebuild(self) -> None:
         from ssebench.build import build_images
@@ -201,6 +268,8 @@ class Sweep:
                 print(f"ssebench: --rebuild: {str(failure).splitlines()[0]}", file=sys.stderr)
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if self.dispatch is not None:
+            self.dispatch.close(reap=not self.options.keep_containers)
         if not self.is_controller or self.options.keep_containers:
             return
         from ssebench.reaper import reap_session
@@ -214,9 +283,11 @@ class Sweep:
         o = self.options
         trials = f"; trials {o.trials}" if o.trials > 1 else ""
         resume = "; resuming finished runs" if o.resume else ""
+        ray = f"; dispatch ray ({o.ray_address or 'auto'})" if o.dispatch == "ray" else ""
+        registry = f"; registry {o.registry}" if o.registry else ""
         return (f"ssebench: agents {','.join(o.agents)}; models {','.join(o.models) or 'none'}; difficulty "
                 f"{','.join(map(str, o.difficulties))}; mode {','.join(o.modes)}{trials}; egress {o.egress}; "
-                f"results {o.results}{resume}")
+                f"results {o.results}{resume}{ray}{registry}")
 
 
 class _XdistHooks:

@@ -16,9 +16,10 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from ssebench.engine import client, docker_errors, image_id
+from ssebench.engine import client, docker_errors, image_id, pull_image
 from ssebench.errors import BootstrapError, SSEBenchError
 from ssebench.logs import file_tail
+from ssebench.registry import fetch, publish
 from ssebench.settings import Settings
 
 DEBOOTSTRAP_HINT = (
@@ -39,17 +40,6 @@ path-include /usr/share/locale/locale.alias
 
 def _log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
-
-
-def try_pull(ref: str) -> str | None:
-    """Pull `ref`; None when no registry answers (the normal case offline)."""
-    repository, _, tag = ref.rpartition(":") if ":" in ref.split("/")[-1] else (ref, "", "latest")
-    try:
-        with docker_errors(f"pulling {ref}"):
-            client().api.pull(repository, tag=tag or "latest")
-    except SSEBenchError:
-        return None
-    return image_id(ref)
 
 
 def _sources_list(settings: Settings) -> str:
@@ -117,13 +107,18 @@ def _work_dir(settings: Settings) -> Path:
 
 
 def ensure_os_image(settings: Settings, *, force: bool = False) -> str:
-    """The OS image's id: present, else pulled, else bootstrapped."""
+    """The OS image's id: present, else pulled (from its own registry, then from --registry), else
+    bootstrapped (and pushed to --registry)."""
     if not force and (present := image_id(settings.os_image)):
         return present
     settings.cache_dir.mkdir(parents=True, exist_ok=True)
     with FileLock(str(settings.cache_dir / "os-image.lock")):
         if not force and (present := image_id(settings.os_image)):
             return present
-        if not force and (pulled := try_pull(settings.os_image)):
+        if not force and (pulled := pull_image(settings.os_image)):
             return pulled
-        return bootstrap(settings)
+        if not force and (fetched := fetch(settings, settings.os_image)):
+            return fetched
+        made = bootstrap(settings)
+        publish(settings, settings.os_image)
+        return made

@@ -15,6 +15,7 @@ from ssebench.bootstrap import ensure_os_image
 from ssebench.engine import client, docker_errors
 from ssebench.errors import ImageBuildError
 from ssebench.image import RUNTIME_SOURCES, BuildReport, Layer, ensure_layers, plan
+from ssebench.registry import publish
 from ssebench.settings import Settings
 from ssebench.task import Task
 from ssebench.wheelhouse import ensure_wheelhouse
@@ -81,6 +82,7 @@ def build_images(
     force: bool = False,
     jobs: int | None = None,
     say: Say = _stderr,
+    push: bool = False,
 ) -> BuildOutcome:
     """Make every layer of every task current; a task whose build fails does not stop the others.
 
@@ -95,13 +97,15 @@ def build_images(
     """
     outcome = BuildOutcome()
     os_id = ensure_os_image(settings)
+    if push:
+        publish(settings, settings.os_image)
     tasks = list(tasks)
     cancel = threading.Event()
 
     def chain(task: Task) -> None:
         try:
             ensure_layers(settings, task_plan(settings, task, os_id, agent, modes), force=force,
-                          report=outcome.report, say=say, cancel=cancel)
+                          report=outcome.report, say=say, cancel=cancel, push=push)
         except ImageBuildError as exc:
             outcome.failures[task.id] = exc
 

@@ -11,12 +11,14 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ssebench.defaults import AGENT_TIMEOUT, EGRESS, MODES, parse_modes
+from ssebench.defaults import AGENT_TIMEOUT, EGRESS, MODES, parse_dispatch, parse_modes, parse_registry
 from ssebench.errors import ConfigError, ConfigErrors, SSEBenchError
 from ssebench.version import __version__
 
 if TYPE_CHECKING:
     from ssebench.agent import Agent
+    from ssebench.run import RunRecord
+    from ssebench.settings import Settings
 
 DEFAULT_PATH = Path("datasets")
 
@@ -118,16 +120,19 @@ def cmd_images_build(args: argparse.Namespace) -> int:
     from ssebench.settings import get_settings
 
     started = time.monotonic()
-    settings = get_settings()
+    settings = _with_registry(get_settings(), args.registry)
     tasks = load_tasks(args.path)
     agents: list[Agent | None] = [load_agent(settings.agents_dir, name) for name in args.agent] or [None]
     failures = 0
     built: list[str] = []
     reused: set[str] = set()
+    pushed: set[str] = set()
     for agent in agents:
-        outcome = build_images(settings, tasks, agent, modes=args.mode, force=args.force, jobs=args.jobs)
+        outcome = build_images(settings, tasks, agent, modes=args.mode, force=args.force, jobs=args.jobs,
+                               push=bool(settings.image_registry))
         built += outcome.report.built
-        reused |= set(outcome.report.reused)
+        reused |= set(outcome.report.reused) | set(outcome.report.pulled)
+        pushed |= set(outcome.report.pushed)
         for failure in outcome.failures.values():
             print(f"error: {failure}", file=sys.stderr)
         failures += len(outcome.failures)
@@ -138,7 +143,14 @@ def cmd_images_build(args: argparse.Namespace) -> int:
         print(f"nothing to build: all {len(reused)} images are current ({elapsed:.1f}s)")
     else:
         print(f"built {len(built)} image(s), reused {len(reused - set(built))} ({elapsed:.0f}s)")
+    if pushed:
+        print(f"pushed {len(pushed)} image(s) to {settings.image_registry}")
     return 1 if failures else 0
+
+
+def _with_registry(settings: Settings, registry: str | None) -> Settings:
+    """The settings with --registry, when given, as their image registry."""
+    return settings.model_copy(update={"image_registry": registry}) if registry else settings
 
 
 def cmd_images_bootstrap(args: argparse.Namespace) -> int:
@@ -174,7 +186,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from ssebench.settings import get_settings
     from ssebench.task import load_task
 
-    settings = get_settings()
+    settings = _with_registry(get_settings(), args.registry)
     task = load_task(_find_task(args.task, args.datasets))
     agent = load_agent(settings.agents_dir, args.agent)
     if agent.needs_model and not args.model:
@@ -185,6 +197,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = RunConfig(task=task, agent=agent, model=model, difficulty=args.difficulty, timeout=args.agent_timeout,
                        mode=args.mode, egress=args.egress, keep_container=args.keep_container, limits=limits)
     session = Session.new()
+    if args.dispatch == "ray":
+        from ssebench.dispatch import NodeModels, RayDispatch
+
+        dispatch = RayDispatch(settings, session, args.results.resolve(), args.ray_address,
+                               models=NodeModels(settings.models_dir) if agent.needs_model else None)
+        try:
+            record = dispatch.run(config)
+        finally:
+            dispatch.close(reap=not args.keep_container)
+        return _report_run(record, args.require_pass)
     reap_orphans()
     with ExitStack() as stack:
         models = None
@@ -200,14 +222,18 @@ def cmd_run(args: argparse.Namespace) -> int:
         finally:
             if not args.keep_container:
                 reap_session(session.id)
+    return _report_run(record, args.require_pass)
+
+
+def _report_run(record: RunRecord, require_pass: bool) -> int:
     patch = record.patch_result
     if record.infra_error:
         print(f"grade: error ({record.infra_error})")
     else:
         detail = f" ({patch.error_msg})" if patch.error_msg else ""
         print(f"grade: {record.grade}{detail}")
-    print(f"run directory: {record.run_dir}")
-    if args.require_pass:
+    print(f"run directory: {record.run_dir}" + (f" (ran on {record.node})" if record.node else ""))
+    if require_pass:
         return 0 if record.grade == "passed" else 1
     return 0 if record.infra_error is None else 1
 
@@ -288,6 +314,8 @@ def parser() -> argparse.ArgumentParser:
                        help="comma-separated modes to build the agents' images for: sandbox (default: one image "
                        "per agent and task), sidecar (one image per agent, for every task)")
     build.add_argument("--force", action="store_true", help="rebuild every layer, ignoring Docker's cache")
+    build.add_argument("--registry", type=parse_registry, metavar="HOST:PORT",
+                       help="push every image to this registry (machines lacking one pull it from there)")
     build.add_argument("--jobs", "-j", type=_positive, metavar="N",
                        help="tasks whose images build at once (default: SSEBENCH_BUILD_JOBS, else 2)")
     build.set_defaults(func=cmd_images_build)
@@ -317,6 +345,11 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--datasets", type=Path, default=DEFAULT_PATH, metavar="DIR", help="where to look up a task id")
     run.add_argument("--keep-container", action="store_true", help="leave the container in place afterwards")
     run.add_argument("--require-pass", action="store_true", help="exit 1 unless the grade is passed")
+    run.add_argument("--dispatch", type=parse_dispatch, default="local", metavar="local|ray",
+                     help="run here (default) or as a task of a Ray cluster (docs/scale-out.md)")
+    run.add_argument("--ray-address", metavar="HOST:PORT", help="the Ray cluster's head (default: auto)")
+    run.add_argument("--registry", type=parse_registry, metavar="HOST:PORT",
+                     help="pull missing images from this registry, push built ones to it")
     run.set_defaults(func=cmd_run)
 
     ps = sub.add_parser("ps", help="list the runs in flight",

@@ -12,6 +12,8 @@ import argparse
 # with nothing of the task (SPEC §7).
 MODES = ("sandbox", "sidecar")
 EGRESS = ("restricted", "open")
+# local: every run on this machine's engine; ray: each run a task of a Ray cluster (ssebench.dispatch).
+DISPATCHES = ("local", "ray")
 # The agent's time limit per run, and grading's after it (the runtime in the
 # container gets both in its environment: SSE_* overrides its own defaults).
 AGENT_TIMEOUT = 3600.0
@@ -27,3 +29,20 @@ def parse_modes(text: str) -> tuple[str, ...]:
     if not chosen:
         raise argparse.ArgumentTypeError(f"{text!r}: give a mode, e.g. sandbox")
     return chosen
+
+
+def parse_dispatch(text: str) -> str:
+    """`local` or `ray` (an argparse `type=`)."""
+    if text not in DISPATCHES:
+        raise argparse.ArgumentTypeError(f"{text!r}: use {' or '.join(DISPATCHES)}")
+    return text
+
+
+def parse_registry(text: str) -> str:
+    """A registry as HOST:PORT (an argparse `type=`)."""
+    from ssebench.registry import parse_registry as parse
+
+    try:
+        return parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None

@@ -127,3 +127,31 @@ def remove_volume(name: str) -> bool:
             return False
         raise
     return True
+
+
+def split_ref(ref: str) -> tuple[str, str]:
+    """`repo/name:tag` -> (`repo/name`, `tag`); a registry's `host:port/` is not a tag."""
+    repository, colon, tag = ref.rpartition(":")
+    if not colon or "/" in tag:
+        return ref, "latest"
+    return repository, tag
+
+
+def pull_image(ref: str) -> str | None:
+    """Pull `ref` from its registry; its id, or None when the registry does not have it or does not answer."""
+    repository, tag = split_ref(ref)
+    try:
+        with docker_errors(f"pulling {ref}"):
+            client().api.pull(repository, tag=tag)
+    except SSEBenchError:
+        return None
+    return image_id(ref)
+
+
+def push_image(ref: str) -> None:
+    """Push `ref` (a name that starts with its registry's `host:port/`); SSEBenchError when refused."""
+    repository, tag = split_ref(ref)
+    with docker_errors(f"pushing {ref}"):
+        for chunk in client().api.push(repository, tag=tag, stream=True, decode=True):
+            if "error" in chunk:
+                raise SSEBenchError(f"pushing {ref} failed: {chunk['error']}")

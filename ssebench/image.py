@@ -33,6 +33,7 @@ from ssebench.agent import Agent
 from ssebench.engine import docker_errors, image_id, image_labels, tag_image
 from ssebench.errors import BuildCancelled, ImageBuildError, SSEBenchError
 from ssebench.logs import file_tail
+from ssebench.registry import fetch, publish
 from ssebench.settings import PROJECT_ROOT, Settings
 from ssebench.task import Task
 from ssebench.version import __version__
@@ -258,6 +259,12 @@ def plan(
     return layers
 
 
+def _push_once(settings: Settings, layer: Layer, report: BuildReport) -> None:
+    if settings.image_registry and layer.image not in report.pushed:
+        publish(settings, layer.image)
+        report.pushed.append(layer.image)
+
+
 def is_current(layer: Layer) -> bool:
     labels = image_labels(layer.image)
     return labels is not None and labels.get(LABEL_HASH) == layer.digest
@@ -361,14 +368,21 @@ class BuildReport:
 
     built: list[str] = field(default_factory=list)
     reused: list[str] = field(default_factory=list)
+    # From the registry (--registry) instead of built here, and pushed to it.
+    pulled: list[str] = field(default_factory=list)
+    pushed: list[str] = field(default_factory=list)
 
 
 def ensure_layers(
     settings: Settings, layers: Iterable[Layer], *, force: bool = False, report: BuildReport | None = None,
     say: Callable[[str], None] = lambda m: print(m, file=sys.stderr, flush=True),
-    cancel: threading.Event | None = None,
+    cancel: threading.Event | None = None, push: bool = False,
 ) -> BuildReport:
-    """Reuse each layer whose image carries its digest; build the others, parents first.
+    """Reuse each layer whose image carries its digest; pull or build the others, parents first.
+
+    With a registry (the `image_registry` setting), a layer this engine lacks
+    is pulled from it when it holds the plan's digest, and what is built here
+    is pushed to it; `push` pushes the reused layers too.
 
     A per-image file lock makes concurrent builders (threads of one call,
     xdist workers, several pytest processes) wait for each other instead of
@@ -378,6 +392,8 @@ def ensure_layers(
     report = report if report is not None else BuildReport()
     for layer in layers:
         if layer.image in report.built or (layer.image in report.reused and not force):
+            if push:
+                _push_once(settings, layer, report)
             continue
         if not force and is_current(layer):
             report.reused.append(layer.image)
@@ -387,12 +403,18 @@ def ensure_layers(
                     pass  # another thread of this call built it while this one waited
                 elif not force and is_current(layer):
                     report.reused.append(layer.image)
+                elif not force and fetch(settings, layer.image,
+                                         lambda labels: labels.get(LABEL_HASH) == layer.digest):
+                    say(f"pulled   {layer.kind:7} {layer.image} from {settings.image_registry}")
+                    report.pulled.append(layer.image)
                 else:
                     started = time.monotonic()
                     say(f"building {layer.kind:7} {layer.image} (log: {log_path(settings, layer.image)})")
                     build_layer(settings, layer, nocache=force, cancel=cancel)
                     say(f"built    {layer.kind:7} {layer.image} in {time.monotonic() - started:.0f}s")
                     report.built.append(layer.image)
+        if settings.image_registry and (push or layer.image in report.built):
+            _push_once(settings, layer, report)
         for alias in layer.aliases:
             if image_id(alias) != image_id(layer.image):
                 tag_image(layer.image, alias)

@@ -20,7 +20,7 @@ import tempfile
 import time
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, TypedDict, cast
+from typing import Any, NotRequired, TypedDict, cast
 from urllib.parse import quote, unquote
 
 from sse.grading import PatchResult
@@ -246,6 +246,8 @@ class RunSummary(TypedDict):
     durations: dict[str, float]
     timeline: dict[str, float]  # epoch seconds: container_started, container_ended
     exit_code: int | None
+    node: NotRequired[str | None]  # the Ray node it ran on (--dispatch ray)
+    images: NotRequired[dict[str, list[str]]]  # what the run built, and pulled from --registry
 
 
 def read_summary(run_dir: Path) -> RunSummary | None:

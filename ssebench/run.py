@@ -131,6 +131,10 @@ class RunRecord:
     session: str | None = None
     # When things happened (seconds since the epoch, host clock): the container's start and end.
     timeline: dict[str, float] = field(default_factory=dict)
+    # The Ray node it ran on (`--dispatch ray`: host/node id); None for a run on this machine.
+    node: str | None = None
+    # The images this run built, and pulled from a registry, before it started (none when all were current).
+    images: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def patch_result(self) -> PatchResult:
@@ -423,6 +427,7 @@ def execute(config: RunConfig, settings: Settings, backend: Backend, session: Se
     try:
         if build:
             outcome = build_images(settings, [config.task], config.agent, modes=(config.mode,))
+            record.images = {"built": outcome.report.built, "pulled": outcome.report.pulled}
             if config.task.id in outcome.failures:
                 raise outcome.failures[config.task.id]
         record.durations["images"] = round(time.monotonic() - started, 3)
@@ -485,6 +490,8 @@ def write_summary(record: RunRecord) -> None:
         "durations": record.durations,
         "timeline": record.timeline,
         "exit_code": record.exit_code,
+        "node": record.node,
+        "images": record.images,
     }
     write_json(record.run_dir / "summary.json", summary)
 
@@ -524,5 +531,6 @@ def finished_run(config: RunConfig, results_root: Path) -> RunRecord | None:
                          exit_code=summary.get("exit_code"), network=summary.get("network"),
                          limits_hit=list(summary.get("limits_hit") or []), files=summary.get("files") or {},
                          usage=summary.get("usage"), durations=summary.get("durations") or {}, resumed=True,
-                         session=summary.get("session"), timeline=summary.get("timeline") or {})
+                         session=summary.get("session"), timeline=summary.get("timeline") or {},
+                         node=summary.get("node"), images=summary.get("images") or {})
     return None

@@ -43,6 +43,10 @@ class Settings(BaseSettings):
     # core busy (the daemon, the storage driver and dpkg take turns), so two
     # chains use a 2-core machine fully; see benchmarks/image_build.py.
     build_jobs: int = Field(default=2, ge=1, le=16)
+    # A registry the machines of a cluster share images through (`--registry`,
+    # ssebench.registry): HOST:PORT, empty for none. Builds push to it; a
+    # machine that lacks an image pulls it from there before building it.
+    image_registry: str = ""
     # Default resource limits of every run container (ssebench.limits): a task's
     # config.yaml and a run's --run-limits override them.
     limit_pids: int = 1024
@@ -62,6 +66,14 @@ class Settings(BaseSettings):
         if not value or value != value.lower():
             raise ValueError("must be a non-empty, lower-case image name prefix such as 'ssebench'")
         return value
+
+
+    @field_validator("image_registry")
+    @classmethod
+    def _registry(cls, value: str) -> str:
+        from ssebench.registry import parse_registry
+
+        return parse_registry(value) if value else ""
 
 
 @lru_cache(maxsize=1)

@@ -76,6 +76,10 @@ def test_without_agent_nothing_is_collected(demo: pytest.Pytester) -> None:
     (["--run-limits", "memory=lots"], "argument --run-limits: memory: 'lots' is not a size"),
     (["--run-limits", "disk=1g"], "argument --run-limits: unknown limit 'disk'; use pids, memory, cpus, file_size"),
     (["--run-limits", "cpus=999"], "argument --run-limits: cpus=999: give 0.01 to"),
+    (["--dispatch", "k8s"], "argument --dispatch: 'k8s': use local or ray"),
+    (["--registry", "http://x"], "argument --registry: 'http://x': give the registry as HOST:PORT"),
+    (["--registry", "127.0.0.1:99999"], "argument --registry: '127.0.0.1:99999': give the registry as HOST:PORT"),
+    (["--dispatch", "ray", "-n", "2"], "--dispatch ray: one pytest process submits every run to the cluster"),
 ])
 def test_bad_options_are_usage_errors(demo: pytest.Pytester, args: list[str], message: str) -> None:
     result = demo.runpytest("datasets/demo", "--agent", "dummy", *args, "--collect-only")

@@ -1,0 +1,329 @@
+"""Where runs execute: in this process (`local`), or as tasks of a Ray cluster (`ray`).
+
+Either way a run is `ssebench.run.execute` on some machine's own Docker
+engine, with the same labels, limits, network and checks. With Ray:
+
+- each run is a Ray task asking for its containers' CPUs and memory, so a
+  cluster holds as many runs at once as its resources allow;
+- on its node it builds the images it lacks (same plan, same locks) or pulls
+  them from `--registry`, runs into a scratch directory, and returns that
+  directory as a tar stream, capped;
+- the controller writes the stream under its results root by the rules it
+  uses for a container's files (`ssebench.archive.extract`: regular files
+  and directories only, names kept inside, per-file and total caps), then
+  rewrites summary.json: a run is complete, or recorded as an error;
+- a lost node (or worker) makes the run an infrastructure error, which the
+  item's `--infra-retries` runs again wherever the cluster places it;
+- containers on a node carry that node's worker as their controller, so the
+  node's reaper (`ssebench.reaper`) removes them when the worker dies; the
+  controller reaps every live node at the end;
+- runs with a model reach it through a gateway on their own node
+  (`NodeModels`): a per-run listener must sit on the run network's host
+  address, which only that node has.
+
+Ray is imported only when a Ray dispatch is made (`pip install 'ssebench[ray]'`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import socket
+import stat
+import sys
+import tarfile
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from ssebench.archive import extract
+from ssebench.errors import SSEBenchError
+from ssebench.reaper import Session
+from ssebench.result import make_run_dir, new_run_id, point_latest
+from ssebench.run import (
+    ARCHIVE_CAP,
+    RESULTS_CAP,
+    RESULTS_FILE_CAP,
+    ModelLink,
+    RunConfig,
+    RunRecord,
+    execute,
+    write_summary,
+)
+from ssebench.settings import Settings
+
+# What a run directory may bring home: its results, its archive, and its logs.
+HOME_FILE_CAP = RESULTS_FILE_CAP
+HOME_CAP = RESULTS_CAP + ARCHIVE_CAP + (64 << 20)
+# The record's fields a node sends back (its config and directory are the controller's).
+RECORD_FIELDS = ("run_id", "started_at", "grade", "result", "infra_error", "exit_code", "network", "limits_hit",
+                 "files", "usage", "durations", "session", "timeline", "images")
+RAY_HINT = "start one with `ray start --head` (docs/scale-out.md), or give --ray-address HOST:PORT"
+
+
+# -- on the node --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NodeModels:
+    """What a node needs to start its own model gateway: the declarations and a run's budget."""
+
+    models_dir: Path
+    budget: dict[str, float] | None = None
+
+
+@dataclass
+class NodeOutcome:
+    """What a node sends home for one run."""
+
+    node: str
+    fields: dict[str, Any]
+    tar: bytes
+    left_behind: list[dict[str, Any]] = field(default_factory=list)
+    # The tar stream's sha256 as the node made it: what arrives must be the same.
+    sha256: str = ""
+
+
+def pack(run_dir: Path, cap: int = HOME_CAP, file_cap: int = HOME_FILE_CAP) -> tuple[bytes, list[dict[str, Any]]]:
+    """The run directory as a tar stream under a top directory `run`: directories and regular files only
+    (never followed links), files over `file_cap` and past `cap` in all left out and listed."""
+    out = io.BytesIO()
+    left: list[dict[str, Any]] = []
+    total = 0
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        tar.addfile(_dir_info("run"))
+        for top, dirs, files in os.walk(run_dir, followlinks=False):
+            base = Path(top)
+            for name in sorted(dirs):
+                relative = (base / name).relative_to(run_dir).as_posix()
+                if (base / name).is_symlink():
+                    left.append({"path": relative, "reason": "not a regular file"})
+                    dirs.remove(name)
+                else:
+                    tar.addfile(_dir_info(f"run/{relative}"))
+            dirs.sort()
+            for name in sorted(files):
+                path = base / name
+                relative = path.relative_to(run_dir).as_posix()
+                st = path.lstat()
+                if not stat.S_ISREG(st.st_mode):
+                    left.append({"path": relative, "reason": "not a regular file"})
+                elif st.st_size > file_cap or total + st.st_size > cap:
+                    left.append({"path": relative, "size": st.st_size, "reason": "over the cap"})
+                else:
+                    info = tarfile.TarInfo(f"run/{relative}")
+                    info.size, info.mode, info.mtime = st.st_size, 0o644, int(st.st_mtime)
+                    with path.open("rb") as data:
+                        tar.addfile(info, data)
+                    total += st.st_size
+    return out.getvalue(), left
+
+
+def _dir_info(name: str) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type, info.mode = tarfile.DIRTYPE, 0o755
+    return info
+
+
+_node_gateway: Any = None
+
+
+def _node_link(models: NodeModels, settings: Settings) -> ModelLink:
+    """This worker's gateway (started on first use; it stops when this process ends) as a run's link."""
+    global _node_gateway
+    from ssebench.gateway import Budget, GatewayLink, GatewayProcess
+
+    if _node_gateway is None:
+        state = Path(tempfile.mkdtemp(prefix="ssebench-gateway-"))
+        gateway = GatewayProcess(models.models_dir, state, model_port=settings.gateway_port)
+        gateway.start()
+        _node_gateway = gateway
+    budget = Budget.model_validate(models.budget) if models.budget else None
+    return GatewayLink(_node_gateway.client(), budget=budget)
+
+
+def node_name() -> str:
+    import ray
+
+    return f"{socket.gethostname()}/{ray.get_runtime_context().get_node_id()[:8]}"
+
+
+def run_on_node(config: RunConfig, settings: Settings, session_id: str, models: NodeModels | None) -> NodeOutcome:
+    """One run on this node's engine, into a scratch directory sent home whole (a Ray task's body)."""
+    from ssebench.backend import DockerBackend
+    from ssebench.reaper import reap_orphans
+
+    # This worker is the runs' controller here: when it dies, this node's reaper removes what it left.
+    session = Session(id=session_id, controller=os.getpid())
+    try:
+        reap_orphans()
+    except SSEBenchError as exc:
+        print(f"ssebench: could not remove what dead runs left on this node: {exc}", file=sys.stderr)
+    link = _node_link(models, settings) if models is not None and config.model != "none" else None
+    with tempfile.TemporaryDirectory(prefix="ssebench-run-") as scratch:
+        record = execute(config, settings, DockerBackend(), session, Path(scratch), models=link)
+        data, left = pack(record.run_dir)
+    return NodeOutcome(node=node_name(), fields={name: getattr(record, name) for name in RECORD_FIELDS},
+                       tar=data, left_behind=left, sha256=hashlib.sha256(data).hexdigest())
+
+
+def reap_node(session_id: str) -> tuple[str, int]:
+    """Remove what a session left on this node (a Ray task's body, one per node at the end)."""
+    from ssebench.reaper import reap_session
+
+    return node_name(), reap_session(session_id)
+
+
+# -- at home ------------------------------------------------------------------------------------------
+
+
+def _chunks(data: bytes) -> Iterator[bytes]:
+    view = memoryview(data)
+    for start in range(0, len(view), 1 << 20):
+        yield bytes(view[start:start + (1 << 20)])
+
+
+def bring_home(config: RunConfig, outcome: NodeOutcome, results: Path) -> RunRecord:
+    """Write a node's run under `results` (a fresh run directory) and record it; never half-written."""
+    fields = dict(outcome.fields)
+    run_dir = make_run_dir(results, config.task.id, config.model, config.agent.name, str(fields["run_id"]))
+    record = RunRecord(config=config, run_dir=run_dir, **fields)
+    record.node = outcome.node
+    try:
+        if hashlib.sha256(outcome.tar).hexdigest() != outcome.sha256:
+            raise SSEBenchError(f"the run directory from {outcome.node} did not arrive as it was sent "
+                                f"({len(outcome.tar)} bytes, checksum differs)")
+        collected = extract(_chunks(outcome.tar), run_dir, file_cap=HOME_FILE_CAP, total_cap=HOME_CAP)
+        record.files["home"] = collected.describe() | {"left_on_node": outcome.left_behind}
+        if collected.truncated or collected.dropped:
+            raise SSEBenchError(f"the run directory from {outcome.node} came home incomplete: "
+                                f"{len(collected.dropped)} entr(ies) dropped, truncated={collected.truncated}")
+    except (SSEBenchError, OSError) as exc:
+        record.grade, record.infra_error = "error", f"bringing the run home failed: {exc}"
+    write_summary(record)
+    point_latest(run_dir)
+    return record
+
+
+def lost_run(config: RunConfig, results: Path, session: Session, error: str) -> RunRecord:
+    """The record of a run whose node (or worker) was lost: an infrastructure error, with a directory."""
+    run_id = new_run_id(config.difficulty, config.mode)
+    record = RunRecord(config=config, run_id=run_id,
+                       run_dir=make_run_dir(results, config.task.id, config.model, config.agent.name, run_id),
+                       started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), session=session.id,
+                       infra_error=error)
+    write_summary(record)
+    point_latest(record.run_dir)
+    return record
+
+
+def resources(config: RunConfig) -> tuple[float, int]:
+    """The CPUs and bytes of memory a run's containers may use (two containers in sidecar mode)."""
+    containers = 2 if config.mode == "sidecar" else 1
+    return config.limits.cpus * containers, config.limits.memory * containers
+
+
+class RayDispatch:
+    """Runs as Ray tasks: `submit` ahead, `ready` as they finish, `run` for one's record (at home)."""
+
+    def __init__(self, settings: Settings, session: Session, results: Path, address: str | None, *,
+                 models: NodeModels | None = None, provider_env: dict[str, str] | None = None) -> None:
+        try:
+            import ray
+        except ImportError:
+            raise SSEBenchError("--dispatch ray: Ray is not installed; pip install 'ssebench[ray]'") from None
+        self.settings, self.session, self.results = settings, session, results
+        self.address = address or "auto"
+        self.models = models
+        self.provider_env = provider_env or {}
+        try:
+            # Never a cluster of its own: ray.init without an address would start one on this machine's
+            # addresses; connecting to a running one only.
+            ray.init(address=self.address, namespace="ssebench", log_to_driver=False, configure_logging=False)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise SSEBenchError(f"--ray-address {self.address}: no Ray cluster answers ({first}); "
+                                f"{RAY_HINT}") from None
+        self._ray = ray
+        self._run = ray.remote(run_on_node)
+        self._reap = ray.remote(reap_node)
+        self.pending: dict[int, tuple[RunConfig, Any]] = {}
+
+    def _fits(self, config: RunConfig) -> str | None:
+        cpus, memory = resources(config)
+        for node in self._ray.nodes():  # type: ignore[no-untyped-call]
+            have = node.get("Resources") or {}
+            if node.get("Alive") and have.get("CPU", 0) >= cpus and have.get("memory", 0) >= memory:
+                return None
+        return (f"no live node of the Ray cluster has {cpus:g} CPUs and {memory} bytes of memory for this run; "
+                f"lower --run-limits or add larger nodes")
+
+    def _submit(self, config: RunConfig) -> Any:
+        cpus, memory = resources(config)
+        options: dict[str, Any] = {"num_cpus": cpus, "memory": memory, "max_retries": 0,
+                                   "name": f"ssebench {config.task.id} {config.agent.name}"}
+        if self.provider_env and config.model != "none":
+            options["runtime_env"] = {"env_vars": self.provider_env}
+        return self._run.options(**options).remote(config, self.settings, self.session.id, self.models)
+
+    def submit(self, config: RunConfig) -> None:
+        """Start `config`'s run on the cluster now; `run(config)` will give its record."""
+        if id(config) not in self.pending and self._fits(config) is None:
+            self.pending[id(config)] = (config, self._submit(config))
+
+    def ready(self, timeout: float) -> list[RunConfig]:
+        """The submitted runs that have finished (waiting up to `timeout` seconds for one)."""
+        refs = {ref: config for config, ref in self.pending.values()}
+        if not refs:
+            return []
+        done, _ = self._ray.wait(list(refs), num_returns=1, timeout=timeout)
+        if done:
+            done, _ = self._ray.wait(list(refs), num_returns=len(refs), timeout=0)
+        return [refs[ref] for ref in done]
+
+    def run(self, config: RunConfig) -> RunRecord:
+        """`config`'s record, once its run (submitted now unless it was ahead) is done and home."""
+        misfit = self._fits(config)
+        if misfit is not None:
+            return lost_run(config, self.results, self.session, misfit)
+        entry = self.pending.pop(id(config), None)
+        ref = entry[1] if entry is not None else self._submit(config)
+        began = time.monotonic()
+        try:
+            outcome: NodeOutcome = self._ray.get(ref)
+        except self._ray.exceptions.RayError as exc:
+            first = (str(exc).strip().splitlines() or [""])[0]
+            return lost_run(config, self.results, self.session,
+                            f"the run's Ray node or worker was lost ({type(exc).__name__}): {first}")
+        record = bring_home(config, outcome, self.results)
+        record.durations["dispatched"] = round(time.monotonic() - began, 3)
+        return record
+
+    def close(self, *, reap: bool = True) -> None:
+        """Cancel what never ran, remove what the session left on every live node (unless `reap` is
+        False: --keep-containers), disconnect."""
+        for _, ref in self.pending.values():
+            try:
+                self._ray.cancel(ref, force=True)
+            except Exception:  # noqa: BLE001 - a task that already finished or whose node is gone
+                pass
+        self.pending.clear()
+        if not reap:
+            self._ray.shutdown()
+            return
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        reaps = [self._reap.options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(
+            node["NodeID"], soft=False)).remote(self.session.id) for node in self._ray.nodes() if node.get("Alive")]  # type: ignore[no-untyped-call]
+        try:
+            self._ray.get(reaps, timeout=120)
+        except self._ray.exceptions.RayError as exc:
+            print(f"ssebench: removing the session's containers on the Ray nodes: {exc}", file=sys.stderr)
+        except Exception as exc:  # noqa: BLE001 - GetTimeoutError is not a RayError in every version
+            print(f"ssebench: removing the session's containers on the Ray nodes: {exc}", file=sys.stderr)
+        self._ray.shutdown()

@@ -1,0 +1,144 @@
+"""Runs dispatched elsewhere: what comes home, and how (no cluster needed here; tests/integration/
+test_scale_out.py runs a real one)."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from ssebench.agent import load_agent
+from ssebench.dispatch import HOME_CAP, NodeOutcome, bring_home, lost_run, pack, resources
+from ssebench.errors import SSEBenchError
+from ssebench.limits import Limits
+from ssebench.reaper import Session
+from ssebench.registry import parse_registry
+from ssebench.run import RunConfig
+from ssebench.settings import Settings, get_settings
+from ssebench.task import load_task
+from tests.helpers import DEMO
+
+
+def _config(**kw: object) -> RunConfig:
+    return RunConfig(task=load_task(DEMO / "c-demo"), agent=load_agent(get_settings().agents_dir, "dummy"), **kw)  # type: ignore[arg-type]
+
+
+def _node_run(root: Path) -> Path:
+    run = root / "scratch" / "run-1"
+    (run / "archive" / "deep").mkdir(parents=True)
+    (run / "result.json").write_text(json.dumps({"patch_result": {"status": "failed"}}))
+    (run / "container.log").write_text("log\n")
+    (run / "archive" / "deep" / "a.txt").write_text("a")
+    return run
+
+
+def _fields(run_id: str = "20260101T000000-d2-sandbox-abcdef") -> dict[str, object]:
+    return {"run_id": run_id, "started_at": "2026-01-01T00:00:00+00:00", "grade": "failed",
+            "result": {"patch_result": {"status": "failed"}}, "infra_error": None, "exit_code": 0,
+            "network": "n", "limits_hit": [], "files": {}, "usage": None, "durations": {"total": 1.0},
+            "session": "s1", "timeline": {}, "images": {"built": [], "pulled": []}}
+
+
+def _outcome(data: bytes, node: str = "host/n") -> NodeOutcome:
+    return NodeOutcome(node=node, fields=_fields(), tar=data, sha256=hashlib.sha256(data).hexdigest())
+
+
+def test_pack_sends_regular_files_and_directories_only_and_lists_the_rest(tmp_path: Path) -> None:
+    run = _node_run(tmp_path)
+    os.symlink("/etc/passwd", run / "passwd")
+    os.symlink("/etc", run / "archive" / "etc")
+    os.mkfifo(run / "pipe")
+    (run / "big.bin").write_bytes(b"x" * 2048)
+    data, left = pack(run, file_cap=1024)
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        members = {m.name: m for m in tar.getmembers()}
+    assert set(members) == {"run", "run/archive", "run/archive/deep", "run/archive/deep/a.txt",
+                            "run/result.json", "run/container.log"}
+    assert all(m.isdir() or m.isreg() for m in members.values())
+    assert {entry["path"] for entry in left} == {"passwd", "archive/etc", "pipe", "big.bin"}
+
+
+def test_a_run_comes_home_whole_with_its_node_and_a_fresh_summary(tmp_path: Path) -> None:
+    data, _ = pack(_node_run(tmp_path))
+    record = bring_home(_config(), _outcome(data, node="host/abcd1234"), tmp_path / "out")
+    assert record.grade == "failed" and record.infra_error is None and record.node == "host/abcd1234"
+    assert record.run_dir == tmp_path / "out" / "c-demo" / "none" / "dummy" / _fields()["run_id"]
+    assert (record.run_dir / "archive" / "deep" / "a.txt").read_text() == "a"
+    summary = json.loads((record.run_dir / "summary.json").read_text())
+    assert summary["node"] == "host/abcd1234" and summary["grade"] == "failed"
+    assert summary["files"]["home"]["files"] == 3
+    assert os.readlink(record.run_dir.parent / "latest") == record.run_dir.name
+
+
+@pytest.mark.parametrize("hostile", ["../escaped.txt", "/abs.txt", "link"])
+def test_a_stream_that_is_not_a_plain_run_directory_is_an_error_and_writes_nothing_outside(
+        hostile: str, tmp_path: Path) -> None:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as tar:
+        info = tarfile.TarInfo("run/result.json")
+        info.size = 2
+        tar.addfile(info, io.BytesIO(b"{}"))
+        if hostile == "link":
+            link = tarfile.TarInfo("run/latest")
+            link.type, link.linkname = tarfile.SYMTYPE, "/etc"
+            tar.addfile(link)
+        else:
+            bad = tarfile.TarInfo(f"run/{hostile}" if hostile.startswith("..") else hostile)
+            bad.size = 1
+            tar.addfile(bad, io.BytesIO(b"x"))
+    record = bring_home(_config(), _outcome(out.getvalue()), tmp_path / "out")
+    assert record.grade == "error" and "came home incomplete" in (record.infra_error or "")
+    assert json.loads((record.run_dir / "summary.json").read_text())["grade"] == "error"
+    assert not (tmp_path / "out" / "escaped.txt").exists() and not (tmp_path / "escaped.txt").exists()
+    assert not (record.run_dir / "latest").exists()
+
+
+def test_a_truncated_stream_is_an_error_not_a_half_run(tmp_path: Path) -> None:
+    data, _ = pack(_node_run(tmp_path))
+    sent = _outcome(data)
+    sent.tar = data[:700]
+    record = bring_home(_config(), sent, tmp_path / "out")
+    assert record.grade == "error" and "did not arrive as it was sent" in (record.infra_error or "")
+    assert json.loads((record.run_dir / "summary.json").read_text())["grade"] == "error"
+
+
+def test_a_lost_node_is_an_infrastructure_error_with_a_directory(tmp_path: Path) -> None:
+    record = lost_run(_config(), tmp_path / "out", Session.new(), "the run's Ray node or worker was lost (X)")
+    summary = json.loads((record.run_dir / "summary.json").read_text())
+    assert summary["grade"] == "error" and "lost" in summary["error"]
+    assert record.run_dir.parent.parent.parent.parent == tmp_path / "out"
+
+
+def test_a_run_asks_the_cluster_for_what_its_containers_may_use() -> None:
+    limits = Limits(cpus=1.5, memory=2 << 30)
+    assert resources(_config(limits=limits)) == (1.5, 2 << 30)
+    assert resources(_config(limits=limits, mode="sidecar")) == (3.0, 4 << 30)
+    assert HOME_CAP > (1 << 30)
+
+
+@pytest.mark.parametrize("text, parsed", [("127.0.0.1:5000", "127.0.0.1:5000"), ("Registry.Lan:443/", "registry.lan:443"),
+                                          ("[::1]:5000", "[::1]:5000")])
+def test_a_registry_is_host_and_port(text: str, parsed: str) -> None:
+    assert parse_registry(text) == parsed
+
+
+@pytest.mark.parametrize("text", ["127.0.0.1", "http://127.0.0.1:5000", "host:0", "host:70000", "a b:1", ""])
+def test_anything_else_is_refused_saying_what_to_give(text: str) -> None:
+    with pytest.raises(ValueError, match="give the registry as HOST:PORT"):
+        parse_registry(text)
+
+
+def test_a_bad_registry_setting_names_its_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SSEBENCH_IMAGE_REGISTRY", "nowhere")
+    get_settings.cache_clear()
+    try:
+        with pytest.raises(SSEBenchError, match="SSEBENCH_IMAGE_REGISTRY: 'nowhere': give the registry as HOST:PORT"):
+            get_settings()
+    finally:
+        get_settings.cache_clear()
+    assert Settings(image_registry="127.0.0.1:5000").image_registry == "127.0.0.1:5000"
