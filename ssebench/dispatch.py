@@ -148,8 +148,11 @@ def _node_link(models: NodeModels, settings: Settings) -> ModelLink:
 
 
 def node_name() -> str:
+    """`host/node-id` of the Ray node this runs on; the host alone outside a Ray worker."""
     import ray
 
+    if not ray.is_initialized():
+        return socket.gethostname()
     return f"{socket.gethostname()}/{ray.get_runtime_context().get_node_id()[:8]}"
 
 
@@ -164,10 +167,14 @@ def run_on_node(config: RunConfig, settings: Settings, session_id: str, models: 
         reap_orphans()
     except SSEBenchError as exc:
         print(f"ssebench: could not remove what dead runs left on this node: {exc}", file=sys.stderr)
-    link = _node_link(models, settings) if models is not None and config.model != "none" else None
-    with tempfile.TemporaryDirectory(prefix="ssebench-run-") as scratch:
-        record = execute(config, settings, DockerBackend(), session, Path(scratch), models=link)
-        data, left = pack(record.run_dir)
+    link: Any = _node_link(models, settings) if models is not None and config.model != "none" else None
+    try:
+        with tempfile.TemporaryDirectory(prefix="ssebench-run-") as scratch:
+            record = execute(config, settings, DockerBackend(), session, Path(scratch), models=link)
+            data, left = pack(record.run_dir)
+    finally:
+        if link is not None:
+            link.client.close()
     return NodeOutcome(node=node_name(), fields={name: getattr(record, name) for name in RECORD_FIELDS},
                        tar=data, left_behind=left, sha256=hashlib.sha256(data).hexdigest())
 
@@ -220,6 +227,10 @@ def lost_run(config: RunConfig, results: Path, session: Session, error: str) -> 
     write_summary(record)
     point_latest(record.run_dir)
     return record
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [""])[0]
 
 
 def resources(config: RunConfig) -> tuple[float, int]:
@@ -296,10 +307,13 @@ class RayDispatch:
         began = time.monotonic()
         try:
             outcome: NodeOutcome = self._ray.get(ref)
-        except self._ray.exceptions.RayError as exc:
-            first = (str(exc).strip().splitlines() or [""])[0]
+        except self._ray.exceptions.RayTaskError as exc:
+            cause = exc.cause if isinstance(exc.cause, BaseException) else exc
             return lost_run(config, self.results, self.session,
-                            f"the run's Ray node or worker was lost ({type(exc).__name__}): {first}")
+                            f"the run raised on its node: {type(cause).__name__}: {_first_line(cause)}")
+        except self._ray.exceptions.RayError as exc:
+            return lost_run(config, self.results, self.session,
+                            f"the run's Ray node or worker was lost ({type(exc).__name__}): {_first_line(exc)}")
         record = bring_home(config, outcome, self.results)
         record.durations["dispatched"] = round(time.monotonic() - began, 3)
         return record

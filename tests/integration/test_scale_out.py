@@ -24,9 +24,13 @@ import pytest
 
 from ssebench.agent import load_agent
 from ssebench.build import build_images
+from ssebench import dispatch
+from ssebench.dispatch import NodeModels, bring_home, run_on_node
 from ssebench.engine import client, image_id, list_containers
 from ssebench.image import image_names
 from ssebench.inflight import runs_in_flight
+from ssebench.reaper import Session
+from ssebench.run import RunConfig
 from ssebench.settings import Settings
 from ssebench.task import Task
 from tests.helpers import DEMO
@@ -134,8 +138,16 @@ def test_the_demo_over_two_ray_nodes_grades_as_a_local_session(demo: pytest.Pyte
         assert {"result.json", "container.log", "final.patch", "archive"} <= {p.name for p in run_dir.iterdir()}
         assert s["files"]["home"]["dropped_count"] == 0 and s["files"]["home"]["files"] >= 5
     # Dummy's failures name the proof of concept, as in a local session.
-    result.stdout.fnmatch_lines(["*FAILED*dummy*A proof of concept still reproduces*"])
+    result.stdout.fnmatch_lines([f"*{task}::dummy[[]none-d2-sandbox[]]*" for task in ("c-demo", "go-demo", "rust-demo")],
+                                consecutive=False)
+    assert result.stdout.str().count("A proof of concept still reproduces: /ssebench/pocs/") == 3
     assert not _session_left(summaries[0]["session"])
+    # `ssebench run` dispatches the same way.
+    cli = demo.run(*ray_cluster.inside, sys.executable, "-m", "ssebench.cli", "run", "--task", "datasets/demo/c-demo",
+                   "--agent", "reference", "--dispatch", "ray", "--ray-address", ray_cluster.address,
+                   "--results", "cli", timeout=600)
+    assert cli.ret == 0, cli.stdout.str() + cli.stderr.str()
+    cli.stdout.fnmatch_lines(["grade: passed", "run directory: */cli/c-demo/none/reference/* (ran on */*)"])
     # Nothing of the cluster listens beyond loopback.
     listening = ray_cluster.ask("listeners")["listeners"]
     assert listening and all(a.startswith(("127.0.0.1:", "[::ffff:127.0.0.1]:")) for a in listening), listening
@@ -173,6 +185,27 @@ def test_a_node_pulls_from_the_registry_the_images_it_lacks(demo: pytest.Pyteste
         # (HEAD when the engine still holds the layers: it asks the registry which manifest the name is.)
         assert re.search(rf'"(GET|HEAD) /v2/{re.escape(repository)}/manifests/{re.escape(tag)} ', served), (
             f"{name} was not pulled from the registry")
+
+
+def test_a_node_serves_a_runs_model_from_a_gateway_of_its_own(settings: Settings, c_demo: Task,
+                                                              tmp_path: Path) -> None:
+    """What a Ray task runs on its node, called here: the run reaches its model through a gateway the node
+    started (its listener on the run network's host address, which only that node has), and comes home
+    with the model's use accounted. (The cluster tests run in a loopback-only namespace, which has no run
+    network addresses; Ray's transport of the same outcome is tested there.)"""
+    agent = load_agent(settings.agents_dir, "chat-agent")
+    config = RunConfig(task=c_demo, agent=agent, model="scripted-fix", limits=settings.default_limits())
+    outcome = run_on_node(config, settings, Session.new().id, NodeModels(settings.models_dir))
+    assert dispatch._node_gateway is not None
+    record = bring_home(config, outcome, tmp_path / "out")
+    assert record.grade == "passed", record.infra_error
+    assert record.usage and record.usage["calls"] >= 2 and record.usage["prompt_tokens"] > 0
+    summary = json.loads((record.run_dir / "summary.json").read_text())
+    assert summary["usage"]["calls"] == record.usage["calls"] and summary["node"]
+    # The provider side stayed on the node: no key in the run's environment, only its run key.
+    assert "SSE_API_KEY" not in json.dumps(summary)
+    dispatch._node_gateway.stop()
+    dispatch._node_gateway = None
 
 
 def test_a_node_lost_in_the_agent_phase_is_retried_on_the_other(demo: pytest.Pytester, ray_cluster: RayCluster,
