@@ -8,14 +8,17 @@ worker nodes on this machine (tests/raycluster.py, in a namespace that holds
 only loopback) and measures, rounds alternating (A B A B ...):
 
   overhead    one dummy run of c-demo with `ssebench run`, here against
-              `--dispatch ray`: per run, the controller's wall clock from
-              submission to the run written home, minus the node's own time
-              for the same run (execute, as summary.json's durations.total
-              records it). That difference is what dispatch adds: scheduling,
-              the task's start on its worker, the tar stream home, extraction.
+              `--dispatch ray`: the command's wall clock (the Ray one
+              connects to the cluster and starts a worker each time), the
+              run's own time on its machine, and what dispatch added to it:
+              from submission to its start on the node, and from its end
+              there to its files written home (summary.json's timeline:
+              submitted, node_started, node_ended, home).
   throughput  the demo with reference and dummy, `--trials` times each
               (12 runs with 2 trials) through pytest: `-n 2` here against
-              `--dispatch ray` over the two nodes; runs per minute.
+              `--dispatch ray` over the two nodes; runs per minute, and per
+              dispatched run what dispatch added (as above, not counting the
+              wait for a free slot on its node).
 
 It prints one table and writes it as JSON. Both nodes share this machine's
 2 cores and Docker engine, so the throughput says what dispatch costs, not
@@ -52,10 +55,27 @@ def one_run(inside: list[str], address: str | None, results: Path) -> dict[str, 
     if "grade: failed" not in done.stdout:
         raise SystemExit(f"the run did not end as dummy's do:\n{done.stdout}\n{done.stderr}")
     run_dir = Path(done.stdout.split("run directory: ", 1)[1].split()[0])
-    durations = json.loads((run_dir / "summary.json").read_text())["durations"]
-    node = durations["total"]
-    home = durations.get("dispatched", node)
-    return {"wall": wall, "node": node, "home": home, "added": home - node}
+    summary = json.loads((run_dir / "summary.json").read_text())
+    row = {"wall": wall, "run": summary["durations"]["total"]}
+    if address:
+        row["added"] = added([summary])[0]
+    return row
+
+
+def added(summaries: list[dict[str, Any]]) -> list[float]:
+    """Per dispatched run, the seconds it spent neither on its node nor waiting for a free slot there:
+    from submission (or the end of the node's previous run, if later) to its start on the node, plus
+    from its end on the node to its files written home."""
+    out = []
+    ends: dict[str, list[float]] = {}
+    for s in summaries:
+        ends.setdefault(s["node"], []).append(s["timeline"]["node_ended"])
+    for s in summaries:
+        t = s["timeline"]
+        before = [e for e in ends[s["node"]] if e <= t["node_started"]]
+        ready = max([t["submitted"], *before])
+        out.append((t["node_started"] - ready) + (t["home"] - t["node_ended"]))
+    return out
 
 
 def sweep(inside: list[str], address: str | None, results: Path, trials: int) -> dict[str, float]:
@@ -68,7 +88,13 @@ def sweep(inside: list[str], address: str | None, results: Path, trials: int) ->
     runs = 6 * trials
     if f"{3 * trials} failed, {3 * trials} passed" not in done.stdout:
         raise SystemExit(f"the sweep did not grade as expected:\n{done.stdout[-3000:]}")
-    return {"wall": wall, "runs": runs, "runs_per_minute": 60 * runs / wall}
+    row: dict[str, Any] = {"wall": wall, "runs": runs, "runs_per_minute": 60 * runs / wall}
+    if address:
+        summaries = [json.loads(p.read_text()) for p in results.glob("*/*/*/*/summary.json")
+                     if not p.parent.is_symlink()]
+        row["added"] = sorted(added(summaries))
+        row["nodes"] = sorted({s["node"] for s in summaries})
+    return row
 
 
 def median(rows: list[dict[str, float]], key: str) -> float:
@@ -110,6 +136,7 @@ def main() -> int:
         "rounds": args.rounds,
         "single_run": {"local": local, "ray": ray,
                        "median_wall_local": median(local, "wall"), "median_wall_ray": median(ray, "wall"),
+                       "median_run_local": median(local, "run"), "median_run_ray": median(ray, "run"),
                        "median_dispatch_added": median(ray, "added")},
         "sweep": {"local_n2": sweep_local, "ray_two_nodes": sweep_ray},
     }
@@ -118,11 +145,16 @@ def main() -> int:
     print(f"{'figure':58} {'local':>10} {'ray':>10}")
     print(f"{'one c-demo dummy run, ssebench run, wall (median, s)':58} {s['median_wall_local']:>10.2f} "
           f"{s['median_wall_ray']:>10.2f}")
-    print(f"{'dispatch added per run: home minus node time (median, s)':58} {'-':>10} "
-          f"{s['median_dispatch_added']:>10.3f}")
+    print(f"{'  the run itself, execute on its machine (median, s)':58} {s['median_run_local']:>10.2f} "
+          f"{s['median_run_ray']:>10.2f}")
+    print(f"{'  dispatch added to that run (median, s)':58} {'-':>10} {s['median_dispatch_added']:>10.3f}")
     print(f"{f'demo sweep, {6 * args.trials} runs (-n 2 / two Ray nodes), wall s':58} {sweep_local['wall']:>10.1f} "
           f"{sweep_ray['wall']:>10.1f}")
     print(f"{'  runs per minute':58} {sweep_local['runs_per_minute']:>10.2f} {sweep_ray['runs_per_minute']:>10.2f}")
+    extra = sweep_ray["added"]
+    print(f"{'  dispatch added per run in the sweep (median / max, s)':58} {'-':>10} "
+          f"{statistics.median(extra):>5.3f} / {max(extra):.3f}")
+    print(f"{'  nodes the runs went to':58} {'-':>10} {len(sweep_ray['nodes']):>10}")
     print(f"\nwritten: {args.json}")
     return 0
 

@@ -167,10 +167,13 @@ def run_on_node(config: RunConfig, settings: Settings, session_id: str, models: 
         reap_orphans()
     except SSEBenchError as exc:
         print(f"ssebench: could not remove what dead runs left on this node: {exc}", file=sys.stderr)
+    started = time.time()
     link: Any = _node_link(models, settings) if models is not None and config.model != "none" else None
     try:
         with tempfile.TemporaryDirectory(prefix="ssebench-run-") as scratch:
             record = execute(config, settings, DockerBackend(), session, Path(scratch), models=link)
+            record.timeline["node_started"] = started
+            record.timeline["node_ended"] = time.time()
             data, left = pack(record.run_dir)
     finally:
         if link is not None:
@@ -195,12 +198,21 @@ def _chunks(data: bytes) -> Iterator[bytes]:
         yield bytes(view[start:start + (1 << 20)])
 
 
-def bring_home(config: RunConfig, outcome: NodeOutcome, results: Path) -> RunRecord:
-    """Write a node's run under `results` (a fresh run directory) and record it; never half-written."""
+def bring_home(config: RunConfig, outcome: NodeOutcome, results: Path, submitted: float | None = None) -> RunRecord:
+    """Write a node's run under `results` (a fresh run directory) and record it; never half-written.
+
+    `submitted` (epoch seconds) is when the run was handed to the cluster: the timeline then has it and
+    `home`, beside the node's `node_started` and `node_ended`, and durations `dispatched` (submission to
+    home, queueing included).
+    """
     fields = dict(outcome.fields)
     run_dir = make_run_dir(results, config.task.id, config.model, config.agent.name, str(fields["run_id"]))
     record = RunRecord(config=config, run_dir=run_dir, **fields)
     record.node = outcome.node
+    if submitted is not None:
+        record.timeline["submitted"] = submitted
+        record.timeline["home"] = time.time()
+        record.durations["dispatched"] = round(record.timeline["home"] - submitted, 3)
     try:
         if hashlib.sha256(outcome.tar).hexdigest() != outcome.sha256:
             raise SSEBenchError(f"the run directory from {outcome.node} did not arrive as it was sent "
@@ -263,7 +275,8 @@ class RayDispatch:
         self._ray = ray
         self._run = ray.remote(run_on_node)
         self._reap = ray.remote(reap_node)
-        self.pending: dict[int, tuple[RunConfig, Any]] = {}
+        # Submitted ahead and not yet asked for: id(config) -> (config, its Ray reference, when submitted).
+        self.pending: dict[int, tuple[RunConfig, Any, float]] = {}
 
     def _fits(self, config: RunConfig) -> str | None:
         cpus, memory = resources(config)
@@ -285,11 +298,11 @@ class RayDispatch:
     def submit(self, config: RunConfig) -> None:
         """Start `config`'s run on the cluster now; `run(config)` will give its record."""
         if id(config) not in self.pending and self._fits(config) is None:
-            self.pending[id(config)] = (config, self._submit(config))
+            self.pending[id(config)] = (config, self._submit(config), time.time())
 
     def ready(self, timeout: float) -> list[RunConfig]:
         """The submitted runs that have finished (waiting up to `timeout` seconds for one)."""
-        refs = {ref: config for config, ref in self.pending.values()}
+        refs = {ref: config for config, ref, _ in self.pending.values()}
         if not refs:
             return []
         done, _ = self._ray.wait(list(refs), num_returns=1, timeout=timeout)
@@ -303,8 +316,8 @@ class RayDispatch:
         if misfit is not None:
             return lost_run(config, self.results, self.session, misfit)
         entry = self.pending.pop(id(config), None)
+        submitted = entry[2] if entry is not None else time.time()
         ref = entry[1] if entry is not None else self._submit(config)
-        began = time.monotonic()
         try:
             outcome: NodeOutcome = self._ray.get(ref)
         except self._ray.exceptions.RayTaskError as exc:
@@ -314,14 +327,12 @@ class RayDispatch:
         except self._ray.exceptions.RayError as exc:
             return lost_run(config, self.results, self.session,
                             f"the run's Ray node or worker was lost ({type(exc).__name__}): {_first_line(exc)}")
-        record = bring_home(config, outcome, self.results)
-        record.durations["dispatched"] = round(time.monotonic() - began, 3)
-        return record
+        return bring_home(config, outcome, self.results, submitted)
 
     def close(self, *, reap: bool = True) -> None:
         """Cancel what never ran, remove what the session left on every live node (unless `reap` is
         False: --keep-containers), disconnect."""
-        for _, ref in self.pending.values():
+        for _, ref, _ in self.pending.values():
             try:
                 self._ray.cancel(ref, force=True)
             except Exception:  # noqa: BLE001 - a task that already finished or whose node is gone
