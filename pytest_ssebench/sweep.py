@@ -72,6 +72,9 @@ class Sweep:
         if self.options.dispatch == "ray" and (getattr(config.option, "numprocesses", None) or 0):
             raise pytest.UsageError("--dispatch ray: one pytest process submits every run to the cluster; "
                                     "drop -n (the cluster's resources decide how many run at once)")
+        if self.options.dispatch == "ray" and self.options.egress == "open":
+            raise pytest.UsageError("--egress open with --dispatch ray: an open run could reach the cluster's "
+                                    "own services from its node; run open-egress sweeps locally")
         self.dispatch: Any = None
         needing = [a.name for a in self.agents if a.needs_model]
         if needing and not self.options.models:
@@ -90,7 +93,9 @@ class Sweep:
         self.gateway_access: tuple[str, str] | None = None
         if needing:
             check_models(self.settings, self.options.models)
-            if workerinput is not None:
+            if self.options.dispatch == "ray":
+                self.gateway_access = ("", "")  # each node serves its runs' models (ssebench.dispatch)
+            elif workerinput is not None:
                 self.gateway_access = (workerinput["ssebench_gateway"], workerinput["ssebench_gateway_token"])
             else:
                 self.gateway_access = self._start_gateway()
@@ -253,7 +258,7 @@ class Sweep:
             print(f"ssebench: could not remove what dead sessions left: {exc}", file=sys.stderr)
         if self.options.rebuild:
             self._rebuild()
-        if self.options.dispatch == "ray":
+        if self.options.dispatch == "ray" and not self.config.option.collectonly:
             self._start_dispatch()
 
     def _rebuild(self) -> None:

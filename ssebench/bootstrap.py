@@ -19,7 +19,7 @@ from filelock import FileLock
 from ssebench.engine import client, docker_errors, image_id, pull_image
 from ssebench.errors import BootstrapError, SSEBenchError
 from ssebench.logs import file_tail
-from ssebench.registry import fetch, publish
+from ssebench.registry import fetch
 from ssebench.settings import Settings
 
 DEBOOTSTRAP_HINT = (
@@ -107,18 +107,18 @@ def _work_dir(settings: Settings) -> Path:
 
 
 def ensure_os_image(settings: Settings, *, force: bool = False) -> str:
-    """The OS image's id: present, else pulled (from its own registry, then from --registry), else
-    bootstrapped (and pushed to --registry)."""
+    """The OS image's id: present, else pulled (from --registry, then from its own registry), else
+    bootstrapped. (`build_images` pushes it to --registry with the rest.)"""
     if not force and (present := image_id(settings.os_image)):
         return present
     settings.cache_dir.mkdir(parents=True, exist_ok=True)
     with FileLock(str(settings.cache_dir / "os-image.lock")):
         if not force and (present := image_id(settings.os_image)):
             return present
-        if not force and (pulled := pull_image(settings.os_image)):
-            return pulled
+        # With a registry, the image the cluster's builds used comes first: a newer one from Debian's
+        # registry would change every digest above it.
         if not force and (fetched := fetch(settings, settings.os_image)):
             return fetched
-        made = bootstrap(settings)
-        publish(settings, settings.os_image)
-        return made
+        if not force and (pulled := pull_image(settings.os_image)):
+            return pulled
+        return bootstrap(settings)

@@ -13,7 +13,7 @@ from pathlib import Path
 from ssebench.agent import Agent
 from ssebench.bootstrap import ensure_os_image
 from ssebench.engine import client, docker_errors
-from ssebench.errors import ImageBuildError
+from ssebench.errors import ImageBuildError, SSEBenchError
 from ssebench.image import RUNTIME_SOURCES, BuildReport, Layer, ensure_layers, plan
 from ssebench.registry import publish
 from ssebench.settings import Settings
@@ -97,8 +97,13 @@ def build_images(
     """
     outcome = BuildOutcome()
     os_id = ensure_os_image(settings)
-    if push:
-        publish(settings, settings.os_image)
+    if push or settings.image_registry:
+        try:
+            publish(settings, settings.os_image)
+        except SSEBenchError as exc:
+            if push:
+                raise
+            say(f"ssebench: {exc}")
     tasks = list(tasks)
     cancel = threading.Event()
 

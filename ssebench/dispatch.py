@@ -29,8 +29,10 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import re
 import socket
 import stat
+import subprocess
 import sys
 import tarfile
 import tempfile
@@ -56,6 +58,7 @@ from ssebench.run import (
     write_summary,
 )
 from ssebench.settings import Settings
+from ssebench.version import __version__
 
 # What a run directory may bring home: its results, its archive, and its logs.
 HOME_FILE_CAP = RESULTS_FILE_CAP
@@ -63,6 +66,8 @@ HOME_CAP = RESULTS_CAP + ARCHIVE_CAP + (64 << 20)
 # The record's fields a node sends back (its config and directory are the controller's).
 RECORD_FIELDS = ("run_id", "started_at", "grade", "result", "infra_error", "exit_code", "network", "limits_hit",
                  "files", "usage", "durations", "session", "timeline", "images")
+# The form of `ssebench.result.new_run_id`'s ids: a node sends nothing else as one.
+RUN_ID = re.compile(r"[0-9]{8}T[0-9]{6}-d[0-4]-[a-z]+-[0-9a-f]{6}")
 RAY_HINT = "start one with `ray start --head` (docs/scale-out.md), or give --ray-address HOST:PORT"
 
 
@@ -89,26 +94,37 @@ class NodeOutcome:
     sha256: str = ""
 
 
+def _walk(root: Path) -> Iterator[tuple[Path, list[str], list[str]]]:
+    """(directory, subdirectories, files) under `root`, parents first, sorted, links never followed;
+    iterative, so no depth of tree a run leaves can exhaust the stack."""
+    stack = [root]
+    while stack:
+        top = stack.pop()
+        dirs: list[str] = []
+        files: list[str] = []
+        with os.scandir(top) as entries:
+            for entry in entries:
+                (dirs if entry.is_dir(follow_symlinks=False) else files).append(entry.name)
+        dirs.sort()
+        files.sort()
+        yield top, dirs, files
+        stack.extend(top / name for name in reversed(dirs))
+
+
 def pack(run_dir: Path, cap: int = HOME_CAP, file_cap: int = HOME_FILE_CAP) -> tuple[bytes, list[dict[str, Any]]]:
     """The run directory as a tar stream under a top directory `run`: directories and regular files only
-    (never followed links), files over `file_cap` and past `cap` in all left out and listed."""
+    (never followed links), files over `file_cap` and past `cap` in all left out and listed. The
+    harness's own files at the top go first, so caps fall on the agent's archive."""
     out = io.BytesIO()
     left: list[dict[str, Any]] = []
     total = 0
     with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
         tar.addfile(_dir_info("run"))
-        for top, dirs, files in os.walk(run_dir, followlinks=False):
-            base = Path(top)
-            for name in sorted(dirs):
-                relative = (base / name).relative_to(run_dir).as_posix()
-                if (base / name).is_symlink():
-                    left.append({"path": relative, "reason": "not a regular file"})
-                    dirs.remove(name)
-                else:
-                    tar.addfile(_dir_info(f"run/{relative}"))
-            dirs.sort()
-            for name in sorted(files):
-                path = base / name
+        for top, dirs, files in _walk(run_dir):
+            for name in dirs:
+                tar.addfile(_dir_info(f"run/{(top / name).relative_to(run_dir).as_posix()}"))
+            for name in files:
+                path = top / name
                 relative = path.relative_to(run_dir).as_posix()
                 st = path.lstat()
                 if not stat.S_ISREG(st.st_mode):
@@ -122,6 +138,25 @@ def pack(run_dir: Path, cap: int = HOME_CAP, file_cap: int = HOME_FILE_CAP) -> t
                         tar.addfile(info, data)
                     total += st.st_size
     return out.getvalue(), left
+
+
+def pack_or_top(run_dir: Path) -> tuple[bytes, list[dict[str, Any]]]:
+    """`pack`, or when the tree cannot be packed whole, the harness's files at its top alone (the grade is
+    in result.json there): what a run left never turns its grade into an error."""
+    try:
+        return pack(run_dir)
+    except (OSError, RecursionError, tarfile.TarError) as exc:
+        out = io.BytesIO()
+        with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            tar.addfile(_dir_info("run"))
+            for path in sorted(run_dir.iterdir()):
+                st = path.lstat()
+                if stat.S_ISREG(st.st_mode) and st.st_size <= HOME_FILE_CAP:
+                    info = tarfile.TarInfo(f"run/{path.name}")
+                    info.size, info.mode, info.mtime = st.st_size, 0o644, int(st.st_mtime)
+                    with path.open("rb") as data:
+                        tar.addfile(info, data)
+        return out.getvalue(), [{"path": "archive", "reason": f"not packed: {type(exc).__name__}: {exc}"}]
 
 
 def _dir_info(name: str) -> tarfile.TarInfo:
@@ -156,7 +191,8 @@ def node_name() -> str:
     return f"{socket.gethostname()}/{ray.get_runtime_context().get_node_id()[:8]}"
 
 
-def run_on_node(config: RunConfig, settings: Settings, session_id: str, models: NodeModels | None) -> NodeOutcome:
+def run_on_node(config: RunConfig, settings: Settings, session_id: str, models: NodeModels | None,
+                version: str = __version__) -> NodeOutcome:
     """One run on this node's engine, into a scratch directory sent home whole (a Ray task's body)."""
     from ssebench.backend import DockerBackend
     from ssebench.reaper import reap_orphans
@@ -167,17 +203,22 @@ def run_on_node(config: RunConfig, settings: Settings, session_id: str, models: 
         reap_orphans()
     except SSEBenchError as exc:
         print(f"ssebench: could not remove what dead runs left on this node: {exc}", file=sys.stderr)
+    if version != __version__:
+        raise SSEBenchError(f"this node runs ssebench {__version__}, the controller {version}: install the same "
+                            f"checkout on every node")
     started = time.time()
     link: Any = _node_link(models, settings) if models is not None and config.model != "none" else None
+    scratch = Path(tempfile.mkdtemp(prefix="ssebench-run-"))
     try:
-        with tempfile.TemporaryDirectory(prefix="ssebench-run-") as scratch:
-            record = execute(config, settings, DockerBackend(), session, Path(scratch), models=link)
-            record.timeline["node_started"] = started
-            record.timeline["node_ended"] = time.time()
-            data, left = pack(record.run_dir)
+        record = execute(config, settings, DockerBackend(), session, scratch, models=link)
+        record.timeline["node_started"] = started
+        record.timeline["node_ended"] = time.time()
+        data, left = pack_or_top(record.run_dir)
     finally:
         if link is not None:
             link.client.close()
+        # rm, not shutil.rmtree: no depth of tree a run leaves can stop it.
+        subprocess.run(["rm", "-rf", "--one-file-system", str(scratch)], check=False)
     return NodeOutcome(node=node_name(), fields={name: getattr(record, name) for name in RECORD_FIELDS},
                        tar=data, left_behind=left, sha256=hashlib.sha256(data).hexdigest())
 
@@ -206,6 +247,9 @@ def bring_home(config: RunConfig, outcome: NodeOutcome, results: Path, submitted
     home, queueing included).
     """
     fields = dict(outcome.fields)
+    if not RUN_ID.fullmatch(str(fields.get("run_id"))):
+        return lost_run(config, results, Session(str(fields.get("session") or ""), 0),
+                        f"{outcome.node} sent a run id that is not one: {str(fields.get('run_id'))[:80]!r}")
     run_dir = make_run_dir(results, config.task.id, config.model, config.agent.name, str(fields["run_id"]))
     record = RunRecord(config=config, run_dir=run_dir, **fields)
     record.node = outcome.node
@@ -219,9 +263,12 @@ def bring_home(config: RunConfig, outcome: NodeOutcome, results: Path, submitted
                                 f"({len(outcome.tar)} bytes, checksum differs)")
         collected = extract(_chunks(outcome.tar), run_dir, file_cap=HOME_FILE_CAP, total_cap=HOME_CAP)
         record.files["home"] = collected.describe() | {"left_on_node": outcome.left_behind}
-        if collected.truncated or collected.dropped:
+        # What the agent left (its archive) may not fit here as it did there (a longer path, another
+        # filesystem): listed, as a container's drops are. Anything else missing is an error.
+        harness = [d for d in collected.dropped if not str(d.get("path", "")).startswith("archive/")]
+        if collected.truncated or harness:
             raise SSEBenchError(f"the run directory from {outcome.node} came home incomplete: "
-                                f"{len(collected.dropped)} entr(ies) dropped, truncated={collected.truncated}")
+                                f"{len(harness)} of the harness's entr(ies) dropped, truncated={collected.truncated}")
     except (SSEBenchError, OSError) as exc:
         record.grade, record.infra_error = "error", f"bringing the run home failed: {exc}"
     write_summary(record)
@@ -239,6 +286,18 @@ def lost_run(config: RunConfig, results: Path, session: Session, error: str) -> 
     write_summary(record)
     point_latest(record.run_dir)
     return record
+
+
+def check_cluster_access(address: str) -> None:
+    """Refuse a cluster that a run's container could command: one beyond loopback without Ray's token
+    authentication (a run's container reaches every address of its node, Ray's ports among them, and
+    Ray's workers hold the node's Docker engine)."""
+    host = address.rpartition(":")[0].strip("[]") if ":" in address else address
+    loopback = host in ("localhost", "::1") or host.startswith("127.")
+    if not loopback and os.environ.get("RAY_AUTH_MODE") != "token":
+        raise SSEBenchError(f"--ray-address {address}: start the cluster with token authentication and export "
+                            f"RAY_AUTH_MODE=token and its token here (docs/scale-out.md#security): a run's "
+                            f"container can reach its node's addresses, Ray's ports among them")
 
 
 def _first_line(exc: BaseException) -> str:
@@ -262,6 +321,7 @@ class RayDispatch:
             raise SSEBenchError("--dispatch ray: Ray is not installed; pip install 'ssebench[ray]'") from None
         self.settings, self.session, self.results = settings, session, results
         self.address = address or "auto"
+        check_cluster_access(self.address)
         self.models = models
         self.provider_env = provider_env or {}
         try:
@@ -273,10 +333,14 @@ class RayDispatch:
             raise SSEBenchError(f"--ray-address {self.address}: no Ray cluster answers ({first}); "
                                 f"{RAY_HINT}") from None
         self._ray = ray
-        self._run = ray.remote(run_on_node)
+        self._run: Any = ray.remote(run_on_node)
         self._reap = ray.remote(reap_node)
         # Submitted ahead and not yet asked for: id(config) -> (config, its Ray reference, when submitted).
         self.pending: dict[int, tuple[RunConfig, Any, float]] = {}
+        # Runs cancelled because no live node can take them any more: id(config) -> why.
+        self.misfits: dict[int, str] = {}
+        self.in_flight: Any = None  # the reference `run` is waiting on
+        self._checked = time.monotonic()
 
     def _fits(self, config: RunConfig) -> str | None:
         cpus, memory = resources(config)
@@ -293,7 +357,7 @@ class RayDispatch:
                                    "name": f"ssebench {config.task.id} {config.agent.name}"}
         if self.provider_env and config.model != "none":
             options["runtime_env"] = {"env_vars": self.provider_env}
-        return self._run.options(**options).remote(config, self.settings, self.session.id, self.models)
+        return self._run.options(**options).remote(config, self.settings, self.session.id, self.models, __version__)
 
     def submit(self, config: RunConfig) -> None:
         """Start `config`'s run on the cluster now; `run(config)` will give its record."""
@@ -301,23 +365,40 @@ class RayDispatch:
             self.pending[id(config)] = (config, self._submit(config), time.time())
 
     def ready(self, timeout: float) -> list[RunConfig]:
-        """The submitted runs that have finished (waiting up to `timeout` seconds for one)."""
+        """The submitted runs that have finished (waiting up to `timeout` seconds for one), and those that
+        no live node can take any more (cancelled: their record says why)."""
         refs = {ref: config for config, ref, _ in self.pending.values()}
         if not refs:
             return []
         done, _ = self._ray.wait(list(refs), num_returns=1, timeout=timeout)
         if done:
             done, _ = self._ray.wait(list(refs), num_returns=len(refs), timeout=0)
-        return [refs[ref] for ref in done]
+        finished = [refs[ref] for ref in done]
+        if time.monotonic() - self._checked > 30:  # a queued run whose only large-enough node is gone
+            self._checked = time.monotonic()
+            for ref, config in refs.items():
+                if ref not in done and (reason := self._fits(config)) is not None:
+                    self._cancel(ref)
+                    self.misfits[id(config)] = reason
+                    finished.append(config)
+        return finished
+
+    def _cancel(self, ref: Any) -> None:
+        try:
+            self._ray.cancel(ref, force=True)
+        except Exception:  # noqa: BLE001 - a task that already finished, or whose node is gone
+            pass
 
     def run(self, config: RunConfig) -> RunRecord:
         """`config`'s record, once its run (submitted now unless it was ahead) is done and home."""
-        misfit = self._fits(config)
-        if misfit is not None:
-            return lost_run(config, self.results, self.session, misfit)
         entry = self.pending.pop(id(config), None)
+        if (reason := self.misfits.pop(id(config), None)) is not None:
+            return lost_run(config, self.results, self.session, reason)
+        if entry is None and (misfit := self._fits(config)) is not None:
+            return lost_run(config, self.results, self.session, misfit)
         submitted = entry[2] if entry is not None else time.time()
         ref = entry[1] if entry is not None else self._submit(config)
+        self.in_flight = ref
         try:
             outcome: NodeOutcome = self._ray.get(ref)
         except self._ray.exceptions.RayTaskError as exc:
@@ -327,28 +408,31 @@ class RayDispatch:
         except self._ray.exceptions.RayError as exc:
             return lost_run(config, self.results, self.session,
                             f"the run's Ray node or worker was lost ({type(exc).__name__}): {_first_line(exc)}")
+        finally:
+            self.in_flight = None
         return bring_home(config, outcome, self.results, submitted)
 
     def close(self, *, reap: bool = True) -> None:
-        """Cancel what never ran, remove what the session left on every live node (unless `reap` is
-        False: --keep-containers), disconnect."""
-        for _, ref, _ in self.pending.values():
-            try:
-                self._ray.cancel(ref, force=True)
-            except Exception:  # noqa: BLE001 - a task that already finished or whose node is gone
-                pass
+        """Cancel what is still queued or running (an interrupted sweep), remove what the session left on
+        every live node (unless `reap` is False: --keep-containers), disconnect. Never raises."""
+        cancelled = [ref for _, ref, _ in self.pending.values()] + ([self.in_flight] if self.in_flight else [])
+        for ref in cancelled:
+            self._cancel(ref)
         self.pending.clear()
-        if not reap:
+        try:
+            if reap:
+                if cancelled:
+                    time.sleep(2)  # a forced cancel ends its worker asynchronously; let it go first
+                self._reap_nodes()
+        except Exception as exc:  # noqa: BLE001 - a lost head, a timeout: said, and the rest still happens
+            print(f"ssebench: removing the session's containers on the Ray nodes: {exc}", file=sys.stderr)
+        finally:
             self._ray.shutdown()
-            return
+
+    def _reap_nodes(self) -> None:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+        nodes = [node for node in self._ray.nodes() if node.get("Alive")]  # type: ignore[no-untyped-call]
         reaps = [self._reap.options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(
-            node["NodeID"], soft=False)).remote(self.session.id) for node in self._ray.nodes() if node.get("Alive")]  # type: ignore[no-untyped-call]
-        try:
-            self._ray.get(reaps, timeout=120)
-        except self._ray.exceptions.RayError as exc:
-            print(f"ssebench: removing the session's containers on the Ray nodes: {exc}", file=sys.stderr)
-        except Exception as exc:  # noqa: BLE001 - GetTimeoutError is not a RayError in every version
-            print(f"ssebench: removing the session's containers on the Ray nodes: {exc}", file=sys.stderr)
-        self._ray.shutdown()
+            node["NodeID"], soft=False)).remote(self.session.id) for node in nodes]
+        self._ray.get(reaps, timeout=120)

@@ -72,7 +72,7 @@ def image_id(ref: str) -> str | None:
 
 
 def tag_image(ref: str, target: str) -> None:
-    repository, _, tag = target.rpartition(":")
+    repository, tag = split_ref(target)
     with docker_errors(f"tagging {ref} as {target}"):
         client().api.tag(ref, repository, tag)
 

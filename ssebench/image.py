@@ -391,7 +391,8 @@ def ensure_layers(
     """
     report = report if report is not None else BuildReport()
     for layer in layers:
-        if layer.image in report.built or (layer.image in report.reused and not force):
+        if layer.image in report.built or (layer.image in report.reused and not force) or (
+                layer.image in report.pulled):
             if push:
                 _push_once(settings, layer, report)
             continue
@@ -413,9 +414,15 @@ def ensure_layers(
                     build_layer(settings, layer, nocache=force, cancel=cancel)
                     say(f"built    {layer.kind:7} {layer.image} in {time.monotonic() - started:.0f}s")
                     report.built.append(layer.image)
-        if settings.image_registry and (push or layer.image in report.built):
-            _push_once(settings, layer, report)
         for alias in layer.aliases:
             if image_id(alias) != image_id(layer.image):
                 tag_image(layer.image, alias)
+        if push:
+            _push_once(settings, layer, report)
+        elif settings.image_registry and layer.image in report.built:
+            # A machine's own build is shared if it can be; a refused push does not fail its run.
+            try:
+                _push_once(settings, layer, report)
+            except SSEBenchError as exc:
+                say(f"ssebench: {exc}")
     return report

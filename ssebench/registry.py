@@ -46,9 +46,9 @@ def fetch(settings: Settings, image: str, accept: Callable[[dict[str, str]], boo
     pulled = pull_image(remote)
     if pulled is None:
         return None
-    if accept is not None and not accept(image_labels(remote) or {}):
+    if accept is not None and not accept(image_labels(pulled) or {}):
         return None
-    tag_image(remote, image)
+    tag_image(pulled, image)  # the image checked, by its id: not whatever the name means by now
     return pulled
 
 

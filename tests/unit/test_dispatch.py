@@ -13,7 +13,16 @@ from pathlib import Path
 import pytest
 
 from ssebench.agent import load_agent
-from ssebench.dispatch import HOME_CAP, NodeOutcome, bring_home, lost_run, pack, resources
+from ssebench.dispatch import (
+    HOME_CAP,
+    NodeOutcome,
+    bring_home,
+    check_cluster_access,
+    lost_run,
+    pack,
+    pack_or_top,
+    resources,
+)
 from ssebench.errors import SSEBenchError
 from ssebench.limits import Limits
 from ssebench.reaper import Session
@@ -142,3 +151,61 @@ def test_a_bad_registry_setting_names_its_variable(monkeypatch: pytest.MonkeyPat
     finally:
         get_settings.cache_clear()
     assert Settings(image_registry="127.0.0.1:5000").image_registry == "127.0.0.1:5000"
+
+
+def test_no_depth_of_tree_a_run_leaves_stops_it_from_coming_home(tmp_path: Path) -> None:
+    run = _node_run(tmp_path)
+    # 1500 levels: deeper than Python's recursion limit (made by descriptor: the whole path is over PATH_MAX
+    # for some calls, as an agent could make it).
+    fd = os.open(run / "archive", os.O_RDONLY)
+    try:
+        for _ in range(1500):
+            os.mkdir("a", dir_fd=fd)
+            inner = os.open("a", os.O_RDONLY, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        with open(os.open("leaf.txt", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd), "w") as leaf:
+            leaf.write("deep")
+    finally:
+        os.close(fd)
+    data, left = pack_or_top(run)
+    assert left == []
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        names = tar.getnames()
+    assert "run/result.json" in names and any(n.endswith("/leaf.txt") for n in names)
+
+
+def test_what_does_not_fit_at_home_in_the_archive_is_listed_not_fatal(tmp_path: Path) -> None:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as tar:
+        for name, body in (("run/result.json", b"{}"), ("run/archive/" + "n" * 300, b"x")):
+            info = tarfile.TarInfo(name)
+            info.size = len(body)
+            tar.addfile(info, io.BytesIO(body))
+    record = bring_home(_config(), _outcome(out.getvalue()), tmp_path / "out")
+    assert record.grade == "failed" and record.infra_error is None
+    assert record.files["home"]["dropped_count"] == 1
+
+
+def test_a_node_sends_only_run_ids_of_the_harness_s_making(tmp_path: Path) -> None:
+    data, _ = pack(_node_run(tmp_path))
+    for bad in ("../../x", "latest", "20260101T000000-d2-sandbox-abcdef/x"):
+        sent = _outcome(data)
+        sent.fields["run_id"] = bad
+        record = bring_home(_config(), sent, tmp_path / "out")
+        assert record.grade == "error" and "sent a run id that is not one" in (record.infra_error or "")
+        latest = tmp_path / "out" / "c-demo" / "none" / "dummy" / "latest"
+        assert latest.is_symlink() and os.readlink(latest) == record.run_dir.name  # the error's own directory
+
+
+@pytest.mark.parametrize("address, refused", [("127.0.0.1:6379", False), ("localhost:6379", False),
+                                              ("[::1]:6379", False), ("10.0.0.5:6379", True),
+                                              ("head.lan:6379", True), ("auto", True)])
+def test_a_cluster_beyond_loopback_needs_token_authentication(address: str, refused: bool,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    if refused:
+        with pytest.raises(SSEBenchError, match="start the cluster with token authentication"):
+            check_cluster_access(address)
+        monkeypatch.setenv("RAY_AUTH_MODE", "token")
+    check_cluster_access(address)

@@ -80,6 +80,7 @@ def test_without_agent_nothing_is_collected(demo: pytest.Pytester) -> None:
     (["--registry", "http://x"], "argument --registry: 'http://x': give the registry as HOST:PORT"),
     (["--registry", "127.0.0.1:99999"], "argument --registry: '127.0.0.1:99999': give the registry as HOST:PORT"),
     (["--dispatch", "ray", "-n", "2"], "--dispatch ray: one pytest process submits every run to the cluster"),
+    (["--dispatch", "ray", "--egress", "open"], "--egress open with --dispatch ray: an open run could reach"),
 ])
 def test_bad_options_are_usage_errors(demo: pytest.Pytester, args: list[str], message: str) -> None:
     result = demo.runpytest("datasets/demo", "--agent", "dummy", *args, "--collect-only")
