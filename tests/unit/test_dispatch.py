@@ -7,7 +7,9 @@ import hashlib
 import io
 import json
 import os
+import subprocess
 import tarfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -153,8 +155,20 @@ def test_a_bad_registry_setting_names_its_variable(monkeypatch: pytest.MonkeyPat
     assert Settings(image_registry="127.0.0.1:5000").image_registry == "127.0.0.1:5000"
 
 
-def test_no_depth_of_tree_a_run_leaves_stops_it_from_coming_home(tmp_path: Path) -> None:
-    run = _node_run(tmp_path)
+@pytest.fixture
+def deep_scratch(tmp_path: Path) -> Iterator[Path]:
+    """A scratch directory removed with rm at the end: pytest's own clean-up of old temporary directories
+    recurses, and a tree this deep would stop every later pytest session of this user."""
+    scratch = tmp_path / "deep"
+    scratch.mkdir()
+    try:
+        yield scratch
+    finally:
+        subprocess.run(["rm", "-rf", str(scratch)], check=True)
+
+
+def test_no_depth_of_tree_a_run_leaves_stops_it_from_coming_home(deep_scratch: Path) -> None:
+    run = _node_run(deep_scratch)
     # 1500 levels: deeper than Python's recursion limit (made by descriptor: the whole path is over PATH_MAX
     # for some calls, as an agent could make it).
     fd = os.open(run / "archive", os.O_RDONLY)
