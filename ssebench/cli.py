@@ -200,6 +200,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.dispatch == "ray":
         from ssebench.dispatch import NodeModels, RayDispatch
 
+        if args.egress == "open":
+            print("error: --egress open with --dispatch ray: an open run could reach the cluster's own services "
+                  "from its node; run open-egress runs locally", file=sys.stderr)
+            return 2
+
         dispatch = RayDispatch(settings, session, args.results.resolve(), args.ray_address,
                                models=NodeModels(settings.models_dir) if agent.needs_model else None)
         try:

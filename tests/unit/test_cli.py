@@ -108,3 +108,18 @@ def test_ps_reads_the_phase_from_the_entrypoints_own_lines() -> None:
     assert phases == ["starting", "starting", "starting", "agent", "grading", "finishing"]
     # Other output (the daemon's, say) never sets a phase; only whole entrypoint lines do.
     assert phase_of(said[2] + "\nagent exited with status 0\n x [ssebench-entrypoint 1:2:3] graded: x") == "agent"
+
+
+def test_run_refuses_open_egress_over_ray_before_connecting(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "--task", str(DEMO / "c-demo"), "--agent", "dummy", "--dispatch", "ray",
+                 "--egress", "open", "--ray-address", "127.0.0.1:1"]) == 2
+    assert "--egress open with --dispatch ray" in capsys.readouterr().err
+
+
+def test_run_refuses_a_cluster_beyond_loopback_without_token_auth(capsys: pytest.CaptureFixture[str],
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    status = main(["run", "--task", str(DEMO / "c-demo"), "--agent", "dummy", "--dispatch", "ray",
+                   "--ray-address", "10.9.9.9:6379"])
+    assert status != 0
+    assert "start the cluster with token authentication" in capsys.readouterr().err
