@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -71,6 +72,7 @@ def main(workers: int) -> None:
         elif command[:1] == ["quit"]:
             break
     cluster.shutdown()
+    shutil.rmtree(temp, ignore_errors=True)
 
 
 if __name__ == "__main__":
