@@ -132,10 +132,7 @@ def pack(run_dir: Path, cap: int = HOME_CAP, file_cap: int = HOME_FILE_CAP) -> t
                 elif st.st_size > file_cap or total + st.st_size > cap:
                     left.append({"path": relative, "size": st.st_size, "reason": "over the cap"})
                 else:
-                    info = tarfile.TarInfo(f"run/{relative}")
-                    info.size, info.mode, info.mtime = st.st_size, 0o644, int(st.st_mtime)
-                    with path.open("rb") as data:
-                        tar.addfile(info, data)
+                    _add_file(tar, path, f"run/{relative}", st)
                     total += st.st_size
     return out.getvalue(), left
 
@@ -152,11 +149,15 @@ def pack_or_top(run_dir: Path) -> tuple[bytes, list[dict[str, Any]]]:
             for path in sorted(run_dir.iterdir()):
                 st = path.lstat()
                 if stat.S_ISREG(st.st_mode) and st.st_size <= HOME_FILE_CAP:
-                    info = tarfile.TarInfo(f"run/{path.name}")
-                    info.size, info.mode, info.mtime = st.st_size, 0o644, int(st.st_mtime)
-                    with path.open("rb") as data:
-                        tar.addfile(info, data)
+                    _add_file(tar, path, f"run/{path.name}", st)
         return out.getvalue(), [{"path": "archive", "reason": f"not packed: {type(exc).__name__}: {exc}"}]
+
+
+def _add_file(tar: tarfile.TarFile, path: Path, name: str, st: os.stat_result) -> None:
+    info = tarfile.TarInfo(name)
+    info.size, info.mode, info.mtime = st.st_size, 0o644, int(st.st_mtime)
+    with path.open("rb") as data:
+        tar.addfile(info, data)
 
 
 def _dir_info(name: str) -> tarfile.TarInfo:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from ssebench.agent import load_agent
+from ssebench import dispatch
 from ssebench.dispatch import (
     HOME_CAP,
     NodeOutcome,
@@ -169,8 +170,8 @@ def deep_scratch(tmp_path: Path) -> Iterator[Path]:
 
 def test_no_depth_of_tree_a_run_leaves_stops_it_from_coming_home(deep_scratch: Path) -> None:
     run = _node_run(deep_scratch)
-    # 1500 levels: deeper than Python's recursion limit (made by descriptor: the whole path is over PATH_MAX
-    # for some calls, as an agent could make it).
+    # 1500 levels: deeper than Python's recursion limit (made relative to a directory descriptor, as an
+    # agent in its archive could).
     fd = os.open(run / "archive", os.O_RDONLY)
     try:
         for _ in range(1500):
@@ -187,6 +188,22 @@ def test_no_depth_of_tree_a_run_leaves_stops_it_from_coming_home(deep_scratch: P
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
         names = tar.getnames()
     assert "run/result.json" in names and any(n.endswith("/leaf.txt") for n in names)
+
+
+def test_a_tree_that_cannot_be_packed_still_sends_the_harness_s_files(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    run = _node_run(tmp_path)
+
+    def unpackable(*args: object, **kwargs: object) -> tuple[bytes, list[dict[str, object]]]:
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(dispatch, "pack", unpackable)
+    data, left = dispatch.pack_or_top(run)
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        assert sorted(tar.getnames()) == ["run", "run/container.log", "run/result.json"]
+    assert left == [{"path": "archive", "reason": "not packed: RecursionError: maximum recursion depth exceeded"}]
+    record = bring_home(_config(), _outcome(data), tmp_path / "out")
+    assert record.grade == "failed" and record.infra_error is None
 
 
 def test_what_does_not_fit_at_home_in_the_archive_is_listed_not_fatal(tmp_path: Path) -> None:
