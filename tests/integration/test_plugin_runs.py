@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -33,6 +34,11 @@ def demo(pytester: pytest.Pytester, demo_images: list[Task]) -> pytest.Pytester:
 def _session_containers(agent: str | None = None) -> list[dict[str, Any]]:
     """Run containers of any session (of one agent's runs, given `agent`)."""
     return list_containers({"label": f"ssebench.agent={agent}" if agent else "ssebench.session"})
+
+
+def _started_by(process: subprocess.Popen[bytes]) -> list[dict[str, Any]]:
+    """The run containers of the session `process` leads: a leftover of another test's session is not counted."""
+    return list_containers({"label": [f"ssebench.controller={process.pid}", "ssebench.agent=sleeper"]})
 
 
 def test_reference_passes_every_demo_task(demo: pytest.Pytester) -> None:
@@ -161,16 +167,34 @@ def sleeper(demo: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Py
 
 
 def _start(pytester: pytest.Pytester, mode: str = "sandbox") -> subprocess.Popen[bytes]:
+    """The sweep, its output in `session.log`; with faulthandler, so that SIGABRT shows where it hangs."""
     command = [sys.executable, "-m", "pytest", "datasets/demo/c-demo", "datasets/demo/go-demo", "--agent", "sleeper",
                "-n", "2", "--results", "out", "-p", "no:cacheprovider", "--mode", mode]
-    return subprocess.Popen(command, cwd=pytester.path, env=os.environ.copy(), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    with open(pytester.path / "session.log", "wb") as log:
+        return subprocess.Popen(command, cwd=pytester.path, env={**os.environ, "PYTHONFAULTHANDLER": "1"},
+                                stdout=log, stderr=subprocess.STDOUT)
 
 
-def _wait_for_containers(count: int, timeout: float = 600) -> None:
+def _interrupt(process: subprocess.Popen[bytes], pytester: pytest.Pytester, timeout: float = 120) -> None:
+    """Ctrl-C the sweep and wait for it to end; if it does not, fail with every Python stack of its tree."""
+    workers = _children(process.pid)
+    process.send_signal(signal.SIGINT)
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        for pid in [process.pid, *workers]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGABRT)
+        time.sleep(3)
+        log = (pytester.path / "session.log").read_text(errors="replace")
+        raise AssertionError(f"the sweep did not end within {timeout} s of Ctrl-C; its output and stacks:\n"
+                             f"{log[-20000:]}") from None
+
+
+def _wait_for_containers(process: subprocess.Popen[bytes], count: int, timeout: float = 600) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if len([c for c in _session_containers("sleeper") if c.get("State") == "running"]) >= count:
+        if len([c for c in _started_by(process) if c.get("State") == "running"]) >= count:
             return
         time.sleep(1)
     raise AssertionError(f"{count} run containers did not start")
@@ -205,7 +229,7 @@ def _listed_in_agent_phase(agent: str, runs: int, timeout: float = 120) -> list[
 def test_ctrl_c_leaves_nothing_behind(sleeper: pytest.Pytester) -> None:
     process = _start(sleeper)
     try:
-        _wait_for_containers(2)
+        _wait_for_containers(process, 2)
         # While they run, `ssebench ps` shows both in their agent phase.
         mine = _listed_in_agent_phase("sleeper", 2)
         assert sorted((r["task"], r["model"], r["difficulty"], r["mode"], r["phase"]) for r in mine) == [
@@ -213,37 +237,35 @@ def test_ctrl_c_leaves_nothing_behind(sleeper: pytest.Pytester) -> None:
         table = subprocess.run([sys.executable, "-m", "ssebench.cli", "ps"], capture_output=True, text=True,
                                check=True).stdout
         assert table.startswith("TASK") and "sleeper" in table
-        process.send_signal(signal.SIGINT)
-        process.wait(timeout=120)
+        _interrupt(process, sleeper)
     finally:
         process.kill()
-    assert _session_containers("sleeper") == []
+    assert _started_by(process) == []
 
 
 def test_ctrl_c_in_sidecar_mode_leaves_no_container_volume_or_network(sleeper: pytest.Pytester) -> None:
     process = _start(sleeper, "sidecar")
     try:
-        _wait_for_containers(4)  # two runs, two containers each
-        volumes = list_volumes({"label": "ssebench.session"})
-        assert len(volumes) >= 8, volumes  # the positive control: four volumes per run, labelled
-        roles = sorted(c["Labels"].get("ssebench.role", "") for c in _session_containers("sleeper"))
+        _wait_for_containers(process, 4)  # two runs, two containers each
+        volumes = list_volumes({"label": f"ssebench.controller={process.pid}"})
+        assert len(volumes) == 8, volumes  # the positive control: four volumes per run, labelled
+        roles = sorted(c["Labels"].get("ssebench.role", "") for c in _started_by(process))
         assert roles == ["agent", "agent", "task", "task"], roles
         mine = _listed_in_agent_phase("sleeper", 2)  # each run once (by its agent container)
         assert sorted((r["task"], r["mode"], r["phase"]) for r in mine) == [
             ("c-demo", "sidecar", "agent"), ("go-demo", "sidecar", "agent")]
-        process.send_signal(signal.SIGINT)
-        process.wait(timeout=120)
+        _interrupt(process, sleeper)
     finally:
         process.kill()
-    assert _session_containers("sleeper") == []
-    assert list_volumes({"label": "ssebench.session"}) == []
-    assert client().networks.list(filters={"label": "ssebench.session"}) == []
+    assert _started_by(process) == []
+    assert list_volumes({"label": f"ssebench.controller={process.pid}"}) == []
+    assert client().networks.list(filters={"label": f"ssebench.controller={process.pid}"}) == []
 
 
 def test_killed_worker_and_crashed_session_are_reaped_by_the_next(sleeper: pytest.Pytester) -> None:
     process = _start(sleeper)
     try:
-        _wait_for_containers(2)
+        _wait_for_containers(process, 2)
         workers = _children(process.pid)
         assert workers, "no xdist worker found"
         os.kill(workers[0], signal.SIGKILL)
@@ -251,15 +273,16 @@ def test_killed_worker_and_crashed_session_are_reaped_by_the_next(sleeper: pytes
         process.wait(timeout=60)
     finally:
         process.kill()
-    for worker in _children(process.pid):
-        os.kill(worker, signal.SIGKILL)
+    for worker in workers:  # the survivor, reparented once its controller died
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(worker, signal.SIGKILL)
     time.sleep(1)
-    assert _session_containers("sleeper"), "the crash should have left containers for the next session to reap"
+    assert _started_by(process), "the crash should have left containers for the next session to reap"
     nextone = sleeper.runpytest_subprocess("datasets/demo/c-demo", "--agent", "dummy", "--collect-only", "-q",
                                            "-p", "no:cacheprovider")
     assert nextone.ret == 0
-    assert _session_containers("sleeper") == []
-    assert client().networks.list(filters={"label": "ssebench.session"}) == []
+    assert _started_by(process) == []
+    assert client().networks.list(filters={"label": f"ssebench.controller={process.pid}"}) == []
 
 
 def test_ssebench_run_cli(demo: pytest.Pytester) -> None:
