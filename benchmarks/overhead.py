@@ -8,7 +8,8 @@ Needs the dataset's images for the dummy and reference agents
 rounds alternate (A B A B ...):
 
   floor    a plain `docker run` of the task's tool image doing the task's own
-           work once: copy the source, build.sh, run.sh on each PoC, test.sh
+           work once: copy the source, build.sh, run.sh on each PoC, test.sh,
+           and the hidden tests (applied to the same tree, test.sh again)
   run      one dummy run of the task through pytest (collection, images
            check, network, container, agent, grading, results), wall clock
   sidecar  (with --sidecar) the same run in sidecar mode: two containers and
@@ -82,13 +83,16 @@ def stats(values: list[float]) -> dict[str, float]:
 
 
 def floor_script(task: Any) -> str:
-    """The task's own work once, as a plain shell in its tool image: copy, build, PoCs, tests."""
+    """The task's own work once, as a plain shell in its tool image: copy, build, PoCs, tests, and the
+    hidden tests (applied to the same tree, then the tests again), which grading runs too."""
     config = task.config
     pocs = " ".join(f"/ssebench/{p}" for p in config.files.poc)
+    hidden = (f"git apply -p1 /ssebench/{config.files.future_test} && bash /ssebench/{config.scripts.test} "
+              ">/dev/null 2>&1; " if config.files.future_test and config.scripts.test else "")
     return (f"set -u; rm -rf /tmp/floor && cp -a {config.source} /tmp/floor && rm -rf /tmp/floor/.git && cd /tmp/floor && "
             f"bash /ssebench/{config.scripts.build} >/tmp/build.log 2>&1 || {{ tail -20 /tmp/build.log; exit 1; }}; "
             f"for p in {pocs}; do bash /ssebench/{config.scripts.run} $p >/dev/null 2>&1; done; "
-            f"bash /ssebench/{config.scripts.test} >/dev/null 2>&1; exit 0")
+            f"bash /ssebench/{config.scripts.test} >/dev/null 2>&1; {hidden}exit 0")
 
 
 def floor(task: Any, image: str) -> float:

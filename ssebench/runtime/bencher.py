@@ -20,6 +20,14 @@ Root never writes into a place sse-runner or model could have prepared:
 
 Copies are capped in size (`copy_limit`): a tree the agent filled cannot make
 the harness fill the disk with copies of it.
+
+Grading builds once: the graded build's tree is also where its PoCs run, then
+the function test, then the hidden tests (applied to it), as a person would
+check a patch in one checkout. The agent's code runs as sse-runner with that
+tree in every check either way, so sharing it gives that code nothing a fresh
+copy would not; the checks' scripts and hidden files stay root's and staged.
+An agent's own checks (without grading) each get a fresh copy of its tree,
+which may have changed between them.
 """
 
 from __future__ import annotations
@@ -119,6 +127,8 @@ class Bencher:
         self.lock = threading.Lock()
         self.session: Path | None = None
         self.last_build: Path | None = None
+        # The graded build's tree, which the grading checks after it share; None once the hidden tests used it.
+        self.graded_tree: Path | None = None
         self._sessions = 0
 
     # -- sessions and copies --------------------------------------------------
@@ -139,7 +149,7 @@ class Bencher:
         for sub in ("home", "tmp"):
             (session / sub).mkdir(mode=0o700)
             os.chown(session / sub, self.runner.uid, self.runner.gid)
-        self.session, self.last_build = session, None
+        self.session, self.last_build, self.graded_tree = session, None, None
         return session
 
     def _ensure_session(self) -> Path:
@@ -205,6 +215,25 @@ class Bencher:
                            "(limit: file size)\n" + problems
             raise BencherError(500, f"copying {tree} for the check failed: {problems.strip()[-500:]}")
         return dst
+
+    @contextmanager
+    def _tree(self, grading: bool, kind: str, spend: bool = False) -> Iterator[Path]:
+        """Where a check runs: the graded build's tree when grading has one, else a fresh copy, removed after.
+
+        `spend`: the check changes the tree for good (the hidden tests), so the tree is removed after it and
+        nothing later runs there.
+        """
+        shared = self.graded_tree if grading else None
+        if shared is None or not shared.is_dir():
+            shared = None
+        tree = shared or self._copy(grading, kind)
+        try:
+            yield tree
+        finally:
+            if shared is None or spend:
+                shutil.rmtree(tree, ignore_errors=True)
+                if shared is not None:
+                    self.graded_tree = self.last_build = None
 
     @contextmanager
     def _staged(self, files: dict[str, Path]) -> Iterator[Path]:
@@ -295,6 +324,7 @@ class Bencher:
             copy = self._copy(grading, "build")
             result = self._run("build", ["bash", str(script)], copy)
             self.last_build = copy
+            self.graded_tree = copy if grading else None
             return result
 
     def poc_path(self, poc: str) -> str:
@@ -317,32 +347,24 @@ class Bencher:
 
     def function_test(self, grading: bool = False, guard: Guard = _no_guard) -> ScriptResult:
         script = self._script("test", self.task.test_script)
-        with self._turn(guard):
-            copy = self._copy(grading, "test")
-            try:
-                return self._run("function_test", ["bash", str(script)], copy)
-            finally:
-                shutil.rmtree(copy, ignore_errors=True)
+        with self._turn(guard), self._tree(grading, "test") as tree:
+            return self._run("function_test", ["bash", str(script)], tree)
 
     def intent_test(self, grading: bool = False, guard: Guard = _no_guard) -> ScriptResult:
         script = self._script("test", self.task.test_script)
         if self.task.future_test is None:
             raise BencherError(404, "this task has no hidden tests")
-        with self._turn(guard):
-            copy = self._copy(grading, "intent")
-            try:
-                with self._staged({"hidden.diff": self.task_dir / self.task.future_test}) as stage:
-                    session = self._ensure_session()
-                    applied = subprocess.run(
-                        confined(git.argv("apply", "-p1", "--whitespace=nowarn", str(stage / "hidden.diff")),
-                                 self.limits.file_size),
-                        cwd=copy, capture_output=True, text=True, check=False, timeout=300,
-                        env=git.env(str(session / "home"), GIT_CEILING_DIRECTORIES=str(session)),
-                        **self.runner.popen_kwargs(),
-                    )
-                kill_user(self.runner)
-                if applied.returncode != 0:
-                    raise BencherError(500, f"git apply failed: {applied.stderr.strip()[-2000:]}")
-                return self._run("intent_test", ["bash", str(script)], copy)
-            finally:
-                shutil.rmtree(copy, ignore_errors=True)
+        with self._turn(guard), self._tree(grading, "intent", spend=True) as tree:
+            with self._staged({"hidden.diff": self.task_dir / self.task.future_test}) as stage:
+                session = self._ensure_session()
+                applied = subprocess.run(
+                    confined(git.argv("apply", "-p1", "--whitespace=nowarn", str(stage / "hidden.diff")),
+                             self.limits.file_size),
+                    cwd=tree, capture_output=True, text=True, check=False, timeout=300,
+                    env=git.env(str(session / "home"), GIT_CEILING_DIRECTORIES=str(session)),
+                    **self.runner.popen_kwargs(),
+                )
+            kill_user(self.runner)
+            if applied.returncode != 0:
+                raise BencherError(500, f"git apply failed: {applied.stderr.strip()[-2000:]}")
+            return self._run("intent_test", ["bash", str(script)], tree)

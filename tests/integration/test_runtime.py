@@ -84,6 +84,13 @@ def _apply_to_copy(src: Path, patch: Path, dst: Path) -> Path:
     return dst
 
 
+def _checks(run_dir: Path) -> list[tuple[str, str]]:
+    """(check, directory it ran in) of each script the bencher ran, in order."""
+    logs = sorted(run_dir.glob("scriptrunner-*.log"), key=lambda p: int(p.name.split("-")[1]))
+    records = [json.loads(p.read_text().split("\n", 1)[0]) for p in logs]
+    return [(r["check"], r["cwd"]) for r in records]
+
+
 def _same_tree(a: Path, b: Path) -> bool:
     files = lambda root: {p.relative_to(root): p.read_bytes() for p in root.rglob("*") if p.is_file()}  # noqa: E731
     return files(a) == files(b)
@@ -134,6 +141,11 @@ def test_the_fix_passes_committed_or_not(settings: Settings, demo_images: list[T
     assert _same_tree(ours, upstream)
     if committed:
         assert "fix" in (run_dir / "commits.log").read_text()
+    # Grading built once: the PoCs, the tests and the hidden tests ran in the graded build's tree.
+    checks = _checks(run_dir)
+    assert [c for c, _ in checks] == ["build", *["run_poc"] * len(task.config.files.poc), "function_test",
+                                      "intent_test"], checks
+    assert len({cwd for _, cwd in checks}) == 1, checks
 
 
 @pytest.fixture
@@ -211,6 +223,16 @@ done
 echo '* filter=evil diff=evil' > .gitattributes
 echo '/* changed by the agent */' >> tlv.c
 """
+
+
+def test_an_agents_own_checks_each_get_a_fresh_copy(held: Any, tmp_path: Path) -> None:
+    """Only grading shares a tree between checks: the agent's tree may change between its own."""
+    ran = run_as(held, "1000", "import json; from sse import project;"
+                 "print(json.dumps([project.build().code, project.function_test().code, project.build().code]))")
+    assert ran == [0, 0, 0]
+    checks = _checks(tmp_path)
+    assert [c for c, _ in checks] == ["build", "function_test", "build"], checks
+    assert len({cwd for _, cwd in checks}) == 3, checks
 
 
 def test_planted_git_configuration_runs_nothing(held: Any) -> None:
