@@ -64,6 +64,7 @@ from ssebench.runtime.taskfile import TaskFile
 
 TIMED_OUT = 124
 NO_BUILD = -1
+APPLY_TIMEOUT = 300  # seconds for the hidden tests' `git apply`
 
 Guard = Callable[[], None]
 
@@ -356,15 +357,29 @@ class Bencher:
             raise BencherError(404, "this task has no hidden tests")
         with self._turn(guard), self._tree(grading, "intent", spend=True) as tree:
             with self._staged({"hidden.diff": self.task_dir / self.task.future_test}) as stage:
-                session = self._ensure_session()
-                applied = subprocess.run(
-                    confined(git.argv("apply", "-p1", "--whitespace=nowarn", str(stage / "hidden.diff")),
-                             self.limits.file_size),
-                    cwd=tree, capture_output=True, text=True, check=False, timeout=300,
-                    env=git.env(str(session / "home"), GIT_CEILING_DIRECTORIES=str(session)),
-                    **self.runner.popen_kwargs(),
-                )
-            kill_user(self.runner)
-            if applied.returncode != 0:
-                raise BencherError(500, f"git apply failed: {applied.stderr.strip()[-2000:]}")
+                self._apply(stage / "hidden.diff", tree)
             return self._run("intent_test", ["bash", str(script)], tree)
+
+    def _apply(self, diff: Path, tree: Path) -> None:
+        """Apply `diff` to `tree` as sse-runner, as a plain patch: never through a repository of the tree's.
+
+        Code of the agent's ran in the graded tree before this and could leave a `.git` there whose
+        configuration runs a filter on every file; so git starts in the session directory (root's, where
+        nobody else can make a `.git`, and git looks no higher) and reaches the tree by `--directory`.
+        Whatever goes wrong is a failed apply, which fails the intent test: never an ungraded error.
+        """
+        session = self._ensure_session()
+        argv = git.argv("apply", "-p1", "--whitespace=nowarn", f"--directory={tree.relative_to(session)}", str(diff))
+        try:
+            applied = subprocess.run(
+                confined(argv, self.limits.file_size), cwd=session, capture_output=True, check=False,
+                timeout=APPLY_TIMEOUT, env=git.env(str(session / "home"), GIT_CEILING_DIRECTORIES=str(session)),
+                **self.runner.popen_kwargs(),
+            )
+        except subprocess.TimeoutExpired:
+            raise BencherError(500, f"git apply failed: it did not finish within {APPLY_TIMEOUT} s") from None
+        finally:
+            kill_user(self.runner)
+        if applied.returncode != 0:
+            raise BencherError(500, "git apply failed: "
+                                    + applied.stderr.decode("utf-8", errors="replace").strip()[-2000:])
