@@ -365,7 +365,8 @@ class Bencher:
 
         Code of the agent's ran in the graded tree before this and could leave a `.git` there whose
         configuration runs a filter on every file; so git starts in the session directory (root's, where
-        nobody else can make a `.git`, and git looks no higher) and reaches the tree by `--directory`.
+        nobody else can make a `.git`), looks no higher (git ignores a ceiling that is its working directory,
+        so the ceiling is the session's parent) and reaches the tree by `--directory`.
         Whatever goes wrong is a failed apply, which fails the intent test: never an ungraded error.
         """
         session = self._ensure_session()
@@ -373,7 +374,7 @@ class Bencher:
         try:
             applied = subprocess.run(
                 confined(argv, self.limits.file_size), cwd=session, capture_output=True, check=False,
-                timeout=APPLY_TIMEOUT, env=git.env(str(session / "home"), GIT_CEILING_DIRECTORIES=str(session)),
+                timeout=APPLY_TIMEOUT, env=git.env(str(session / "home"), GIT_CEILING_DIRECTORIES=str(session.parent)),
                 **self.runner.popen_kwargs(),
             )
         except subprocess.TimeoutExpired:

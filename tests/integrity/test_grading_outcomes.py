@@ -56,7 +56,8 @@ PLANT_REPOSITORY = r"""
 mkdir -p .git/objects .git/refs
 echo 'ref: refs/heads/main' > .git/HEAD
 printf '#!/bin/sh\nprintf "\\377\\376" >&2\nexit 1\n' > .filter && chmod +x .filter
-printf '[core]\n\trepositoryformatversion = 0\n[filter "x"]\n\tclean = ./.filter\n\tsmudge = ./.filter\n\trequired = true\n' > .git/config
+printf '[core]\n\trepositoryformatversion = 0\n' > .git/config
+printf '[filter "x"]\n\tclean = ./.filter\n\tsmudge = ./.filter\n\trequired = true\n' >> .git/config
 echo '* filter=x' > .gitattributes
 """
 
