@@ -224,9 +224,7 @@ class Bencher:
         `spend`: the check changes the tree for good (the hidden tests), so the tree is removed after it and
         nothing later runs there.
         """
-        shared = self.graded_tree if grading else None
-        if shared is None or not shared.is_dir():
-            shared = None
+        shared = self.graded_tree if grading and self.graded_tree and self.graded_tree.is_dir() else None
         tree = shared or self._copy(grading, kind)
         try:
             yield tree
