@@ -143,11 +143,12 @@ def pytest_run(task_dir: Path, results: Path, mode: str = "sandbox") -> tuple[fl
     return elapsed, run_dir
 
 
-def latency(image: str, calls: int) -> dict[str, dict[str, float]]:
+def latency(image: str, runtime: str, calls: int) -> dict[str, dict[str, float]]:
     from ssebench.engine import client
+    from ssebench.image import runtime_binds
 
     container = client().containers.run(image, ["sleep", "3600"], detach=True, init=True, network_disabled=True,
-                                        labels={"ssebench.session": "benchmark"})
+                                        labels={"ssebench.session": "benchmark"}, volumes=runtime_binds(runtime))
     try:
         deadline = time.monotonic() + 120
         while b"] agent: " not in container.logs():
@@ -168,6 +169,15 @@ def image_size(ref: str) -> int:
     from ssebench.engine import client
 
     return int(client().api.inspect_image(ref)["Size"])
+
+
+def volume_size(volume: str, image: str) -> int:
+    """Bytes in a volume, counted by `du` in a container of `image` that mounts it read-only."""
+    from ssebench.engine import client
+
+    out = client().containers.run(image, ["du", "-sb", "/v"], entrypoint=[], remove=True, network_disabled=True,
+                                  volumes={volume: {"bind": "/v", "mode": "ro,nocopy"}})
+    return int(out.decode().split()[0])
 
 
 def agent_layer_build(tool: str, agent_dir: Path) -> float:
@@ -196,7 +206,7 @@ def main() -> int:
     from ssebench.agent import load_agent
     from ssebench.build import build_images
     from ssebench.dataset import load_dataset
-    from ssebench.image import image_names
+    from ssebench.image import ensure_runtime_volume, image_names
     from ssebench.settings import get_settings
 
     settings = get_settings()
@@ -253,7 +263,9 @@ def main() -> int:
                   file=sys.stderr)
         first = tasks[0]
         names = image_names(settings, first, "dummy")
-        report["latency_ms"] = latency(names["tool"], args.calls)
+        runtime = ensure_runtime_volume(settings, names["runtime"])
+        report["runtime_volume_bytes"] = volume_size(runtime, names["case"])
+        report["latency_ms"] = latency(names["tool"], runtime, args.calls)
         report["agent_layer_build_s"] = agent_layer_build(names["tool"], settings.agents_dir / "dummy")
         if args.workers:
             walls = {}
@@ -299,6 +311,9 @@ def print_table(report: dict[str, Any]) -> None:
     print(f"\ndeciding no image needs rebuilding: {images['again']:.2f} s for {len(report['tasks'])} tasks "
           f"({images['per_task']:.2f} s per task)")
     print(f"building one agent layer (dummy, no cache): {report['agent_layer_build_s']:.1f} s")
+    if "runtime_volume_bytes" in report:
+        print(f"the runtime, in one volume that every task of a language shares: "
+              f"{report['runtime_volume_bytes'] / 1e6:.1f} MB")
     if "workers_s" in report:
         w = report["workers_s"]
         print(f"reference + dummy on the dataset: -n 1 {w['n1']:.1f} s, -n 2 {w['n2']:.1f} s: {w['speedup']:.2f}x")

@@ -18,6 +18,7 @@ from typing import Any
 
 from ssebench.errors import SSEBenchError
 from ssebench.limits import Limits
+from ssebench.settings import Settings
 
 
 class RunTimeoutError(SSEBenchError):
@@ -33,9 +34,9 @@ class Mount:
 
 @dataclass(frozen=True)
 class Volume:
-    """A volume of the run's own (Backend.create_volume) at `container`.
+    """A volume at `container`: one of the run's own (Backend.create_volume), or the runtime's (read-only).
 
-    Empty at first. With `fill`, the container's image fills it from that
+    A run's own is empty at first. With `fill`, the container's image fills it from that
     path (sidecar mode's source tree, from the task container's image);
     without, nothing of the image enters it, whichever container mounts it
     first.
@@ -45,6 +46,7 @@ class Volume:
     container: str
     # Fill it from the image at `container` when it is empty (Docker's default); else mount it as it is.
     fill: bool = False
+    read_only: bool = False
 
 
 # What the entrypoint needs as root: switch to model and sse-runner (SETUID,
@@ -146,6 +148,11 @@ class Backend(ABC):
     @abstractmethod
     def remove_volume(self, name: str) -> None:
         """Remove a volume no container uses any more; a no-op when it is gone."""
+
+    @abstractmethod
+    def runtime_volume(self, settings: Settings, image: str) -> str:
+        """The volume holding the runtime of `image` (a runtime image), made from it if missing; runs mount
+        it read-only. Raises SSEBenchError."""
 
 
 @dataclass(frozen=True)
@@ -250,7 +257,8 @@ class DockerBackend(Backend):
         for mount in spec.mounts:
             tc.with_volume_mapping(str(mount.host), mount.container, "ro" if mount.read_only else "rw")
         for volume in spec.volumes:
-            tc.with_volume_mapping(volume.name, volume.container, "rw" if volume.fill else "rw,nocopy")
+            access = "ro" if volume.read_only else "rw"
+            tc.with_volume_mapping(volume.name, volume.container, access if volume.fill else f"{access},nocopy")
         if spec.name is not None:
             tc.with_name(spec.name)
         if spec.command is not None:
@@ -307,3 +315,8 @@ class DockerBackend(Backend):
         from ssebench.engine import remove_volume
 
         remove_volume(name)
+
+    def runtime_volume(self, settings: Settings, image: str) -> str:
+        from ssebench.image import ensure_runtime_volume
+
+        return ensure_runtime_volume(settings, image)

@@ -1,7 +1,15 @@
 """The images of a run, as a plan of layers, and building the plan.
 
     os  ->  base-<lang>  ->  case/<dataset>/<task>  ->  tool/<dataset>/<task>  ->  agent-<name>/<dataset>/<task>
-            runtime-<lang> (the venv, once per language) --COPY--^
+            runtime-<lang> (the venv, once per language)  ->  volume ssebench-runtime-<digest>
+
+The runtime is in no task's image. Its image fills one volume per runtime
+digest, once; every tool image is made, and every run's task container
+runs, with that volume mounted read-only at /opt/ssebench. A task's tool
+layer is a commit of its case image after `ssebench.runtime.toollayer` ran
+in it, so it holds the task's users, tree and locks, and nothing of the
+runtime; it is rebuilt when the tool layer's own code changes, not when the
+rest of the runtime does.
 
 Sidecar mode runs the tool image as the task container and, beside it, one
 image per agent that holds nothing of any task:
@@ -17,6 +25,7 @@ Planning needs no Docker; building does.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -26,14 +35,25 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TextIO
 
 from filelock import FileLock
 
 from ssebench.agent import Agent
-from ssebench.engine import docker_errors, image_id, image_labels, tag_image
+from ssebench.engine import (
+    client,
+    docker_errors,
+    image_id,
+    image_labels,
+    list_volumes,
+    remove_container,
+    split_ref,
+    tag_image,
+)
 from ssebench.errors import BuildCancelled, ImageBuildError, SSEBenchError
 from ssebench.logs import file_tail
 from ssebench.registry import fetch, publish
+from ssebench.runtime.layout import RUNTIME_HOME
 from ssebench.settings import PROJECT_ROOT, Settings
 from ssebench.task import Task
 from ssebench.version import __version__
@@ -43,8 +63,21 @@ LABEL_VERSION = "ssebench.version"
 LABEL_HASH = "ssebench.hash"
 LABEL_TASK = "ssebench.task"
 LABEL_DATASET = "ssebench.dataset"
+# Every runtime volume's name starts so (`make clean-images` removes them with the images).
+RUNTIME_VOLUME_PREFIX = "ssebench-runtime-"
 
 RUNTIME_SOURCES = (PROJECT_ROOT / "ssebench" / "runtime", PROJECT_ROOT / "sdk" / "sse")
+# Where every container that runs the runtime has it (RUNTIME_HOME): its venv and library.
+RUNTIME_PYTHON = f"{RUNTIME_HOME}/venv/bin/python"
+# The modules `python -m ssebench.runtime.toollayer` imports (a unit test holds this to what it does
+# import): a change to one of them, or to the runtime's pinned packages, rebuilds every tool layer; a
+# change anywhere else in the runtime rebuilds only the runtime image and its volume.
+TOOL_LAYER_SOURCES = tuple(PROJECT_ROOT / "ssebench" / "runtime" / name for name in (
+    "__init__.py", "toollayer.py", "capture.py", "git.py", "layout.py", "process.py", "taskfile.py"))
+# -I: isolated Python, which never imports from the working directory (an
+# image's WORKDIR is usually the source tree, which the agent owns).
+TOOL_ENTRYPOINT = (RUNTIME_PYTHON, "-I", "-m", "ssebench.runtime.entrypoint")
+TOOL_LAYER_COMMAND = (RUNTIME_PYTHON, "-I", "-m", "ssebench.runtime.toollayer")
 _BASE_REF = re.compile(r"base-generic-(c|go|rust):([A-Za-z0-9_][A-Za-z0-9_.-]*)")
 _IGNORED = {"__pycache__", ".pytest_cache", ".mypy_cache"}
 
@@ -96,7 +129,8 @@ class Layer:
 
     kind: str
     image: str
-    dockerfile: Path
+    # None: not a Dockerfile build but a commit (the tool layer, `commit_tool_layer`).
+    dockerfile: Path | None
     context: Path
     buildargs: dict[str, str]
     digest: str
@@ -240,14 +274,15 @@ def plan(
         digest=digest("case", base.digest, settings.prefix, hash_tree(task.path)),
         task=task,
     )
-    tool_dir = settings.images_dir / "tool"
     tool = Layer(
         kind="tool",
         image=names["tool"],
-        dockerfile=tool_dir / "Dockerfile",
-        context=tool_dir,
+        dockerfile=None,  # a commit of the case image after the tool layer's code ran in it
+        context=task.path,
         buildargs={"SSEBENCH_CASE": case.image, "SSEBENCH_RUNTIME": runtime.image},
-        digest=digest("tool", case.digest, runtime.digest, hash_tree(tool_dir)),
+        digest=digest("tool", case.digest, base.digest, " ".join(TOOL_ENTRYPOINT),
+                      hash_tree(settings.images_dir / "runtime" / "requirements.txt"),
+                      *(hash_tree(p) for p in TOOL_LAYER_SOURCES)),
         task=task,
     )
     layers = [base, runtime, case, tool]
@@ -290,6 +325,7 @@ def labelled_dockerfile(settings: Settings, layer: Layer) -> Path:
     drivers); one appended instruction labels the image in a single step. It
     lives outside the build context, so the task folder is never written to.
     """
+    assert layer.dockerfile is not None
     pairs = " ".join(f'{key}="{value}"' for key, value in sorted(layer.labels.items()))
     text = layer.dockerfile.read_text(encoding="utf-8")
     folder = settings.cache_dir / "dockerfiles"
@@ -303,9 +339,10 @@ def build_layer(settings: Settings, layer: Layer, *, nocache: bool = False,
                 cancel: threading.Event | None = None) -> None:
     """Build one layer, its output to a log file; raise ImageBuildError on failure.
 
-    A set `cancel` event stops the build at its next line of output: reading
-    stops and the connection is dropped, so the engine abandons the build
-    without tagging anything.
+    A set `cancel` event stops the build at its next line of output (a
+    Dockerfile build: reading stops and the connection is dropped, so the
+    engine abandons the build without tagging anything) or within a second
+    (the tool layer's commit: its container is removed untagged).
     """
     log = log_path(settings, layer.image)
     if layer.stage is not None:
@@ -313,53 +350,146 @@ def build_layer(settings: Settings, layer: Layer, *, nocache: bool = False,
             shutil.rmtree(layer.context)
         layer.context.mkdir(parents=True)
         layer.stage(layer.context)
-    dockerfile = labelled_dockerfile(settings, layer)
     with log.open("w", encoding="utf-8") as out:
         out.write(f"# {layer.kind} layer {layer.image}\n# digest {layer.digest}\n# build args {layer.buildargs}\n")
-        failure: str | None = None
-        import docker
-
-        # A connection of its own: closing it is what tells the daemon to stop.
-        with docker_errors(f"connecting to build {layer.image}"):
-            api = docker.from_env(timeout=600).api
-        try:
-            with docker_errors(f"building {layer.image}"):
-                stream = api.build(
-                    path=str(layer.context),
-                    dockerfile=str(dockerfile),
-                    tag=layer.image,
-                    buildargs=layer.buildargs,
-                    rm=True,
-                    forcerm=True,
-                    pull=False,
-                    nocache=nocache,
-                    decode=True,
-                )
-                for chunk in stream:
-                    if cancel is not None and cancel.is_set():
-                        out.write("ERROR: cancelled\n")
-                        raise BuildCancelled(f"building {layer.image} was cancelled")
-                    if "stream" in chunk:
-                        out.write(chunk["stream"])
-                    elif "error" in chunk:
-                        failure = str(chunk["error"])
-                        out.write(f"ERROR: {failure}\n")
-                    elif "status" in chunk:
-                        out.write(f"{chunk['status']}\n")
-                    out.flush()
-        except BuildCancelled:
-            raise
-        except SSEBenchError as exc:
-            failure = str(exc)
-            out.write(f"ERROR: {failure}\n")
-        finally:
-            api.close()
+        if layer.dockerfile is None:
+            failure = _commit_tool_layer(settings, layer, out, cancel)
+        else:
+            failure = _build_dockerfile(settings, layer, out, nocache, cancel)
     task_id = layer.task.id if layer.task else None
     if failure is not None:
         raise ImageBuildError(layer.image, layer.kind, log, file_tail(log), task=task_id)
     labels = image_labels(layer.image)
     if labels is None or labels.get(LABEL_HASH) != layer.digest:
         raise ImageBuildError(layer.image, layer.kind, log, file_tail(log) + "\n(the build ended without tagging the image)", task=task_id)
+
+
+def _build_dockerfile(settings: Settings, layer: Layer, out: TextIO, nocache: bool,
+                      cancel: threading.Event | None) -> str | None:
+    """`docker build` of the layer's Dockerfile, its output to `out`; the failure, if any."""
+    dockerfile = labelled_dockerfile(settings, layer)
+    failure: str | None = None
+    import docker
+
+    # A connection of its own: closing it is what tells the daemon to stop.
+    with docker_errors(f"connecting to build {layer.image}"):
+        api = docker.from_env(timeout=600).api
+    try:
+        with docker_errors(f"building {layer.image}"):
+            stream = api.build(
+                path=str(layer.context),
+                dockerfile=str(dockerfile),
+                tag=layer.image,
+                buildargs=layer.buildargs,
+                rm=True,
+                forcerm=True,
+                pull=False,
+                nocache=nocache,
+                decode=True,
+            )
+            for chunk in stream:
+                if cancel is not None and cancel.is_set():
+                    out.write("ERROR: cancelled\n")
+                    raise BuildCancelled(f"building {layer.image} was cancelled")
+                if "stream" in chunk:
+                    out.write(chunk["stream"])
+                elif "error" in chunk:
+                    failure = str(chunk["error"])
+                    out.write(f"ERROR: {failure}\n")
+                elif "status" in chunk:
+                    out.write(f"{chunk['status']}\n")
+                out.flush()
+    except BuildCancelled:
+        raise
+    except SSEBenchError as exc:
+        failure = str(exc)
+        out.write(f"ERROR: {failure}\n")
+    finally:
+        api.close()
+    return failure
+
+
+def runtime_volume_name(digest: str) -> str:
+    """The volume that holds a runtime image's /opt/ssebench: one per runtime digest, named by it."""
+    return f"{RUNTIME_VOLUME_PREFIX}{digest[:32]}"
+
+
+def runtime_binds(volume: str) -> dict[str, dict[str, str]]:
+    """docker-py's `binds`/`volumes` that mount a runtime volume where tool images run it: read-only, and
+    never filled from the container's image."""
+    return {volume: {"bind": RUNTIME_HOME, "mode": "ro,nocopy"}}
+
+
+def ensure_runtime_volume(settings: Settings, runtime_image: str) -> str:
+    """The name of the volume that holds `runtime_image`'s runtime, made from the image if it is missing.
+
+    The engine makes and fills it in one call (creating a container of the
+    runtime image with a new named volume at /opt/ssebench copies the image's
+    files in, owners and modes kept), so a process killed meanwhile leaves no
+    half-filled volume. The file lock keeps a reader of this machine from
+    seeing it before the copy has ended. Containers mount it read-only.
+    """
+    labels = image_labels(runtime_image)
+    if labels is None or not labels.get(LABEL_HASH):
+        raise SSEBenchError(f"there is no runtime image {runtime_image}: build it with `ssebench images build`")
+    name = runtime_volume_name(labels[LABEL_HASH])
+    with FileLock(str(_lock_path(settings, name))):
+        if any(v.get("Name") == name for v in list_volumes({"name": name})):
+            return name
+        with docker_errors(f"filling the runtime volume {name} from {runtime_image}"):
+            made = client().api.create_container(
+                runtime_image, command=["true"], network_disabled=True,
+                host_config=client().api.create_host_config(binds={name: {"bind": RUNTIME_HOME, "mode": "rw"}}))
+        remove_container(made["Id"])
+    return name
+
+
+def _commit_tool_layer(settings: Settings, layer: Layer, out: TextIO,
+                       cancel: threading.Event | None) -> str | None:
+    """Make the tool layer: run the tool layer's code as root in a container of the case image, with the
+    runtime volume mounted read-only (and no network), then commit that container; the failure, if any.
+
+    Nothing of the runtime enters the image: the commit leaves the volume out.
+    """
+    case, runtime = layer.buildargs["SSEBENCH_CASE"], layer.buildargs["SSEBENCH_RUNTIME"]
+    volume = ensure_runtime_volume(settings, runtime)
+    api = client().api
+    container: str | None = None
+    failure: str | None = None
+    try:
+        with docker_errors(f"making the tool layer {layer.image} from {case}"):
+            container = str(api.create_container(
+                case, command=list(TOOL_LAYER_COMMAND), entrypoint=[], user="root", network_disabled=True,
+                labels=layer.labels,
+                host_config=api.create_host_config(binds=runtime_binds(volume)))["Id"])
+            out.write(f"# in container {container[:12]} of {case}, runtime volume {volume} read-only\n")
+            api.start(container)
+            while True:
+                if cancel is not None and cancel.is_set():
+                    out.write("ERROR: cancelled\n")
+                    raise BuildCancelled(f"building {layer.image} was cancelled")
+                state = api.inspect_container(container).get("State") or {}
+                if not state.get("Running"):
+                    break
+                time.sleep(0.2)
+            out.write(api.logs(container).decode("utf-8", errors="replace"))
+            status = int(state.get("ExitCode", -1))
+            if status != 0:
+                failure = f"the tool layer's code exited with status {status}"
+            else:
+                repository, tag = split_ref(layer.image)
+                changes = ["USER root", f"ENTRYPOINT {json.dumps(list(TOOL_ENTRYPOINT))}", "CMD []"]
+                api.commit(container, repository=repository, tag=tag, changes=changes)
+    except BuildCancelled:
+        raise
+    except SSEBenchError as exc:
+        failure = str(exc)
+    finally:
+        if container is not None:
+            remove_container(container)
+    if failure is not None:
+        out.write(f"ERROR: {failure}\n")
+    return failure
 
 
 @dataclass

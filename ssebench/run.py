@@ -35,6 +35,7 @@ from ssebench.errors import ImageBuildError, SSEBenchError
 from ssebench.limits import Limits
 from ssebench.logs import last_lines
 from ssebench.reaper import Session
+from ssebench.runtime.layout import RUNTIME_HOME
 from ssebench.runtime.settings import ENV as RUNTIME_ENV
 from ssebench.result import (
     RunSummary,
@@ -161,8 +162,12 @@ def network_name(session: Session, run_id: str) -> str:
 
 
 def container_spec(config: RunConfig, image: str, session: Session, run_id: str, network: str | None,
-                   model_env: dict[str, str] | None = None, command: list[str] | None = None) -> ContainerSpec:
-    """The container the agent of a run runs in. Only the reference agent ever gets the reference patch."""
+                   model_env: dict[str, str] | None = None, command: list[str] | None = None, *,
+                   runtime: str) -> ContainerSpec:
+    """The container the agent of a run runs in, with the `runtime` volume read-only at /opt/ssebench.
+
+    Only the reference agent ever gets the reference patch.
+    """
     task = config.task
     mounts = []
     if config.reference_run and task.config.files.patch:
@@ -173,7 +178,8 @@ def container_spec(config: RunConfig, image: str, session: Session, run_id: str,
         env["SSE_MODEL_NAME"] = config.model
         env.update(model_env or {})
     return ContainerSpec(image=image, env=env, mounts=mounts, labels=run_labels(config, session, run_id),
-                         network=network, command=command, limits=config.limits)
+                         network=network, command=command, limits=config.limits,
+                         volumes=[Volume(runtime, RUNTIME_HOME, read_only=True)])
 
 
 def run_env(config: RunConfig) -> dict[str, str]:
@@ -216,7 +222,9 @@ def sidecar_specs(config: RunConfig, agent: ContainerSpec, task_image: str, run_
     # The task container gets the runtime's settings and nothing else of the agent's environment (no model
     # access: its bash tool is the agent's, but the key is the agent container's alone).
     settings = {k: v for k, v in agent.env.items() if k in RUNTIME_ENV.values()}
-    task = replace(agent, image=task_image, name=task_name, mounts=[], command=None, volumes=filled,
+    # The task container (a tool image) keeps the runtime volume; the agent's image holds a runtime of its own.
+    task = replace(agent, image=task_image, name=task_name, mounts=[], command=None,
+                   volumes=[*agent.volumes, *filled],
                    env={**settings, **sockets, "SSE_ROLE": "task"}, labels={**agent.labels, "ssebench.role": "task"})
     agent = replace(agent, volumes=volumes,
                     env={**agent.env, **sockets, "SSE_ROLE": "agent", "SSE_SOURCE": config.task.config.source},
@@ -274,11 +282,13 @@ class LiveRun:
 def running(config: RunConfig, backend: Backend, session: Session, run_id: str, image: str, *,
             command: list[str] | None = None, models: ModelLink | None = None,
             usage: dict[str, Any] | None = None, env: dict[str, str] | None = None,
-            task_image: str | None = None) -> Iterator[LiveRun]:
+            task_image: str | None = None, runtime: str) -> Iterator[LiveRun]:
     """Start a run's network and containers; remove all afterwards (unless the run keeps its containers).
 
     `image` is the agent's image; sidecar mode also starts `task_image` (the
     task's tool image) as the task container, with the volumes they share.
+    `runtime` is the runtime volume (`ensure_runtime_volume`) of the task's
+    tool image.
 
     With `models`, the run gets access to its model for as long as it lasts;
     what it used is put into `usage` when it ends. `env` adds runtime
@@ -297,7 +307,7 @@ def running(config: RunConfig, backend: Backend, session: Session, run_id: str, 
             model_env = models.open(run_id, config.model, network,
                                     ttl=config.timeout + config.grading_timeout + SLACK_SECONDS)
             opened = True
-        spec = container_spec(config, image, session, run_id, network.name, model_env, command)
+        spec = container_spec(config, image, session, run_id, network.name, model_env, command, runtime=runtime)
         spec.env.update(env or {})
         if config.mode != "sidecar":
             handles.append(backend.start(spec))
@@ -432,9 +442,10 @@ def execute(config: RunConfig, settings: Settings, backend: Backend, session: Se
                 raise outcome.failures[config.task.id]
         record.durations["images"] = round(time.monotonic() - started, 3)
         names = image_names(settings, config.task, config.agent.name, config.mode)
+        runtime = backend.runtime_volume(settings, names["runtime"])
         record.network = network_name(session, run_id)
         with running(config, backend, session, run_id, names["agent"], models=models, usage=usage,
-                     command=command, task_image=names["tool"]) as live:
+                     command=command, task_image=names["tool"], runtime=runtime) as live:
             began = time.monotonic()
             record.timeline["container_started"] = time.time()
             try:

@@ -110,3 +110,10 @@ def rendered_text(page: Path) -> str:
                           "--dump-dom", f"file://{page}?collapsed="], capture_output=True, text=True, timeout=180,
                          check=True).stdout
     return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", dom)).split())
+
+
+def runtime_of(settings: Any, task: Any) -> dict[str, dict[str, str]]:
+    """docker-py `volumes=` giving a container of a task's tool (or agent) image its runtime, as a run has it."""
+    from ssebench.image import ensure_runtime_volume, image_names, runtime_binds
+
+    return runtime_binds(ensure_runtime_volume(settings, image_names(settings, task)["runtime"]))

@@ -1,4 +1,5 @@
-"""Build-time setup of the tool layer (run as root by images/tool/Dockerfile).
+"""Build-time setup of the tool layer (run as root in a container of the case image, which is then
+committed as the tool image: `ssebench.image`, with the runtime volume read-only at /opt/ssebench).
 
 It turns a case image into a task image whose answer the agent cannot reach:
 
@@ -163,6 +164,25 @@ def lock_runtime() -> None:
                 os.chmod(p, stat.S_IMODE(os.lstat(p).st_mode) & ~0o022)
 
 
+def check_runtime_locked() -> None:
+    """A tool layer runs with the runtime volume: it must be read-only here, and root's alone, or no tool
+    image is made (images/runtime/Dockerfile makes it so before the volume is filled from it)."""
+    # Every run mounts the volume here: no link of the case image's may send it elsewhere (into the tree).
+    for path in ("/opt", layout.RUNTIME_HOME):
+        st = os.lstat(path)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o022:
+            raise SystemExit(f"toollayer: {path} must be a directory of root's that nobody else may write")
+    if not os.statvfs(layout.RUNTIME_HOME).f_flag & os.ST_RDONLY:
+        raise SystemExit(f"toollayer: {layout.RUNTIME_HOME} must be the runtime volume, mounted read-only")
+    for dirpath, dirnames, filenames in os.walk(layout.RUNTIME_HOME):
+        for name in [*dirnames, *filenames, "."]:
+            p = os.path.join(dirpath, name)
+            st = os.lstat(p)
+            writable = not stat.S_ISLNK(st.st_mode) and st.st_mode & 0o022
+            if st.st_uid != 0 or st.st_gid != 0 or writable:
+                raise SystemExit(f"toollayer: {p} in the runtime must be root's and writable by nobody else")
+
+
 def agent_base() -> None:
     """Sidecar mode's agent image (no task in it): the same users, run-time directories and locks."""
     if Path(layout.TASK_DIR).exists() or Path(layout.REPO).exists():
@@ -185,7 +205,7 @@ def main() -> None:
     protect_task_files(task)
     make_runtime_dirs()
     make_base(Path(task.source), Path(layout.CAPTURE_DIR))
-    lock_runtime()
+    check_runtime_locked()
     strip_world_writable()
     strip_set_id_bits()
     print(f"toollayer: {task.id} ready: source {task.source}, original in {layout.REPO}", file=sys.stderr)

@@ -14,7 +14,7 @@ from ssebench.backend import Backend, ContainerSpec, DockerBackend, Mount, RunTi
 from ssebench.engine import client, list_containers, list_volumes, remove_container
 from ssebench.errors import SSEBenchError
 from ssebench.limits import Limits
-from ssebench.settings import get_settings
+from ssebench.settings import Settings, get_settings
 
 pytestmark = [pytest.mark.docker]
 
@@ -171,3 +171,43 @@ def test_volumes_poll_and_stop(backend: Backend, labels: dict[str, str]) -> None
             backend.remove_volume(name)
             backend.remove_volume(name)  # removing twice is a no-op
     assert not list_volumes({"name": tag})
+
+
+def test_the_runtime_volume_is_made_once_from_its_image_and_mounted_read_only(
+        backend: Backend, labels: dict[str, str], settings: Settings) -> None:
+    """A runtime image's /opt/ssebench becomes one volume, named by its digest, made on first use and found
+    after; a run mounts it read-only (never filled from its own image) and cannot write to it, root or not."""
+    from ssebench.engine import remove_volume
+
+    digest = uuid.uuid4().hex * 2
+    runtime = f"ssebench-conformance/runtime:{digest[:12]}"
+    maker = client().containers.run(_image(), ["bash", "-c", "mkdir -p /opt/ssebench/lib && echo rt > "
+                                               "/opt/ssebench/lib/marker && chmod -R go-w /opt/ssebench"],
+                                    detach=True, labels=labels)
+    maker.wait(timeout=120)
+    maker.commit(*runtime.split(":"), changes=[f"LABEL ssebench.hash={digest}"])
+    maker.remove()
+    name = ""
+    try:
+        name = backend.runtime_volume(settings, runtime)
+        assert name == f"ssebench-runtime-{digest[:32]}"
+        assert backend.runtime_volume(settings, runtime) == name  # found, not made again
+        assert [v["Name"] for v in list_volumes({"name": name})] == [name]
+        probe = ("cat /opt/ssebench/lib/marker; stat -c '%U %a' /opt/ssebench/lib/marker; "
+                 "touch /opt/ssebench/x 2>&1; ls /opt/ssebench")
+        for user in ("root", "1000"):
+            handle = backend.start(ContainerSpec(image=_image(), labels=labels, command=["bash", "-c", probe],
+                                                 volumes=[Volume(name, "/opt/ssebench", read_only=True)]))
+            try:
+                assert handle.wait(120) == 0
+                out = handle.logs()
+            finally:
+                handle.remove()
+            assert "rt\nroot 644\n" in out and "Read-only file system" in out, out
+            assert out.split()[-1] == "lib", out  # nothing of the run's image (the OS's /opt/ssebench: none)
+        with pytest.raises(SSEBenchError, match="no runtime image"):
+            backend.runtime_volume(settings, "ssebench-conformance/runtime:missing")
+    finally:
+        if name:
+            remove_volume(name)
+        client().images.remove(runtime, force=True)

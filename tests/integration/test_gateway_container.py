@@ -28,7 +28,7 @@ import pytest
 from ssebench.engine import client, image_id
 from ssebench.gateway import GatewayClient, GatewayProcess, RunKey
 from ssebench.task import Task
-from tests.helpers import scripted_upstream
+from tests.helpers import runtime_of, scripted_upstream
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -52,10 +52,13 @@ except httpx.HTTPError as exc:
 
 
 @pytest.fixture(scope="module")
-def image(demo_images: list[Task]) -> str:
-    """The demo's images are built (or found current) by the shared fixture."""
+def image(demo_images: list[Task]) -> tuple[str, dict[str, dict[str, str]]]:
+    """c-demo's tool image and its runtime; the demo's images are built (or found current) by the shared
+    fixture."""
+    from ssebench.settings import get_settings
+
     assert image_id(IMAGE) is not None
-    return IMAGE
+    return IMAGE, runtime_of(get_settings(), next(t for t in demo_images if t.id == "c-demo"))
 
 
 @pytest.fixture(scope="module")
@@ -87,15 +90,15 @@ def gateway(tmp_path_factory: pytest.TempPathFactory, upstream: int) -> Iterator
 
 
 @contextmanager
-def run_network(image: str) -> Iterator[tuple[str, Any]]:
+def run_network(image: tuple[str, dict[str, dict[str, str]]]) -> Iterator[tuple[str, Any]]:
     """An internal network of one run, its gateway IP, and a container on it (removed afterwards)."""
     network = client().networks.create(f"ssebench-tests-gw-{uuid.uuid4().hex[:10]}", internal=True, labels=LABEL)
     container = None
     try:
         network.reload()
         gateway_ip = network.attrs["IPAM"]["Config"][0]["Gateway"]
-        container = client().containers.run(image, entrypoint=["sleep", "600"], detach=True, labels=LABEL,
-                                            network=network.name, user="1000")
+        container = client().containers.run(image[0], entrypoint=["sleep", "600"], detach=True, labels=LABEL,
+                                            network=network.name, user="1000", volumes=image[1])
         yield gateway_ip, container
     finally:
         if container is not None:
@@ -110,7 +113,7 @@ def call(container: Any, key: RunKey, *, base_url: str | None = None, model: str
     return dict(json.loads(out.decode().strip().splitlines()[-1]))
 
 
-def test_containers_reach_only_their_own_runs_model(image: str, gateway: GatewayClient) -> None:
+def test_containers_reach_only_their_own_runs_model(image: tuple[str, dict[str, dict[str, str]]], gateway: GatewayClient) -> None:
     with run_network(image) as (ip_a, box_a), run_network(image) as (ip_b, box_b):
         key_a = gateway.register_run("gw-a", "scripted-fix", bind_host=ip_a, ttl_seconds=600)
         key_b = gateway.register_run("gw-b", "scripted-fix", bind_host=ip_b, ttl_seconds=600)
@@ -150,7 +153,7 @@ def test_containers_reach_only_their_own_runs_model(image: str, gateway: Gateway
         assert usage_b.calls == 2 and usage_b.prompt_tokens == 2 * 1850 and usage_b.completion_tokens == 2 * 74
 
 
-def test_the_provider_key_stays_on_the_host(image: str, gateway: GatewayClient) -> None:
+def test_the_provider_key_stays_on_the_host(image: tuple[str, dict[str, dict[str, str]]], gateway: GatewayClient) -> None:
     with run_network(image) as (ip, box):
         key = gateway.register_run("gw-remote", "remote", bind_host=ip, ttl_seconds=600)
         answer = call(box, key)

@@ -19,7 +19,7 @@ from ssebench.engine import client, image_id, list_containers
 from ssebench.image import image_names
 from ssebench.settings import Settings
 from ssebench.task import Task, load_task
-from tests.helpers import DEMO, write_dataset
+from tests.helpers import DEMO, runtime_of, write_dataset
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -79,6 +79,7 @@ done
 cat /ssebench/config.yaml /ssebench/diffs/patch.diff /ssebench/scripts/run.sh >/dev/null 2>&1 && echo "readable=secret"
 echo "worldwritable=$(find / -xdev -perm -o+w ! -type l ! -perm -1000 2>/dev/null | wc -l)"
 echo "venvwritable=$(find /opt/ssebench -writable 2>/dev/null | wc -l)"
+echo "venvfiles=$(find /opt/ssebench -type f 2>/dev/null | wc -l)"
 echo "source_owner=$(stat -c %U "$1")"
 """
 
@@ -92,9 +93,9 @@ echo "runner_id=$(id)"
 """
 
 
-def _as(user: str, image: str, script: str, *args: str) -> str:
+def _as(user: str, image: str, script: str, *args: str, runtime: dict[str, dict[str, str]]) -> str:
     out = client().containers.run(image, ["-c", script, "check", *args], entrypoint="bash", user=user,
-                                  remove=True, network_disabled=True)
+                                  remove=True, network_disabled=True, volumes=runtime)
     return out.decode()
 
 
@@ -102,15 +103,17 @@ def _as(user: str, image: str, script: str, *args: str) -> str:
 def test_tool_image_keeps_the_answer_from_model(settings: Settings, demo_images: list[Task], task_id: str) -> None:
     task = next(t for t in demo_images if t.id == task_id)
     tool = image_names(settings, task)["tool"]
-    out = _as("1000", tool, PROTECTION_CHECKS, task.config.source)
+    runtime = runtime_of(settings, task)
+    out = _as("1000", tool, PROTECTION_CHECKS, task.config.source, runtime=runtime)
     assert "commits=1 buggy commit" in out
     assert "id=uid=1000(model) gid=1000(model) groups=1000(model)" in out
     assert "listable=" not in out and "readable=" not in out
     assert "worldwritable=0" in out
     assert "venvwritable=0" in out
+    assert int(out.split("venvfiles=")[1].split()[0]) > 1000  # the runtime is there, as in a run
     assert "source_owner=model" in out
 
-    runner = _as("sse-runner", tool, RUNNER_CHECKS)
+    runner = _as("sse-runner", tool, RUNNER_CHECKS, runtime=runtime)
     assert "runner_venvwritable=0" in runner
     assert "runner_reads_build=yes" in runner  # it must run the build script in place
     assert "runner_reads_config" not in runner and "runner_reads_patch" not in runner

@@ -18,7 +18,7 @@ from ssebench.engine import client
 from ssebench.image import image_names
 from ssebench.settings import Settings
 from ssebench.task import Task
-from tests.helpers import wait_for_agent_phase
+from tests.helpers import runtime_of, wait_for_agent_phase
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -36,11 +36,12 @@ def _task(tasks: list[Task], task_id: str) -> Task:
 
 
 @contextmanager
-def container(image: str, command: list[str], run_dir: Path, *, env: dict[str, str] | None = None,
-              patch: Path | None = None) -> Iterator[Any]:
-    """A task container with its results and archive on the host; removed afterwards."""
+def container(image: str, command: list[str], run_dir: Path, *, runtime: dict[str, dict[str, str]],
+              env: dict[str, str] | None = None, patch: Path | None = None) -> Iterator[Any]:
+    """A task container (with its `runtime`: tests.helpers.runtime_of) and its results and archive on the
+    host; removed afterwards."""
     (run_dir / "archive").mkdir(parents=True, exist_ok=True)
-    volumes = {str(run_dir): {"bind": "/var/lib/ssebench/results", "mode": "rw"},
+    volumes = {**runtime, str(run_dir): {"bind": "/var/lib/ssebench/results", "mode": "rw"},
                str(run_dir / "archive"): {"bind": "/tmp/sse-archive", "mode": "rw"}}
     if patch is not None:
         volumes[str(patch)] = {"bind": "/reference/patch.diff", "mode": "ro"}
@@ -101,7 +102,7 @@ def test_no_change_fails_on_every_poc(settings: Settings, demo_images: list[Task
                                       task_id: str) -> None:
     task = _task(demo_images, task_id)
     image = image_names(settings, task, "dummy")["agent"]
-    with container(image, [], tmp_path) as c:
+    with container(image, [], tmp_path, runtime=runtime_of(settings, task)) as c:
         result = finish(c, tmp_path)
     assert {k: set(v) for k, v in result.items()} == RESULT_FIELDS
     grade = result["patch_result"]
@@ -128,7 +129,8 @@ def test_the_fix_passes_committed_or_not(settings: Settings, demo_images: list[T
     if committed:
         apply += " && git add -A && git -c user.name=m -c user.email=m@x commit -qm fix"
     run_dir = tmp_path / "run"
-    with container(image_names(settings, task)["tool"], ["bash", "-c", apply], run_dir, patch=patch) as c:
+    with container(image_names(settings, task)["tool"], ["bash", "-c", apply], run_dir, patch=patch,
+                   runtime=runtime_of(settings, task)) as c:
         result = finish(c, run_dir)
     grade = result["patch_result"]
     assert grade["status"] == "passed", grade
@@ -153,7 +155,8 @@ def held(settings: Settings, demo_images: list[Task], tmp_path: Path) -> Iterato
     """A c-demo container held in the agent phase (the agent sleeps)."""
     task = _task(demo_images, "c-demo")
     env = {"SSE_BASH_TIMEOUT": "3", "SSE_DIFFICULTY": "2"}
-    with container(image_names(settings, task)["tool"], ["sleep", "600"], tmp_path, env=env) as c:
+    with container(image_names(settings, task)["tool"], ["sleep", "600"], tmp_path, env=env,
+                   runtime=runtime_of(settings, task)) as c:
         wait_for_agent_phase(c)
         yield c
 
@@ -270,7 +273,8 @@ def test_a_tree_the_agent_made_unreadable_is_graded_failed(settings: Settings, d
     """Making the change uncapturable must not turn a failure into an ungraded error."""
     task = _task(demo_images, "c-demo")
     hide = "echo 'int hidden;' > hidden.c && chmod 000 hidden.c"
-    with container(image_names(settings, task)["tool"], ["bash", "-c", hide], tmp_path) as c:
+    with container(image_names(settings, task)["tool"], ["bash", "-c", hide], tmp_path,
+                   runtime=runtime_of(settings, task)) as c:
         result = finish(c, tmp_path)
     assert result["patch_result"]["status"] == "failed"
     assert result["patch_result"]["error_msg"] == "Patch capture failed"

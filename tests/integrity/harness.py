@@ -173,9 +173,11 @@ class Launcher:
         names = image_names(self.settings, task, agent, config.mode)
         own = ExitStack()
         self.stack.callback(own.close)
-        live = own.enter_context(running(config, DockerBackend(), self.session, run_id, names["agent"], models=models,
+        backend = DockerBackend()
+        live = own.enter_context(running(config, backend, self.session, run_id, names["agent"], models=models,
                                          usage=self.usage.setdefault(run_id, {}), env=env, task_image=names["tool"],
-                                         command=command if command is not None else SLEEP))
+                                         command=command if command is not None else SLEEP,
+                                         runtime=backend.runtime_volume(self.settings, names["runtime"])))
         held = HeldRun(live=live, config=config, run_dir=run_dir, level=level, source=task.config.source, stack=own)
         if hold:
             wait_for_agent_phase(client().containers.get(live.handle.id))

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from ssebench import build, image
 from ssebench.agent import load_agent
@@ -47,6 +52,7 @@ def test_layers_parents_first_with_lower_case_names(settings: Settings, tmp_path
     ]
     tool, agent = layers[3], layers[4]
     assert tool.buildargs == {"SSEBENCH_CASE": layers[2].image, "SSEBENCH_RUNTIME": layers[1].image}
+    assert tool.dockerfile is None  # a commit of the case image, with the runtime mounted, not a COPY of it
     assert agent.buildargs == {"SSEBENCH_TOOL": tool.image}
     assert layers[2].buildargs == {"SSEBENCH_REGISTRY": "ssebench"}
     assert tool.labels["ssebench.task"] == "RUSTSEC-2019-0009" and tool.labels["ssebench.hash"] == tool.digest
@@ -101,18 +107,52 @@ def test_mode_change_alone_changes_the_digest(settings: Settings, tmp_path: Path
     assert _digests(settings, dataset)[("one", "case")] != before[("one", "case")]
 
 
-def test_runtime_change_rebuilds_runtime_and_everything_above(settings: Settings, tmp_path: Path,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_runtime_change_rebuilds_the_runtime_alone(settings: Settings, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The runtime is no task's: a change to it (its daemon, its SDK) makes a new runtime image and volume,
+    and no task's tool or agent layer."""
     fake_runtime, fake_sdk = tmp_path / "runtime", tmp_path / "sdk"
     for d in (fake_runtime, fake_sdk):
         d.mkdir()
         (d / "__init__.py").write_text("")
     monkeypatch.setattr(image, "RUNTIME_SOURCES", (fake_runtime, fake_sdk))
-    dataset = write_dataset(tmp_path, tasks=("one",))
+    dataset = write_dataset(tmp_path, tasks=("one", "two"))
     before = _digests(settings, dataset)
     (fake_sdk / "new.py").write_text("x = 1\n")
+    (fake_runtime / "daemon.py").write_text("x = 2\n")
     after = _digests(settings, dataset)
-    assert {k for k in before if before[k] != after[k]} == {("one", k) for k in ("runtime", "tool", "agent")}
+    assert {k for k in before if before[k] != after[k]} == {("one", "runtime"), ("two", "runtime")}
+
+
+def test_a_change_to_the_tool_layers_code_rebuilds_every_tool_layer(settings: Settings, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = tmp_path / "toollayer.py"
+    fake.write_text("x = 1\n")
+    monkeypatch.setattr(image, "TOOL_LAYER_SOURCES", (fake,))
+    dataset = write_dataset(tmp_path, tasks=("one", "two"))
+    before = _digests(settings, dataset)
+    fake.write_text("x = 2\n")
+    after = _digests(settings, dataset)
+    assert {k for k in before if before[k] != after[k]} == {(t, k) for t in ("one", "two") for k in ("tool", "agent")}
+
+
+def test_the_tool_layers_sources_are_every_module_it_imports() -> None:
+    """TOOL_LAYER_SOURCES decides when tool layers rebuild: it must hold every module of the runtime that
+    `python -m ssebench.runtime.toollayer` imports, as the tool layer's container imports them (the runtime's
+    library alone on the path, no host package)."""
+    lib = image.PROJECT_ROOT / "ssebench"
+    # -S: no site, so no editable install of the host's own ssebench; yaml's folder is the one package added.
+    code = ("import sys; sys.path[:0] = sys.argv[1:]; import ssebench.runtime.toollayer; "
+            "print('\\n'.join(sorted(getattr(m, '__file__', None) or '' for n, m in sys.modules.items() "
+            "if n.split('.')[0] in ('ssebench', 'sse'))))")
+    with tempfile.TemporaryDirectory() as scratch:  # the runtime's library as its image lays it out
+        shutil.copytree(lib / "runtime", Path(scratch) / "ssebench" / "runtime")
+        shutil.copytree(image.PROJECT_ROOT / "sdk" / "sse", Path(scratch) / "sse")
+        out = subprocess.run([sys.executable, "-I", "-S", "-c", code, scratch, str(Path(yaml.__file__).parents[1])],
+                             capture_output=True, text=True, check=True).stdout
+        imported = {Path(line).relative_to(scratch) for line in out.split() if line}
+    declared = {p.relative_to(image.PROJECT_ROOT) for p in image.TOOL_LAYER_SOURCES}
+    assert imported and imported <= declared, imported - declared
 
 
 def test_os_image_change_rebuilds_everything(settings: Settings, tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ssebench.agent import available_agents, load_agent
-from ssebench.backend import Backend, ContainerSpec, Handle, Network, RunTimeoutError
+from ssebench.backend import Backend, ContainerSpec, Handle, Network, RunTimeoutError, Volume
 from ssebench.errors import SSEBenchError
 from ssebench.limits import Limits
 from ssebench.reaper import Session
@@ -28,7 +28,7 @@ from ssebench.run import (
     sidecar_specs,
     write_summary,
 )
-from ssebench.settings import get_settings
+from ssebench.settings import Settings, get_settings
 from ssebench.task import load_task
 from tests.helpers import DEMO
 
@@ -37,7 +37,7 @@ from tests.helpers import DEMO
 def test_only_the_reference_agent_gets_the_reference_patch(agent_name: str, tmp_path: Path) -> None:
     agent = load_agent(get_settings().agents_dir, agent_name)
     task = load_task(DEMO / "c-demo")
-    spec = container_spec(RunConfig(task=task, agent=agent), "img", Session.new(), "r1", "net")
+    spec = container_spec(RunConfig(task=task, agent=agent), "img", Session.new(), "r1", "net", runtime="rt")
     reference_mounts = [m for m in spec.mounts if m.container == REFERENCE_IN_CONTAINER]
     if agent_name == "reference":
         [mount] = reference_mounts
@@ -49,6 +49,8 @@ def test_only_the_reference_agent_gets_the_reference_patch(agent_name: str, tmp_
     # Nothing else of the host enters a run: results come out by copy.
     assert [m for m in spec.mounts if m.container != REFERENCE_IN_CONTAINER] == []
     assert spec.limits == Limits() and spec.capabilities and "NET_RAW" not in spec.capabilities
+    # The runtime is a volume that every run shares: read-only, and never filled from the agent's image.
+    assert spec.volumes == [Volume("rt", "/opt/ssebench", fill=False, read_only=True)]
 
 
 @pytest.mark.parametrize("agent_name", available_agents(get_settings().agents_dir))
@@ -57,7 +59,8 @@ def test_sidecar_mode_gives_the_task_container_nothing_of_the_agent_and_the_agen
     agent = load_agent(get_settings().agents_dir, agent_name)
     config = RunConfig(task=load_task(DEMO / "c-demo"), agent=agent, mode="sidecar", model="m1")
     session = Session.new()
-    spec = container_spec(config, "agent-img", session, "r1", "net", {"SSE_API_KEY": "k", "SSE_BASE_URL": "u"})
+    spec = container_spec(config, "agent-img", session, "r1", "net", {"SSE_API_KEY": "k", "SSE_BASE_URL": "u"},
+                          runtime="rt")
     spec.env.update(SSE_CAPTURE_TIMEOUT="10", OTHER="x")  # a runtime setting (and something else) for the run
     task, agent_side, volumes = sidecar_specs(config, spec, "tool-img", "r1", session)
     assert task.env["SSE_CAPTURE_TIMEOUT"] == "10" and task.env["TIMEOUT"] == "3600" and "OTHER" not in task.env
@@ -69,9 +72,13 @@ def test_sidecar_mode_gives_the_task_container_nothing_of_the_agent_and_the_agen
     assert (task.env["SSE_ROLE"], agent_side.env["SSE_ROLE"]) == ("task", "agent")
     assert task.env["SSE_DAEMON_SOCKET"] == agent_side.env["SSE_DAEMON_SOCKET"] == "/run/ssebench/sse.sock"
     assert task.name and len(task.name) <= 63 and task.name.replace("-", "").isalnum()  # one DNS label
-    shared = {v.container for v in task.volumes}
-    assert [(v.name, v.container) for v in task.volumes] == [(v.name, v.container) for v in agent_side.volumes]
-    assert len(volumes) == 4 == len({v.name for v in task.volumes})
+    # The task container (a tool image) runs the runtime from its read-only volume; the agent's image has its
+    # own runtime, so the agent container does not mount it.
+    runtime, *own = task.volumes
+    assert runtime == Volume("rt", "/opt/ssebench", read_only=True) and runtime not in agent_side.volumes
+    shared = {v.container for v in own}
+    assert [(v.name, v.container) for v in own] == [(v.name, v.container) for v in agent_side.volumes]
+    assert len(volumes) == 4 == len({v.name for v in own}) and not any(v.read_only for v in agent_side.volumes)
     # only the tree is filled, and only from the task's image: nothing of the agent's image enters a volume
     assert [v.container for v in task.volumes if v.fill] == ["/src/tlvkit"] and not any(
         v.fill for v in agent_side.volumes)
@@ -207,6 +214,9 @@ class _Backend(Backend):
 
     def remove_volume(self, name: str) -> None:
         self.volumes.remove(name)
+
+    def runtime_volume(self, settings: Settings, image: str) -> str:
+        return "runtime-volume"
 
 
 @pytest.mark.parametrize("mode", ["sandbox", "sidecar"])
