@@ -32,6 +32,7 @@ import shutil
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,10 +44,12 @@ from ssebench.agent import Agent
 from ssebench.engine import (
     client,
     docker_errors,
+    image_attrs,
     image_id,
     image_labels,
     list_volumes,
     remove_container,
+    remove_volume,
     split_ref,
     tag_image,
 )
@@ -78,6 +81,10 @@ TOOL_LAYER_SOURCES = tuple(PROJECT_ROOT / "ssebench" / "runtime" / name for name
 # image's WORKDIR is usually the source tree, which the agent owns).
 TOOL_ENTRYPOINT = (RUNTIME_PYTHON, "-I", "-m", "ssebench.runtime.entrypoint")
 TOOL_LAYER_COMMAND = (RUNTIME_PYTHON, "-I", "-m", "ssebench.runtime.toollayer")
+# The tool image's own configuration, over the case image's (part of the tool layer's digest): root runs the
+# entrypoint, which starts the agent's command; no health check of the case image's runs as root in a run.
+TOOL_COMMIT_CHANGES = ("USER root", f"ENTRYPOINT {json.dumps(list(TOOL_ENTRYPOINT))}", "CMD []", "HEALTHCHECK NONE")
+TOOL_LAYER_TIMEOUT = 1800
 _BASE_REF = re.compile(r"base-generic-(c|go|rust):([A-Za-z0-9_][A-Za-z0-9_.-]*)")
 _IGNORED = {"__pycache__", ".pytest_cache", ".mypy_cache"}
 
@@ -280,8 +287,10 @@ def plan(
         dockerfile=None,  # a commit of the case image after the tool layer's code ran in it
         context=task.path,
         buildargs={"SSEBENCH_CASE": case.image, "SSEBENCH_RUNTIME": runtime.image},
-        digest=digest("tool", case.digest, base.digest, " ".join(TOOL_ENTRYPOINT),
-                      hash_tree(settings.images_dir / "runtime" / "requirements.txt"),
+        # Not the runtime's digest: a change to the runtime rebuilds the runtime alone. What the tool layer's
+        # container runs and how it is committed are in it, and how the runtime's venv is made.
+        digest=digest("tool", case.digest, base.digest, json.dumps(TOOL_LAYER_COMMAND),
+                      json.dumps(TOOL_COMMIT_CHANGES), hash_tree(settings.images_dir / "runtime"),
                       *(hash_tree(p) for p in TOOL_LAYER_SOURCES)),
         task=task,
     )
@@ -420,28 +429,134 @@ def runtime_binds(volume: str) -> dict[str, dict[str, str]]:
     return {volume: {"bind": RUNTIME_HOME, "mode": "ro,nocopy"}}
 
 
+# Written last into a runtime volume by the container that fills it: the fill's id (its volume's label).
+RUNTIME_COMPLETE = ".ssebench-runtime-complete"
+LABEL_FILL = "ssebench.fill"
+RUNTIME_FILL_TIMEOUT = 600
+# Fills /fill from the runtime image's /opt/ssebench, refuses a runtime that is not root's alone (owner, group,
+# no write for others, no set-id bit: runs mount it where root imports it), then says it is complete.
+_FILL = (f"set -eu; cp -a {RUNTIME_HOME}/. /fill/; "
+         "bad=$(find /fill ! -type l \\( ! -user 0 -o ! -group 0 -o -perm /6022 \\) -print | head -5); "
+         "if [ -n \"$bad\" ]; then echo \"not root's alone: $bad\"; exit 1; fi; "
+         f"sync; printf %s \"$1\" > /fill/{RUNTIME_COMPLETE}")
+
+
 def ensure_runtime_volume(settings: Settings, runtime_image: str) -> str:
     """The name of the volume that holds `runtime_image`'s runtime, made from the image if it is missing.
 
-    The engine makes and fills it in one call (creating a container of the
-    runtime image with a new named volume at /opt/ssebench copies the image's
-    files in, owners and modes kept), so a process killed meanwhile leaves no
-    half-filled volume. The file lock keeps a reader of this machine from
-    seeing it before the copy has ended. Containers mount it read-only.
+    A new volume gets a fill id (label `ssebench.fill`); a container of the
+    runtime image copies its runtime in, checks that all of it is root's
+    alone, and writes the fill id last. A volume is used only when it is
+    known complete: this machine recorded its fill id when it filled it
+    (`<cache>/runtime-volumes/`), or its marker names its own fill id. Any
+    other (a fill that failed or was killed, a volume the engine made empty
+    because it was removed under a run) is removed and filled again. The file
+    lock keeps the workers of this machine from filling one twice.
+    Containers mount it read-only.
     """
     labels = image_labels(runtime_image)
     if labels is None or not labels.get(LABEL_HASH):
         raise SSEBenchError(f"there is no runtime image {runtime_image}: build it with `ssebench images build`")
     name = runtime_volume_name(labels[LABEL_HASH])
+    records = settings.cache_dir / "runtime-volumes"
     with FileLock(str(_lock_path(settings, name))):
-        if any(v.get("Name") == name for v in list_volumes({"name": name})):
+        found = next((v for v in list_volumes({"name": name}) if v.get("Name") == name), None)
+        fill_id = ((found or {}).get("Labels") or {}).get(LABEL_FILL)
+        if fill_id and _read(records / name) == fill_id:
             return name
-        with docker_errors(f"filling the runtime volume {name} from {runtime_image}"):
-            made = client().api.create_container(
-                runtime_image, command=["true"], network_disabled=True,
-                host_config=client().api.create_host_config(binds={name: {"bind": RUNTIME_HOME, "mode": "rw"}}))
-        remove_container(made["Id"])
+        if fill_id and _marker(runtime_image, name) == fill_id:
+            _record(records, name, fill_id)
+            return name
+        if found is not None and not remove_volume(name):
+            raise SSEBenchError(f"the runtime volume {name} is incomplete and a container still uses it: remove "
+                                f"that container, then run again (or `docker volume rm -f {name}`)")
+        fill_id = uuid.uuid4().hex
+        _fill(runtime_image, name, fill_id, labels[LABEL_HASH])
+        _record(records, name, fill_id)
     return name
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8").strip()
+    except OSError:
+        return None
+
+
+def _record(records: Path, name: str, fill_id: str) -> None:
+    records.mkdir(parents=True, exist_ok=True)
+    (records / name).write_text(fill_id + "\n", encoding="utf-8")
+
+
+def _marker(runtime_image: str, volume: str) -> str | None:
+    """The fill id a runtime volume's marker holds, read through a container that is created, never started."""
+    import io
+    import tarfile
+
+    import docker.errors
+
+    api = client().api
+    with docker_errors(f"checking the runtime volume {volume}"):
+        made = str(api.create_container(runtime_image, command=["true"], network_disabled=True,
+                                        host_config=api.create_host_config(
+                                            binds={volume: {"bind": "/check", "mode": "ro,nocopy"}}))["Id"])
+    try:
+        stream, _ = api.get_archive(made, f"/check/{RUNTIME_COMPLETE}")
+        with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as archive:
+            member = archive.extractfile(f"{RUNTIME_COMPLETE}")
+            return member.read(200).decode("utf-8", errors="replace").strip() if member else None
+    except (docker.errors.NotFound, tarfile.TarError, KeyError):
+        return None
+    finally:
+        remove_container(made)
+
+
+def _fill(runtime_image: str, volume: str, fill_id: str, digest: str) -> None:
+    """Make the volume and fill it from the image; on any failure, remove it again and raise SSEBenchError."""
+    api = client().api
+    made: str | None = None
+    try:
+        with docker_errors(f"filling the runtime volume {volume} from {runtime_image}"):
+            api.create_volume(volume, driver="local", labels={LABEL_LAYER: "runtime-volume", LABEL_HASH: digest,
+                                                              LABEL_FILL: fill_id})
+            made = str(api.create_container(
+                runtime_image, entrypoint=["sh", "-c", _FILL, "fill"], command=[fill_id], user="root",
+                network_disabled=True, labels={LABEL_LAYER: "runtime-fill"},
+                host_config=api.create_host_config(binds={volume: {"bind": "/fill", "mode": "rw,nocopy"}}))["Id"])
+            status = _run_to_end(made, f"filling the runtime volume {volume}", RUNTIME_FILL_TIMEOUT)
+            if status != 0:
+                tail = api.logs(made).decode("utf-8", errors="replace").strip()[-2000:]
+                raise SSEBenchError(f"filling the runtime volume {volume} from {runtime_image} failed "
+                                    f"(status {status}): {tail}")
+    except BaseException:
+        if made is not None:
+            remove_container(made)
+            made = None
+        remove_volume(volume)
+        raise
+    finally:
+        if made is not None:
+            remove_container(made)
+
+
+def _run_to_end(container: str, what: str, timeout: float, cancel: threading.Event | None = None) -> int:
+    """Start a created container and wait for it to exit; its status.
+
+    Raises SSEBenchError after `timeout` seconds, BuildCancelled as soon as
+    `cancel` is set (the caller removes the container).
+    """
+    api = client().api
+    api.start(container)
+    deadline = time.monotonic() + timeout
+    while True:
+        if cancel is not None and cancel.is_set():
+            raise BuildCancelled(f"{what} was cancelled")
+        state = api.inspect_container(container).get("State") or {}
+        if not state.get("Running"):
+            return int(state.get("ExitCode", -1))
+        if time.monotonic() > deadline:
+            raise SSEBenchError(f"{what} did not end within {timeout:.0f} s")
+        time.sleep(0.1)
 
 
 def _commit_tool_layer(settings: Settings, layer: Layer, out: TextIO,
@@ -452,6 +567,12 @@ def _commit_tool_layer(settings: Settings, layer: Layer, out: TextIO,
     Nothing of the runtime enters the image: the commit leaves the volume out.
     """
     case, runtime = layer.buildargs["SSEBENCH_CASE"], layer.buildargs["SSEBENCH_RUNTIME"]
+    env = ((image_attrs(case) or {}).get("Config") or {}).get("Env") or []
+    loader = sorted({str(v).split("=", 1)[0] for v in env if str(v).startswith("LD_")})
+    if loader:  # root's processes inherit the image's environment: no variable may steer its dynamic loader
+        failure = f"{case} sets {', '.join(loader)} in its environment; a task image may set no LD_ variable"
+        out.write(f"ERROR: {failure}\n")
+        return failure
     volume = ensure_runtime_volume(settings, runtime)
     api = client().api
     container: str | None = None
@@ -463,24 +584,17 @@ def _commit_tool_layer(settings: Settings, layer: Layer, out: TextIO,
                 labels=layer.labels,
                 host_config=api.create_host_config(binds=runtime_binds(volume)))["Id"])
             out.write(f"# in container {container[:12]} of {case}, runtime volume {volume} read-only\n")
-            api.start(container)
-            while True:
-                if cancel is not None and cancel.is_set():
-                    out.write("ERROR: cancelled\n")
-                    raise BuildCancelled(f"building {layer.image} was cancelled")
-                state = api.inspect_container(container).get("State") or {}
-                if not state.get("Running"):
-                    break
-                time.sleep(0.2)
-            out.write(api.logs(container).decode("utf-8", errors="replace"))
-            status = int(state.get("ExitCode", -1))
+            try:
+                status = _run_to_end(container, f"building {layer.image}", TOOL_LAYER_TIMEOUT, cancel)
+            finally:
+                out.write(api.logs(container).decode("utf-8", errors="replace"))
             if status != 0:
                 failure = f"the tool layer's code exited with status {status}"
             else:
                 repository, tag = split_ref(layer.image)
-                changes = ["USER root", f"ENTRYPOINT {json.dumps(list(TOOL_ENTRYPOINT))}", "CMD []"]
-                api.commit(container, repository=repository, tag=tag, changes=changes)
+                api.commit(container, repository=repository, tag=tag, changes=list(TOOL_COMMIT_CHANGES))
     except BuildCancelled:
+        out.write("ERROR: cancelled\n")
         raise
     except SSEBenchError as exc:
         failure = str(exc)

@@ -26,6 +26,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 from ssebench.runtime import git, layout
@@ -164,14 +165,36 @@ def lock_runtime() -> None:
                 os.chmod(p, stat.S_IMODE(os.lstat(p).st_mode) & ~0o022)
 
 
+def _root_alone(path: str) -> bool:
+    st = os.lstat(path)
+    return st.st_uid == 0 and (stat.S_ISLNK(st.st_mode) or not st.st_mode & 0o022)
+
+
 def check_runtime_locked() -> None:
     """A tool layer runs with the runtime volume: it must be read-only here, and root's alone, or no tool
-    image is made (images/runtime/Dockerfile makes it so before the volume is filled from it)."""
+    image is made (images/runtime/Dockerfile makes it so before the volume is filled from it).
+
+    What root's Python runs from the image itself must be root's alone too: the interpreter and its standard
+    library, and the directories above them and above the volume (a case image's files of uid 1000 become
+    model's when model is made).
+    """
     # Every run mounts the volume here: no link of the case image's may send it elsewhere (into the tree).
-    for path in ("/opt", layout.RUNTIME_HOME):
+    for path in ("/", "/usr", "/opt", layout.RUNTIME_HOME):
         st = os.lstat(path)
-        if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o022:
+        if not stat.S_ISDIR(st.st_mode) or not _root_alone(path):
             raise SystemExit(f"toollayer: {path} must be a directory of root's that nobody else may write")
+    interpreter = os.path.realpath(sys.executable)
+    paths = sysconfig.get_paths()
+    trees = [paths["stdlib"], paths["platstdlib"]]
+    for path in [interpreter, os.path.dirname(interpreter)]:
+        if not _root_alone(path):
+            raise SystemExit(f"toollayer: {path} (root's Python) must be root's and writable by nobody else")
+    for tree in dict.fromkeys(trees):
+        for dirpath, dirnames, filenames in os.walk(tree):
+            for name in [*dirnames, *filenames, "."]:
+                if not _root_alone(os.path.join(dirpath, name)):
+                    raise SystemExit(f"toollayer: {os.path.join(dirpath, name)} (root's Python library) must be "
+                                     "root's and writable by nobody else")
     if not os.statvfs(layout.RUNTIME_HOME).f_flag & os.ST_RDONLY:
         raise SystemExit(f"toollayer: {layout.RUNTIME_HOME} must be the runtime volume, mounted read-only")
     for dirpath, dirnames, filenames in os.walk(layout.RUNTIME_HOME):

@@ -173,41 +173,85 @@ def test_volumes_poll_and_stop(backend: Backend, labels: dict[str, str]) -> None
     assert not list_volumes({"name": tag})
 
 
-def test_the_runtime_volume_is_made_once_from_its_image_and_mounted_read_only(
-        backend: Backend, labels: dict[str, str], settings: Settings) -> None:
-    """A runtime image's /opt/ssebench becomes one volume, named by its digest, made on first use and found
-    after; a run mounts it read-only (never filled from its own image) and cannot write to it, root or not."""
-    from ssebench.engine import remove_volume
-
+def _runtime_image(labels: dict[str, str], script: str) -> tuple[str, str]:
+    """A stand-in runtime image (its /opt/ssebench made by `script`) and its digest."""
     digest = uuid.uuid4().hex * 2
     runtime = f"ssebench-conformance/runtime:{digest[:12]}"
-    maker = client().containers.run(_image(), ["bash", "-c", "mkdir -p /opt/ssebench/lib && echo rt > "
-                                               "/opt/ssebench/lib/marker && chmod -R go-w /opt/ssebench"],
-                                    detach=True, labels=labels)
+    maker = client().containers.run(_image(), ["bash", "-c", script], detach=True, labels=labels)
     maker.wait(timeout=120)
     maker.commit(*runtime.split(":"), changes=[f"LABEL ssebench.hash={digest}"])
     maker.remove()
-    name = ""
+    return runtime, digest
+
+
+def test_the_runtime_volume_is_made_once_from_its_image_and_mounted_read_only(
+        backend: Backend, labels: dict[str, str], settings: Settings, tmp_path: Path) -> None:
+    """A runtime image's /opt/ssebench becomes one volume, named by its digest, made on first use and found
+    after; a run mounts it read-only (never filled from its own image) and cannot write to it, root or not.
+    A volume of that name that is not known complete (left empty by the engine, or by a fill that was
+    killed) is made again."""
+    from ssebench.engine import remove_volume
+
+    settings = settings.model_copy(update={"cache_dir": tmp_path / "cache"})
+    runtime, digest = _runtime_image(labels, "mkdir -p /opt/ssebench/lib && echo rt > /opt/ssebench/lib/marker "
+                                             "&& chmod -R go-w /opt/ssebench")
+    name = f"ssebench-runtime-{digest[:32]}"
+    probe = ("cat /opt/ssebench/lib/marker; stat -c '%U %a' /opt/ssebench/lib/marker; "
+             "touch /opt/ssebench/x 2>&1; ls /opt/ssebench")
+
+    def probed(user: str) -> str:
+        as_user = [] if user == "root" else ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups"]
+        handle = backend.start(ContainerSpec(image=_image(), labels=labels, command=[*as_user, "bash", "-c", probe],
+                                             volumes=[Volume(name, "/opt/ssebench", read_only=True)]))
+        try:
+            assert handle.wait(120) == 0
+            return handle.logs()
+        finally:
+            handle.remove()
+
     try:
-        name = backend.runtime_volume(settings, runtime)
-        assert name == f"ssebench-runtime-{digest[:32]}"
+        assert backend.runtime_volume(settings, runtime) == name
+        [volume] = [v for v in list_volumes({"name": name}) if v["Name"] == name]
         assert backend.runtime_volume(settings, runtime) == name  # found, not made again
-        assert [v["Name"] for v in list_volumes({"name": name})] == [name]
-        probe = ("cat /opt/ssebench/lib/marker; stat -c '%U %a' /opt/ssebench/lib/marker; "
-                 "touch /opt/ssebench/x 2>&1; ls /opt/ssebench")
+        assert [v for v in list_volumes({"name": name}) if v["Name"] == name] == [volume]
         for user in ("root", "1000"):
-            handle = backend.start(ContainerSpec(image=_image(), labels=labels, command=["bash", "-c", probe],
-                                                 volumes=[Volume(name, "/opt/ssebench", read_only=True)]))
-            try:
-                assert handle.wait(120) == 0
-                out = handle.logs()
-            finally:
-                handle.remove()
+            out = probed(user)
             assert "rt\nroot 644\n" in out and "Read-only file system" in out, out
             assert out.split()[-1] == "lib", out  # nothing of the run's image (the OS's /opt/ssebench: none)
-        with pytest.raises(SSEBenchError, match="no runtime image"):
-            backend.runtime_volume(settings, "ssebench-conformance/runtime:missing")
+
+        # Another machine's cache (no record of the fill): the marker in the volume tells it is complete.
+        other = settings.model_copy(update={"cache_dir": tmp_path / "other"})
+        assert backend.runtime_volume(other, runtime) == name
+        assert [v for v in list_volumes({"name": name}) if v["Name"] == name] == [volume]
+
+        # Removed under a run: the engine makes an empty volume of that name, with no fill label.
+        remove_volume(name)
+        client().volumes.create(name)
+        assert backend.runtime_volume(settings, runtime) == name
+        assert "rt\n" in probed("1000")
+        # A fill that was killed: labelled, but no marker, and no record of its fill on this machine.
+        remove_volume(name)
+        client().volumes.create(name, labels={"ssebench.fill": "killed"})
+        assert backend.runtime_volume(other, runtime) == name
+        assert "rt\n" in probed("1000")
     finally:
-        if name:
-            remove_volume(name)
+        remove_volume(name)
         client().images.remove(runtime, force=True)
+    with pytest.raises(SSEBenchError, match="no runtime image"):
+        backend.runtime_volume(settings, "ssebench-conformance/runtime:missing")
+
+
+def test_a_runtime_that_is_not_roots_alone_makes_no_volume(backend: Backend, labels: dict[str, str],
+                                                          settings: Settings, tmp_path: Path) -> None:
+    settings = settings.model_copy(update={"cache_dir": tmp_path / "cache"})
+    for script, bad in (("chmod o+w /opt/ssebench/lib/mod.py", "mod.py"),
+                        ("chown 1000 /opt/ssebench/lib", "/fill/lib"),
+                        ("chmod u+s /opt/ssebench/lib/mod.py", "mod.py")):
+        runtime, digest = _runtime_image(labels, "mkdir -p /opt/ssebench/lib && echo x > /opt/ssebench/lib/mod.py "
+                                                 f"&& chmod -R go-w /opt/ssebench && {script}")
+        try:
+            with pytest.raises(SSEBenchError, match=f"not root's alone: .*{bad}"):
+                backend.runtime_volume(settings, runtime)
+            assert not list_volumes({"name": f"ssebench-runtime-{digest[:32]}"})
+        finally:
+            client().images.remove(runtime, force=True)
