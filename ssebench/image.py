@@ -570,9 +570,9 @@ def _commit_tool_layer(settings: Settings, layer: Layer, out: TextIO,
     env = ((image_attrs(case) or {}).get("Config") or {}).get("Env") or []
     loader = sorted({str(v).split("=", 1)[0] for v in env if str(v).startswith("LD_")})
     if loader:  # root's processes inherit the image's environment: no variable may steer its dynamic loader
-        failure = f"{case} sets {', '.join(loader)} in its environment; a task image may set no LD_ variable"
-        out.write(f"ERROR: {failure}\n")
-        return failure
+        refused = f"{case} sets {', '.join(loader)} in its environment; a task image may set no LD_ variable"
+        out.write(f"ERROR: {refused}\n")
+        return refused
     volume = ensure_runtime_volume(settings, runtime)
     api = client().api
     container: str | None = None

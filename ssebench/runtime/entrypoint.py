@@ -2,7 +2,7 @@
 
 1. results (0755 in its 0700 parent) and archive (model's) prepared;
 2. the daemon started and awaited (SSE_DAEMON_TIMEOUT);
-3. the MCP server started and awaited (SSE_MCP_TIMEOUT);
+3. the MCP server started on a socket bound for it (not awaited);
 4. the agent command (the image's CMD) run as model, in its own session,
    stdin /dev/null, output to agent.log, killed with its whole process group
    at TIMEOUT seconds (exit status 124);
@@ -35,11 +35,10 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import IO
 
@@ -86,10 +85,24 @@ def prepare_dirs(settings: RuntimeSettings, model: User) -> None:
     os.chmod(LOG_DIR, 0o755)
 
 
-def start(module: str, log: IO[bytes], env: dict[str, str]) -> subprocess.Popen[bytes]:
-    """A runtime process: isolated Python, started in `/`."""
-    return subprocess.Popen(python_command(module), cwd=NEUTRAL_CWD, stdin=subprocess.DEVNULL, stdout=log,
-                            stderr=log, env=env)
+def start(module: str, log: IO[bytes], env: dict[str, str],
+          listener: socket.socket | None = None) -> subprocess.Popen[bytes]:
+    """A runtime process: isolated Python, started in `/`.
+
+    With `listener` (bound here), it serves on that socket, whose number it
+    finds in SSE_LISTEN_FD; this process keeps no copy, so the socket closes
+    when that process ends. Clients may connect at once: the kernel queues
+    them until it has started.
+    """
+    fds: tuple[int, ...] = ()
+    if listener is not None:
+        env, fds = {**env, layout.LISTEN_FD: str(listener.fileno())}, (listener.fileno(),)
+    try:
+        return subprocess.Popen(python_command(module), cwd=NEUTRAL_CWD, stdin=subprocess.DEVNULL, stdout=log,
+                                stderr=log, env=env, pass_fds=fds)
+    finally:
+        if listener is not None:
+            listener.close()
 
 
 def _tail(path: Path, lines: int = 20) -> str:
@@ -111,36 +124,51 @@ def wait_for(what: str, ready: object, process: subprocess.Popen[bytes] | None, 
     raise RuntimeError(f"the {what} did not become ready within {timeout:.0f} s:\n{_tail(log)}")
 
 
-def admin_post(settings: RuntimeSettings, path: str) -> None:
-    from sse.daemon import Daemon
+# How long root waits for the daemon's answer to agent_exited (it ends model's processes and captures the
+# patch first), as the SDK waits.
+ADMIN_TIMEOUT = 4 * 3600.0
 
-    admin = Daemon(settings.admin_socket)
+
+def http_status(address: str | tuple[str, int], method: str, path: str, timeout: float) -> int | None:
+    """The status of one HTTP/1.1 request (an empty JSON body for POST) to a unix socket path or a (host,
+    port); None when nothing answers in HTTP.
+
+    Plain sockets, not an HTTP library: the entrypoint asks this while the daemon and the MCP server start
+    beside it, on the same cores, and an import of httpx or urllib costs more than the rest of its start-up.
+    """
+    body = b"{}" if method == "POST" else b""
+    request = (f"{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+               f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode() + body
+    family = socket.AF_UNIX if isinstance(address, str) else socket.AF_INET
     try:
-        admin.post(path, {})
-    finally:
-        admin.close()
+        with socket.socket(family, socket.SOCK_STREAM) as sock:
+            sock.settimeout(timeout)
+            sock.connect(address)
+            sock.sendall(request)
+            head = b""
+            while b"\r\n" not in head and len(head) < 1024:
+                chunk = sock.recv(1024)
+                if not chunk:
+                    break
+                head += chunk
+    except OSError:
+        return None
+    parts = head.split(b" ", 2)
+    if len(parts) < 2 or not parts[0].startswith(b"HTTP/") or not parts[1].isdigit():
+        return None
+    return int(parts[1])
+
+
+def admin_post(settings: RuntimeSettings, path: str) -> None:
+    status = http_status(settings.admin_socket, "POST", path, ADMIN_TIMEOUT)
+    if status != 200:
+        raise RuntimeError(f"POST {path} on the admin socket: " + (f"status {status}" if status else "no answer"))
 
 
 def daemon_ready(settings: RuntimeSettings) -> bool:
     if not os.path.exists(settings.agent_socket) or not os.path.exists(settings.admin_socket):
         return False
-    try:
-        import httpx
-
-        with httpx.Client(transport=httpx.HTTPTransport(uds=settings.admin_socket), timeout=2) as client:
-            return client.get("http://daemon/version").status_code == 200
-    except Exception:
-        return False
-
-
-def mcp_ready() -> bool:
-    try:
-        urllib.request.urlopen("http://127.0.0.1:3000/mcp", timeout=2)
-    except urllib.error.HTTPError:
-        return True  # it answered; a bare GET is not an MCP request
-    except OSError:
-        return False
-    return True
+    return http_status(settings.admin_socket, "GET", "/version", 2) == 200
 
 
 def agent_env(settings: RuntimeSettings, model: User) -> dict[str, str]:
@@ -238,12 +266,15 @@ def finish_archive(settings: RuntimeSettings) -> None:
 
 def start_runtime(settings: RuntimeSettings, env: dict[str, str], *, daemon: bool,
                   mcp: bool) -> list[subprocess.Popen[bytes]]:
-    """Start the daemon and/or the MCP server and wait until each answers; [daemon?, mcp?] as started.
+    """Start the daemon and/or the MCP server; wait until the daemon answers; [daemon?, mcp?] as started.
 
-    Both start at once (their imports take most of their start-up, and there
-    are two cores or more); the MCP server reaches the daemon only when a
-    tool is called. Without `daemon`, the daemon is another container's and
-    its sockets (in the shared /run/ssebench) are awaited.
+    Both start at once. The MCP server's socket is bound here before it
+    starts, and the agent starts without waiting for it: a client that
+    connects early waits in the socket's queue while the server imports its
+    stack (the slowest start of the three, and no agent needs it in its first
+    second). The MCP server reaches the daemon only when a tool is called.
+    Without `daemon`, the daemon is another container's and its sockets (in
+    the shared /run/ssebench) are awaited.
     """
     results = Path(settings.results)
     children: list[subprocess.Popen[bytes]] = []
@@ -253,14 +284,11 @@ def start_runtime(settings: RuntimeSettings, env: dict[str, str], *, daemon: boo
             process = start("ssebench.runtime.daemon", (results / "daemon.log").open("ab"), env)
             children.append(process)
         if mcp:
-            server = start("ssebench.runtime.mcp_server", (results / "mcp.log").open("ab"),
-                           {**env, "SSE_DAEMON_SOCKET": settings.agent_socket})
-            children.append(server)
+            listener = socket.create_server(("127.0.0.1", layout.MCP_PORT), backlog=128)
+            children.append(start("ssebench.runtime.mcp_server", (results / "mcp.log").open("ab"),
+                                  {**env, "SSE_DAEMON_SOCKET": settings.agent_socket}, listener))
         wait_for("daemon", lambda: daemon_ready(settings), process, settings.daemon_timeout, results / "daemon.log")
-        say("daemon ready")
-        if mcp:
-            wait_for("MCP server", mcp_ready, server, settings.mcp_timeout, results / "mcp.log")
-            say("MCP server ready")
+        say("daemon ready" + ("; MCP server listening" if mcp else ""))
     except (RuntimeError, OSError):
         for child in children:
             child.kill()
@@ -358,6 +386,8 @@ def main(argv: list[str]) -> int:
         except Exception as exc:
             say(f"agent_exited failed (attempt {attempt + 1} of 3): {exc}")
             time.sleep(1)
+    if mcp.poll() is not None:  # the agent's own lookout (its calls failed), but the log says so
+        say(f"the MCP server had exited (status {mcp.returncode}) before the agent did; see mcp.log")
     mcp.terminate()
 
     evaluator_env = {**env, "SSE_DAEMON_SOCKET": settings.admin_socket, "AGENT_DURATION": f"{duration:.3f}",

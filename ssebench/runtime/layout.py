@@ -16,6 +16,8 @@ AGENT_SOCKET = "/tmp/sse.sock"
 ARCHIVE = "/tmp/sse-archive"
 HTTP_PORT = 4263
 MCP_PORT = 3000
+# The number of the listening socket a runtime process inherits from the entrypoint, which bound it.
+LISTEN_FD = "SSE_LISTEN_FD"
 RUNTIME_HOME = "/opt/ssebench"
 REFERENCE_PATCH = "/reference/patch.diff"
 CAPTURE_DIR = "/var/lib/ssebench-capture"

@@ -10,6 +10,7 @@ to its tail; the whole log is saved to a file the agent can read.
 from __future__ import annotations
 
 import os
+import socket
 import stat
 import sys
 import time
@@ -20,6 +21,7 @@ from typing import Any
 
 from sse.helper import ScriptResult
 
+from ssebench.runtime import layout
 from ssebench.runtime.layout import MCP_LOG_DIR
 from ssebench.runtime.settings import DIFFICULTY_NAMES, allowed_actions
 
@@ -200,8 +202,13 @@ def main() -> None:
         raise SystemExit(2) from None
     if LOG_DIR.exists() and not stat.S_ISDIR(os.lstat(LOG_DIR).st_mode):
         os.unlink(LOG_DIR)
+    # The entrypoint binds the socket before this starts (clients queue on it meanwhile); run alone, bind it.
+    fd = os.environ.get(layout.LISTEN_FD)
+    sock = (socket.socket(fileno=int(fd)) if fd
+            else socket.create_server(("127.0.0.1", layout.MCP_PORT), backlog=128))
+    sock.set_inheritable(False)
     app = create_server(settings.difficulty).streamable_http_app(stateless_http=True, json_response=True)
-    uvicorn.run(app, host="127.0.0.1", port=3000, log_level="warning")
+    uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
 
 
 if __name__ == "__main__":

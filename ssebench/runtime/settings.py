@@ -5,10 +5,10 @@ A bad value stops the process at start with the name of the variable.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from dataclasses import dataclass, fields
 
 from ssebench.runtime import layout
 
@@ -45,7 +45,6 @@ ENV = {
     "http_port": "SSE_HTTP_PORT",
     "agent_timeout": "TIMEOUT",
     "daemon_timeout": "SSE_DAEMON_TIMEOUT",
-    "mcp_timeout": "SSE_MCP_TIMEOUT",
     "script_timeout": "SSE_SCRIPT_TIMEOUT",
     "bash_timeout": "SSE_BASH_TIMEOUT",
     "grading_timeout": "SSE_GRADING_TIMEOUT",
@@ -64,73 +63,98 @@ class SettingsError(Exception):
     """A setting's value is invalid; the message names the variable."""
 
 
-class RuntimeSettings(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+@dataclass(frozen=True)
+class RuntimeSettings:
     role: str = "sandbox"
     # The agent's source tree (agent role: there is no config.yaml to read it from).
     source: str = ""
-    difficulty: int = Field(2, ge=0, le=4)
+    difficulty: int = 2
     results: str = layout.RESULTS
     archive: str = layout.ARCHIVE
     agent_socket: str = layout.AGENT_SOCKET
     admin_socket: str = layout.ADMIN_SOCKET
-    http_port: int = Field(layout.HTTP_PORT, ge=1, le=65535)
-    agent_timeout: float = Field(3600.0, gt=0)
-    daemon_timeout: float = Field(300.0, gt=0)
-    mcp_timeout: float = Field(300.0, gt=0)
-    script_timeout: float = Field(1800.0, gt=0)
-    bash_timeout: float = Field(600.0, gt=0)
-    grading_timeout: float = Field(7200.0, gt=0)
-    output_cap: int = Field(256 * 1024, ge=1024)
+    http_port: int = layout.HTTP_PORT
+    agent_timeout: float = 3600.0
+    daemon_timeout: float = 300.0
+    script_timeout: float = 1800.0
+    bash_timeout: float = 600.0
+    grading_timeout: float = 7200.0
+    output_cap: int = 256 * 1024
     keep_alive: bool = False
     # The largest file a process of model or sse-runner may write (RLIMIT_FSIZE).
-    file_size: int = Field(4 << 30, ge=1 << 20)
+    file_size: int = 4 << 30
     # The most a check copies of a tree; the largest patch a capture makes.
-    copy_limit: int = Field(8 << 30, ge=1 << 20)
-    patch_limit: int = Field(64 << 20, ge=1 << 10)
-    capture_timeout: float = Field(300.0, gt=0)
+    copy_limit: int = 8 << 30
+    patch_limit: int = 64 << 20
+    capture_timeout: float = 300.0
     # What of the agent's archive is kept: per file and in all.
-    archive_file_cap: int = Field(64 << 20, ge=1)
-    archive_cap: int = Field(256 << 20, ge=1)
+    archive_file_cap: int = 64 << 20
+    archive_cap: int = 256 << 20
 
-    @field_validator("role")
-    @classmethod
-    def _role(cls, value: str) -> str:
-        if value not in ROLES:
-            raise ValueError(f"must be one of {', '.join(ROLES)} (got {value!r})")
+
+# The bounds of each numeric setting: (least, most); a float's least is exclusive (a time must be > 0).
+_BOUNDS: dict[str, tuple[float, float | None]] = {
+    "http_port": (1, 65535), "output_cap": (1024, None), "file_size": (1 << 20, None),
+    "copy_limit": (1 << 20, None), "patch_limit": (1 << 10, None), "archive_file_cap": (1, None),
+    "archive_cap": (1, None),
+    **{name: (0, None) for name in ("agent_timeout", "daemon_timeout", "script_timeout",
+                                     "bash_timeout", "grading_timeout", "capture_timeout")},
+}
+_TYPES = {f.name: f.type for f in fields(RuntimeSettings)}
+
+
+def _number(name: str, text: str) -> int | float:
+    least, most = _BOUNDS[name]
+    if _TYPES[name] == "float":
+        try:
+            value: int | float = float(text)
+        except ValueError:
+            raise ValueError(f"must be a number (got {text!r})") from None
+        if not math.isfinite(value) or value <= least:
+            raise ValueError(f"must be a number greater than {least:g} (got {text!r})")
         return value
+    try:
+        value = int(text.strip())
+    except ValueError:
+        raise ValueError(f"must be a whole number (got {text!r})") from None
+    if value < least or (most is not None and value > most):
+        bounds = f"from {least:g} to {most:g}" if most is not None else f"at least {least:g}"
+        raise ValueError(f"must be a whole number {bounds} (got {text!r})")
+    return value
 
-    @model_validator(mode="after")
-    def _source(self) -> RuntimeSettings:
-        if self.role == "agent" and not self.source.startswith("/"):
-            raise ValueError("SSE_SOURCE: the agent container needs the source tree's absolute path")
-        return self
 
-    @field_validator("difficulty", mode="before")
-    @classmethod
-    def _difficulty(cls, value: object) -> object:
-        text = str(value).strip()
-        if not text.isdigit() or int(text) not in DIFFICULTY_NAMES:
-            raise ValueError(f"must be one of 0, 1, 2, 3, 4 (got {value!r})")
-        return int(text)
+def _value(name: str, text: str) -> object:
+    if name == "role":
+        if text not in ROLES:
+            raise ValueError(f"must be one of {', '.join(ROLES)} (got {text!r})")
+        return text
+    if name == "difficulty":
+        stripped = text.strip()
+        if not stripped.isdigit() or int(stripped) not in DIFFICULTY_NAMES:
+            raise ValueError(f"must be one of 0, 1, 2, 3, 4 (got {text or '(empty)'!r})")
+        return int(stripped)
+    if name == "keep_alive":
+        return text.strip().lower() in ("1", "true", "yes")
+    if name in _BOUNDS:
+        return _number(name, text)
+    return text
 
 
 def load_settings(environ: Mapping[str, str] | None = None) -> RuntimeSettings:
-    """Settings from the environment; unset variables take their defaults."""
+    """Settings from the environment; unset variables take their defaults.
+
+    Plain Python (no validation library): every runtime process reads these at start, so their import is on
+    the path from a container's start to its agent's.
+    """
     environ = os.environ if environ is None else environ
-    given = {field: environ[var] for field, var in ENV.items() if var in environ}
-    values: dict[str, object] = dict(given)
-    if given.get("difficulty") == "":
-        values["difficulty"] = "(empty)"
-    if "keep_alive" in given:
-        values["keep_alive"] = given["keep_alive"].strip().lower() in ("1", "true", "yes")
-    try:
-        return RuntimeSettings.model_validate(values)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        message = str(first["msg"]).removeprefix("Value error, ")
-        if not first["loc"]:  # a rule across settings: its message names the variable
-            raise SettingsError(message) from None
-        var = ENV.get(str(first["loc"][0]), str(first["loc"][0]))
-        raise SettingsError(f"{var}: {message}") from None
+    values: dict[str, object] = {}
+    for name, var in ENV.items():
+        if var in environ:
+            try:
+                values[name] = _value(name, environ[var])
+            except ValueError as exc:
+                raise SettingsError(f"{var}: {exc}") from None
+    settings = RuntimeSettings(**values)  # type: ignore[arg-type]
+    if settings.role == "agent" and not settings.source.startswith("/"):
+        raise SettingsError("SSE_SOURCE: the agent container needs the source tree's absolute path")
+    return settings

@@ -268,6 +268,36 @@ def test_test_patch_over_mcp(held: Any) -> None:
     assert any(line.startswith("PoCs: not run (difficulty 2") for line in lines)
 
 
+FIRST_THING = """
+import socket
+with socket.create_connection(("127.0.0.1", 3000)) as s:  # at once: before the MCP stack could have loaded
+    s.sendall(b"GET /mcp HTTP/1.1\\r\\nHost: localhost\\r\\nConnection: close\\r\\n\\r\\n")
+    print("RAW-ANSWER " + s.recv(100).split(b"\\r\\n")[0].decode())
+import anyio, json
+from mcp import Client
+async def main():
+    async with Client("http://localhost:3000/mcp") as client:
+        result = await client.call_tool("test_patch", {})
+        print("MCP-ANSWER " + json.dumps(result.content[0].text))
+anyio.run(main)
+"""
+
+
+def test_an_agent_that_calls_mcp_first_thing_is_served(settings: Settings, demo_images: list[Task],
+                                                       tmp_path: Path) -> None:
+    """The agent starts once the daemon answers, while the MCP server may still be starting: its socket is
+    bound before the agent starts, so a call made at once waits for the server instead of failing."""
+    task = _task(demo_images, "c-demo")
+    with container(image_names(settings, task)["tool"], [PYTHON, "-c", FIRST_THING], tmp_path,
+                   runtime=runtime_of(settings, task)) as c:
+        finish(c, tmp_path)
+        said = c.logs().decode(errors="replace")
+    assert "daemon ready; MCP server listening" in said, said
+    agent_log = (tmp_path / "agent.log").read_text(errors="replace")
+    assert "RAW-ANSWER HTTP/1.1 " in agent_log, agent_log  # queued, then answered (no refusal)
+    assert 'MCP-ANSWER "All 2 checks that ran passed.' in agent_log, agent_log
+
+
 def test_a_tree_the_agent_made_unreadable_is_graded_failed(settings: Settings, demo_images: list[Task],
                                                            tmp_path: Path) -> None:
     """Making the change uncapturable must not turn a failure into an ungraded error."""
