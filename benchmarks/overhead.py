@@ -19,10 +19,12 @@ and from each run's files: where the container's time went (start to the
 entrypoint, daemon and MCP server ready, the agent, grading, the end).
 Then, once each: the daemon's round trips (bash `echo hi` and `GET
 /version`, over the agent socket raw and through the SDK); deciding that no
-image needs rebuilding; building one agent layer without cache; the disk a
-task adds beyond its case image; and, with --workers, the dataset's runs
-(reference and dummy) at -n 1 against -n 2. It prints one table and writes
-it as JSON.
+image needs rebuilding; building one agent layer without cache (the
+harness's way, and Docker's build of the same Dockerfile); the disk a task
+adds beyond its case image, and the runtime volume every task of a language
+shares; and, with --workers, the dataset's runs (reference and dummy) at
+-n 1 against -n 2, with how many CPUs each sweep kept busy. It prints one
+table and writes it as JSON.
 """
 
 from __future__ import annotations
@@ -165,6 +167,13 @@ def latency(image: str, runtime: str, calls: int) -> dict[str, dict[str, float]]
     return {name: stats(values) for name, values in times.items()}
 
 
+def cpu_busy() -> float:
+    """CPU seconds the whole machine has spent busy (not idle or waiting on I/O) since boot, from /proc/stat."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle, iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
 def image_size(ref: str) -> int:
     from ssebench.engine import client
 
@@ -180,16 +189,31 @@ def volume_size(volume: str, image: str) -> int:
     return int(out.decode().split()[0])
 
 
-def agent_layer_build(tool: str, agent_dir: Path) -> float:
+def agent_layer_build(settings: Any, task: Any) -> dict[str, float]:
+    """Seconds to make the dummy agent's layer on a task's tool image, no cache: the harness's way (one
+    commit, `ssebench.agentlayer`) and Docker's build of the same Dockerfile, side by side."""
+    from dataclasses import replace
+
+    from ssebench.agent import load_agent
+    from ssebench.bootstrap import ensure_os_image
+    from ssebench.image import build_layer, plan
+
+    scratch = "ssebench-benchmark/agent-layer:latest"
+    layer = replace(plan(settings, task, ensure_os_image(settings), load_agent(settings.agents_dir, "dummy"))[-1],
+                    image=scratch)
     started = time.monotonic()
-    done = subprocess.run(["docker", "build", "-q", "--no-cache", "--build-arg", f"SSEBENCH_TOOL={tool}",
-                           "-t", "ssebench-benchmark/agent-layer:latest", str(agent_dir)],
+    build_layer(settings, layer, nocache=True)
+    ours = time.monotonic() - started
+    subprocess.run(["docker", "rmi", "-f", scratch], capture_output=True, check=False)
+    started = time.monotonic()
+    done = subprocess.run(["docker", "build", "-q", "--no-cache", "--build-arg",
+                           f"SSEBENCH_TOOL={layer.buildargs['SSEBENCH_TOOL']}", "-t", scratch, str(layer.context)],
                           capture_output=True, text=True, check=False)
-    elapsed = time.monotonic() - started
-    subprocess.run(["docker", "rmi", "-f", "ssebench-benchmark/agent-layer:latest"], capture_output=True, check=False)
+    theirs = time.monotonic() - started
+    subprocess.run(["docker", "rmi", "-f", scratch], capture_output=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"building an agent layer failed: {done.stderr[-2000:]}")
-    return elapsed
+    return {"commit": ours, "docker_build": theirs}
 
 
 def main() -> int:
@@ -266,17 +290,20 @@ def main() -> int:
         runtime = ensure_runtime_volume(settings, names["runtime"])
         report["runtime_volume_bytes"] = volume_size(runtime, names["case"])
         report["latency_ms"] = latency(names["tool"], runtime, args.calls)
-        report["agent_layer_build_s"] = agent_layer_build(names["tool"], settings.agents_dir / "dummy")
+        report["agent_layer_build_s"] = agent_layer_build(settings, first)
         if args.workers:
-            walls = {}
+            walls, busy = {}, {}
             for workers in ("1", "2"):
-                started = time.monotonic()
+                started, cpu = time.monotonic(), cpu_busy()
                 subprocess.run([sys.executable, "-m", "pytest", str(args.dataset), "--agent", "dummy", "--agent",
                                 "reference", "-q", "-p", "no:cacheprovider", "--results",
                                 str(Path(scratch) / f"workers-{workers}"), "-n", workers],
                                capture_output=True, check=False, cwd=ROOT)
                 walls[workers] = time.monotonic() - started
-            report["workers_s"] = {"n1": walls["1"], "n2": walls["2"], "speedup": walls["1"] / walls["2"]}
+                busy[workers] = cpu_busy() - cpu
+            report["workers_s"] = {"n1": walls["1"], "n2": walls["2"], "speedup": walls["1"] / walls["2"],
+                                   # the machine's CPUs kept busy, on average, over each sweep
+                                   "cpus_busy_n1": busy["1"] / walls["1"], "cpus_busy_n2": busy["2"] / walls["2"]}
 
     args.json.write_text(json.dumps(report, indent=2) + "\n")
     print_table(report)
@@ -310,13 +337,21 @@ def print_table(report: dict[str, Any]) -> None:
     images = report["images_current_s"]
     print(f"\ndeciding no image needs rebuilding: {images['again']:.2f} s for {len(report['tasks'])} tasks "
           f"({images['per_task']:.2f} s per task)")
-    print(f"building one agent layer (dummy, no cache): {report['agent_layer_build_s']:.1f} s")
+    built = report["agent_layer_build_s"]
+    if isinstance(built, dict):
+        print(f"building one agent layer (dummy, no cache): {built['commit']:.1f} s "
+              f"(Docker's build of its Dockerfile: {built['docker_build']:.1f} s)")
+    else:
+        print(f"building one agent layer (dummy, no cache): {built:.1f} s")
     if "runtime_volume_bytes" in report:
         print(f"the runtime, in one volume that every task of a language shares: "
               f"{report['runtime_volume_bytes'] / 1e6:.1f} MB")
     if "workers_s" in report:
         w = report["workers_s"]
         print(f"reference + dummy on the dataset: -n 1 {w['n1']:.1f} s, -n 2 {w['n2']:.1f} s: {w['speedup']:.2f}x")
+        if "cpus_busy_n1" in w:
+            print(f"  CPUs busy on average: {w['cpus_busy_n1']:.2f} at -n 1, {w['cpus_busy_n2']:.2f} at -n 2 "
+                  f"(of {report['machine']['cpus']})")
 
 
 if __name__ == "__main__":

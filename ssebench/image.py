@@ -33,14 +33,15 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from filelock import FileLock
 
 from ssebench.agent import Agent
+from ssebench.agentlayer import SimpleDockerfile, archive_of, simple_dockerfile
 from ssebench.engine import (
     client,
     docker_errors,
@@ -245,14 +246,20 @@ def sidecar_plan(settings: Settings, os_id: str, agent: Agent, stager: Stager | 
 
 
 def agent_layer(agent: Agent, image: str, parent: Layer, salt: str, task: Task | None = None) -> Layer:
-    """An agent's own Dockerfile on `parent` (SSEBENCH_TOOL): a task's tool image, or sidecar mode's base."""
+    """An agent's own Dockerfile on `parent` (SSEBENCH_TOOL): a task's tool image, or sidecar mode's base.
+
+    A Dockerfile that only copies files and configures is made in one commit (`ssebench.agentlayer`); the
+    way it is made is part of its digest.
+    """
+    dockerfile = agent.path / "Dockerfile"
+    how = "commit" if simple_dockerfile(dockerfile, agent.path) is not None else "build"
     return Layer(
         kind="agent",
         image=image,
-        dockerfile=agent.path / "Dockerfile",
+        dockerfile=dockerfile,
         context=agent.path,
         buildargs={"SSEBENCH_TOOL": parent.image},
-        digest=digest(salt, parent.digest, hash_tree(agent.path)),
+        digest=digest(salt, parent.digest, hash_tree(agent.path), how),
         task=task,
     )
 
@@ -361,8 +368,12 @@ def build_layer(settings: Settings, layer: Layer, *, nocache: bool = False,
         layer.stage(layer.context)
     with log.open("w", encoding="utf-8") as out:
         out.write(f"# {layer.kind} layer {layer.image}\n# digest {layer.digest}\n# build args {layer.buildargs}\n")
+        simple = simple_dockerfile(layer.dockerfile, layer.context) if (
+            layer.kind == "agent" and layer.dockerfile is not None) else None
         if layer.dockerfile is None:
             failure = _commit_tool_layer(settings, layer, out, cancel)
+        elif simple is not None:
+            failure = _commit_agent_layer(layer, simple, out)
         else:
             failure = _build_dockerfile(settings, layer, out, nocache, cancel)
     task_id = layer.task.id if layer.task else None
@@ -416,6 +427,21 @@ def _build_dockerfile(settings: Settings, layer: Layer, out: TextIO, nocache: bo
     finally:
         api.close()
     return failure
+
+
+def _commit_agent_layer(layer: Layer, simple: SimpleDockerfile, out: TextIO) -> str | None:
+    """An agent Dockerfile that only copies and configures, in one container that never starts: its files
+    unpacked at `/`, its configuration and the labels committed; the failure, if any."""
+    parent = layer.buildargs["SSEBENCH_TOOL"]
+
+    def copy(container: str) -> str | None:
+        out.write(f"# copies {[(str(c.sources), c.dest) for c in simple.copies]} into container "
+                  f"{container[:12]} of {parent}; then {list(simple.changes)}\n")
+        if simple.copies and not client().api.put_archive(container, "/", archive_of(simple)):
+            return f"the engine refused the agent's files for {layer.image}"
+        return None
+
+    return _commit_layer(layer, parent, out, simple.changes, copy)
 
 
 def runtime_volume_name(digest: str) -> str:
@@ -575,24 +601,34 @@ def _commit_tool_layer(settings: Settings, layer: Layer, out: TextIO,
         return refused
     volume = ensure_runtime_volume(settings, runtime)
     api = client().api
+
+    def run(container: str) -> str | None:
+        out.write(f"# in container {container[:12]} of {case}, runtime volume {volume} read-only\n")
+        try:
+            status = _run_to_end(container, f"building {layer.image}", TOOL_LAYER_TIMEOUT, cancel)
+        finally:
+            out.write(api.logs(container).decode("utf-8", errors="replace"))
+        return f"the tool layer's code exited with status {status}" if status != 0 else None
+
+    return _commit_layer(layer, case, out, TOOL_COMMIT_CHANGES, run, command=list(TOOL_LAYER_COMMAND),
+                         entrypoint=[], user="root", host_config=api.create_host_config(binds=runtime_binds(volume)))
+
+
+def _commit_layer(layer: Layer, base: str, out: TextIO, changes: Sequence[str],
+                  prepare: Callable[[str], str | None], **create: Any) -> str | None:
+    """Make `layer` as a commit of a container of `base` (created with `create`, no network, the layer's
+    labels) once `prepare(container)` returned no failure; the container is removed whatever happens.
+    The failure, if any (written to `out` too)."""
+    api = client().api
     container: str | None = None
     failure: str | None = None
     try:
-        with docker_errors(f"making the tool layer {layer.image} from {case}"):
-            container = str(api.create_container(
-                case, command=list(TOOL_LAYER_COMMAND), entrypoint=[], user="root", network_disabled=True,
-                labels=layer.labels,
-                host_config=api.create_host_config(binds=runtime_binds(volume)))["Id"])
-            out.write(f"# in container {container[:12]} of {case}, runtime volume {volume} read-only\n")
-            try:
-                status = _run_to_end(container, f"building {layer.image}", TOOL_LAYER_TIMEOUT, cancel)
-            finally:
-                out.write(api.logs(container).decode("utf-8", errors="replace"))
-            if status != 0:
-                failure = f"the tool layer's code exited with status {status}"
-            else:
+        with docker_errors(f"making the {layer.kind} layer {layer.image} from {base}"):
+            container = str(api.create_container(base, labels=layer.labels, network_disabled=True, **create)["Id"])
+            failure = prepare(container)
+            if failure is None:
                 repository, tag = split_ref(layer.image)
-                api.commit(container, repository=repository, tag=tag, changes=list(TOOL_COMMIT_CHANGES))
+                api.commit(container, repository=repository, tag=tag, changes=list(changes))
     except BuildCancelled:
         out.write("ERROR: cancelled\n")
         raise

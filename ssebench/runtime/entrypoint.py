@@ -39,6 +39,7 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
@@ -85,24 +86,57 @@ def prepare_dirs(settings: RuntimeSettings, model: User) -> None:
     os.chmod(LOG_DIR, 0o755)
 
 
-def start(module: str, log: IO[bytes], env: dict[str, str],
-          listener: socket.socket | None = None) -> subprocess.Popen[bytes]:
-    """A runtime process: isolated Python, started in `/`.
+def start(module: str, log: IO[bytes], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """A runtime process: isolated Python, started in `/`."""
+    return subprocess.Popen(python_command(module), cwd=NEUTRAL_CWD, stdin=subprocess.DEVNULL, stdout=log,
+                            stderr=log, env=env)
 
-    With `listener` (bound here), it serves on that socket, whose number it
-    finds in SSE_LISTEN_FD; this process keeps no copy, so the socket closes
-    when that process ends. Clients may connect at once: the kernel queues
-    them until it has started.
+
+@dataclass
+class Served:
+    """A server started on a socket bound for it here; `ready` is the pipe on which it says it serves."""
+
+    process: subprocess.Popen[bytes]
+    ready: int
+    said: bool = False
+
+    def started(self) -> bool:
+        """Whether it has said it serves (it writes one byte once it does), without waiting."""
+        if not self.said:
+            try:
+                self.said = os.read(self.ready, 1) == b"1"
+            except BlockingIOError:
+                pass
+        return self.said
+
+    def failed_to_start(self) -> bool:
+        """It exited without ever serving: the harness's failure, not the agent's (which cannot signal root,
+        and whose processes the OOM killer takes first)."""
+        return self.process.poll() is not None and not self.started()
+
+
+def serve(module: str, log: IO[bytes], env: dict[str, str], listener: socket.socket) -> Served:
+    """Start a runtime process that serves on `listener`, bound here.
+
+    It finds the socket's number in SSE_LISTEN_FD and a pipe's in
+    SSE_READY_FD, on which it writes one byte once it serves. This process
+    keeps no copy of the socket, so the socket closes when that process
+    ends. Clients may connect at once: the kernel queues them until it
+    serves.
     """
-    fds: tuple[int, ...] = ()
-    if listener is not None:
-        env, fds = {**env, layout.LISTEN_FD: str(listener.fileno())}, (listener.fileno(),)
+    read, write = os.pipe()
+    os.set_blocking(read, False)
+    env = {**env, layout.LISTEN_FD: str(listener.fileno()), layout.READY_FD: str(write)}
     try:
-        return subprocess.Popen(python_command(module), cwd=NEUTRAL_CWD, stdin=subprocess.DEVNULL, stdout=log,
-                                stderr=log, env=env, pass_fds=fds)
+        process = subprocess.Popen(python_command(module), cwd=NEUTRAL_CWD, stdin=subprocess.DEVNULL,
+                                   stdout=log, stderr=log, env=env, pass_fds=(listener.fileno(), write))
+    except BaseException:
+        os.close(read)
+        raise
     finally:
-        if listener is not None:
-            listener.close()
+        listener.close()
+        os.close(write)
+    return Served(process, read)
 
 
 def _tail(path: Path, lines: int = 20) -> str:
@@ -140,18 +174,28 @@ def http_status(address: str | tuple[str, int], method: str, path: str, timeout:
     request = (f"{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode() + body
     family = socket.AF_UNIX if isinstance(address, str) else socket.AF_INET
+    deadline = time.monotonic() + timeout  # for the whole exchange, not for each read
+
+    def left() -> float:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError
+        return remaining
+
     try:
         with socket.socket(family, socket.SOCK_STREAM) as sock:
-            sock.settimeout(timeout)
+            sock.settimeout(left())
             sock.connect(address)
+            sock.settimeout(left())
             sock.sendall(request)
             head = b""
             while b"\r\n" not in head and len(head) < 1024:
+                sock.settimeout(left())
                 chunk = sock.recv(1024)
                 if not chunk:
                     break
                 head += chunk
-    except OSError:
+    except OSError:  # TimeoutError among them
         return None
     parts = head.split(b" ", 2)
     if len(parts) < 2 or not parts[0].startswith(b"HTTP/") or not parts[1].isdigit():
@@ -177,7 +221,7 @@ def agent_env(settings: RuntimeSettings, model: User) -> dict[str, str]:
         HOME=model.home, USER=model.name, LOGNAME=model.name, SHELL="/bin/bash",
         SSE_DAEMON_SOCKET=settings.agent_socket, SSE_ARCHIVE=settings.archive,
         SSE_DIFFICULTY=str(settings.difficulty), TIMEOUT=str(int(settings.agent_timeout)),
-        SSE_MCP_URL="http://localhost:3000/mcp",
+        SSE_MCP_URL=f"http://127.0.0.1:{layout.MCP_PORT}/mcp",  # the socket root bound (::1 is not it)
     )
     return env
 
@@ -265,8 +309,8 @@ def finish_archive(settings: RuntimeSettings) -> None:
 
 
 def start_runtime(settings: RuntimeSettings, env: dict[str, str], *, daemon: bool,
-                  mcp: bool) -> list[subprocess.Popen[bytes]]:
-    """Start the daemon and/or the MCP server; wait until the daemon answers; [daemon?, mcp?] as started.
+                  mcp: bool) -> tuple[subprocess.Popen[bytes] | None, Served | None]:
+    """Start the daemon and/or the MCP server; wait until the daemon answers; (daemon, MCP server) started.
 
     Both start at once. The MCP server's socket is bound here before it
     starts, and the agent starts without waiting for it: a client that
@@ -277,23 +321,23 @@ def start_runtime(settings: RuntimeSettings, env: dict[str, str], *, daemon: boo
     the shared /run/ssebench) are awaited.
     """
     results = Path(settings.results)
-    children: list[subprocess.Popen[bytes]] = []
+    process: subprocess.Popen[bytes] | None = None
+    server: Served | None = None
     try:
-        process = None
         if daemon:
             process = start("ssebench.runtime.daemon", (results / "daemon.log").open("ab"), env)
-            children.append(process)
         if mcp:
             listener = socket.create_server(("127.0.0.1", layout.MCP_PORT), backlog=128)
-            children.append(start("ssebench.runtime.mcp_server", (results / "mcp.log").open("ab"),
-                                  {**env, "SSE_DAEMON_SOCKET": settings.agent_socket}, listener))
+            server = serve("ssebench.runtime.mcp_server", (results / "mcp.log").open("ab"),
+                           {**env, "SSE_DAEMON_SOCKET": settings.agent_socket}, listener)
         wait_for("daemon", lambda: daemon_ready(settings), process, settings.daemon_timeout, results / "daemon.log")
         say("daemon ready" + ("; MCP server listening" if mcp else ""))
     except (RuntimeError, OSError):
-        for child in children:
-            child.kill()
+        for child in (process, server.process if server else None):
+            if child is not None:
+                child.kill()
         raise
-    return children
+    return process, server
 
 
 def stop(process: subprocess.Popen[bytes]) -> None:
@@ -324,10 +368,11 @@ def wait_for_stop(until_exit: subprocess.Popen[bytes] | None = None) -> None:
 def serve_task(settings: RuntimeSettings, env: dict[str, str]) -> int:
     """Sidecar mode's task container: the daemon alone, until the run stops it."""
     try:
-        (daemon,) = start_runtime(settings, env, daemon=True, mcp=False)
+        daemon, _ = start_runtime(settings, env, daemon=True, mcp=False)
     except (RuntimeError, OSError) as exc:
         say(f"infrastructure failure: {exc}")
         return 1
+    assert daemon is not None
     wait_for_stop(daemon)
     failed = daemon.poll() is not None
     write_limits(settings, "task-limits.json")
@@ -357,12 +402,12 @@ def main(argv: list[str]) -> int:
 
         source = load_taskfile(Path(layout.TASK_DIR) / "config.yaml").source
     try:
-        children = start_runtime(settings, env, daemon=settings.role == "sandbox", mcp=True)
+        daemon, mcp = start_runtime(settings, env, daemon=settings.role == "sandbox", mcp=True)
     except (RuntimeError, OSError) as exc:
         say(f"infrastructure failure: {exc}")
         write_error(settings, f"the runtime failed to start: {exc}")
         return 1
-    mcp = children[-1]
+    assert mcp is not None
 
     command = argv or ["true"]
     say(f"agent: {' '.join(command)} (timeout {settings.agent_timeout:.0f} s, difficulty {settings.difficulty})")
@@ -386,20 +431,29 @@ def main(argv: list[str]) -> int:
         except Exception as exc:
             say(f"agent_exited failed (attempt {attempt + 1} of 3): {exc}")
             time.sleep(1)
-    if mcp.poll() is not None:  # the agent's own lookout (its calls failed), but the log says so
-        say(f"the MCP server had exited (status {mcp.returncode}) before the agent did; see mcp.log")
-    mcp.terminate()
+    # An MCP server that never served failed the run, not the agent: the run is an error, and is not graded.
+    # One that served and then ended is the agent's lookout, as any tool that failed it (its log says so).
+    unserved = mcp.failed_to_start()
+    if mcp.process.poll() is not None:
+        say(f"the MCP server exited with status {mcp.process.returncode} "
+            + ("before it served" if unserved else "before the agent did") + "; see mcp.log")
+    mcp.process.terminate()
 
-    evaluator_env = {**env, "SSE_DAEMON_SOCKET": settings.admin_socket, "AGENT_DURATION": f"{duration:.3f}",
-                     "AGENT_EXIT_STATUS": str(status), "SSE_METRIC_AGENT_TIMEOUT": "true" if timed_out else "false"}
-    with (results / "evaluator.log").open("ab") as evaluator_log:
-        evaluation = start("ssebench.runtime.evaluator", evaluator_log, evaluator_env)
-        try:
-            evaluation.wait(timeout=settings.grading_timeout + 120)
-        except subprocess.TimeoutExpired:
-            evaluation.kill()
-            write_error(settings, "the evaluator did not exit")
-    say("graded: " + _tail(results / "evaluator.log", 1))
+    if unserved:
+        write_error(settings, f"the MCP server failed to start:\n{_tail(results / 'mcp.log')}")
+        say("not graded: the MCP server failed to start")
+    else:
+        evaluator_env = {**env, "SSE_DAEMON_SOCKET": settings.admin_socket, "AGENT_DURATION": f"{duration:.3f}",
+                         "AGENT_EXIT_STATUS": str(status),
+                         "SSE_METRIC_AGENT_TIMEOUT": "true" if timed_out else "false"}
+        with (results / "evaluator.log").open("ab") as evaluator_log:
+            evaluation = start("ssebench.runtime.evaluator", evaluator_log, evaluator_env)
+            try:
+                evaluation.wait(timeout=settings.grading_timeout + 120)
+            except subprocess.TimeoutExpired:
+                evaluation.kill()
+                write_error(settings, "the evaluator did not exit")
+        say("graded: " + _tail(results / "evaluator.log", 1))
     if not ended:
         # Processes of model may live on (where the daemon runs): the archive is left as it is, and the
         # host keeps regular files only, under its caps, whatever is in it.
@@ -414,8 +468,8 @@ def main(argv: list[str]) -> int:
     if settings.keep_alive:
         say("SSE_KEEP_ALIVE=1: the container stays up (the daemon still answers)")
         wait_for_stop()
-    if settings.role == "sandbox":
-        stop(children[0])
+    if daemon is not None:
+        stop(daemon)
     return status
 
 

@@ -18,6 +18,8 @@ HTTP_PORT = 4263
 MCP_PORT = 3000
 # The number of the listening socket a runtime process inherits from the entrypoint, which bound it.
 LISTEN_FD = "SSE_LISTEN_FD"
+# The pipe on which it writes one byte once it serves.
+READY_FD = "SSE_READY_FD"
 RUNTIME_HOME = "/opt/ssebench"
 REFERENCE_PATCH = "/reference/patch.diff"
 CAPTURE_DIR = "/var/lib/ssebench-capture"

@@ -207,8 +207,20 @@ def main() -> None:
     sock = (socket.socket(fileno=int(fd)) if fd
             else socket.create_server(("127.0.0.1", layout.MCP_PORT), backlog=128))
     sock.set_inheritable(False)
+    ready = os.environ.get(layout.READY_FD)
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets)
+            if self.started and ready:  # the entrypoint learns it serves: it never starts then fails the run
+                os.write(int(ready), b"1")
+                os.close(int(ready))
+
     app = create_server(settings.difficulty).streamable_http_app(stateless_http=True, json_response=True)
-    uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
+    server = Server(uvicorn.Config(app, log_level="warning"))
+    server.run(sockets=[sock])
+    if not server.started:  # uvicorn returns when its start-up fails: say so in the exit status
+        raise SystemExit(3)
 
 
 if __name__ == "__main__":

@@ -100,12 +100,12 @@ _BOUNDS: dict[str, tuple[float, float | None]] = {
     **{name: (0, None) for name in ("agent_timeout", "daemon_timeout", "script_timeout",
                                      "bash_timeout", "grading_timeout", "capture_timeout")},
 }
-_TYPES = {f.name: f.type for f in fields(RuntimeSettings)}
+_FLOATS = {f.name for f in fields(RuntimeSettings) if isinstance(f.default, float)}
 
 
 def _number(name: str, text: str) -> int | float:
     least, most = _BOUNDS[name]
-    if _TYPES[name] == "float":
+    if name in _FLOATS:
         try:
             value: int | float = float(text)
         except ValueError:

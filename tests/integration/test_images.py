@@ -16,7 +16,7 @@ import pytest
 from ssebench.agent import load_agent
 from ssebench.build import build_images
 from ssebench.engine import client, image_id, list_containers
-from ssebench.image import image_names
+from ssebench.image import image_names, log_path
 from ssebench.settings import Settings
 from ssebench.task import Task, load_task
 from tests.helpers import DEMO, runtime_of, write_dataset
@@ -169,3 +169,39 @@ def test_ctrl_c_stops_parallel_builds_and_leaves_nothing(demo_images: list[Task]
         build.wait()
     for task_id in ("slow-one", "slow-two"):
         assert image_id(f"ssebench/case/{scratch_dataset.name}/{task_id}:latest") is None
+
+
+def test_an_agent_layer_made_in_one_commit_matches_dockers_build_of_its_dockerfile(
+        settings: Settings, demo_images: list[Task]) -> None:
+    """The dummy agent's layer on c-demo is made without a Dockerfile build (ssebench.agentlayer); Docker's
+    own build of the same Dockerfile on the same tool image gives the same file and configuration."""
+    import io
+    import tarfile
+
+    task = next(t for t in demo_images if t.id == "c-demo")
+    names = image_names(settings, task, "dummy")
+    agent_dir = settings.agents_dir / "dummy"
+    ours = names["agent"]
+    assert "copies" in log_path(settings, ours).read_text()  # it was made by the one-commit path
+    theirs = "ssebench-tests/agent-layer-by-docker:latest"
+    client().images.build(path=str(agent_dir), buildargs={"SSEBENCH_TOOL": names["tool"]}, tag=theirs, rm=True,
+                          forcerm=True, pull=False)
+    try:
+        def seen(image: str) -> tuple[object, ...]:
+            config = client().api.inspect_image(image)["Config"]
+            made = client().api.create_container(image, network_disabled=True)["Id"]
+            try:
+                stream, _ = client().api.get_archive(made, "/opt/agent")
+                with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as archive:
+                    files = {}
+                    for m in archive.getmembers():
+                        data = archive.extractfile(m).read() if m.isfile() else b""  # type: ignore[union-attr]
+                        files[m.name] = (m.uid, m.gid, m.mode & 0o7777, m.type, data)
+            finally:
+                client().api.remove_container(made, force=True)
+            return (files, config["Cmd"], config["Entrypoint"], config["User"], config["WorkingDir"],
+                    sorted(config["Env"] or []))
+        assert seen(ours) == seen(theirs)
+        assert client().api.inspect_image(ours)["Config"]["Labels"]["ssebench.layer"] == "agent"
+    finally:
+        client().images.remove(theirs, force=True)

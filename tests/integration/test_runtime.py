@@ -37,12 +37,13 @@ def _task(tasks: list[Task], task_id: str) -> Task:
 
 @contextmanager
 def container(image: str, command: list[str], run_dir: Path, *, runtime: dict[str, dict[str, str]],
-              env: dict[str, str] | None = None, patch: Path | None = None) -> Iterator[Any]:
+              env: dict[str, str] | None = None, patch: Path | None = None,
+              mounts: dict[str, dict[str, str]] | None = None) -> Iterator[Any]:
     """A task container (with its `runtime`: tests.helpers.runtime_of) and its results and archive on the
     host; removed afterwards."""
     (run_dir / "archive").mkdir(parents=True, exist_ok=True)
     volumes = {**runtime, str(run_dir): {"bind": "/var/lib/ssebench/results", "mode": "rw"},
-               str(run_dir / "archive"): {"bind": "/tmp/sse-archive", "mode": "rw"}}
+               str(run_dir / "archive"): {"bind": "/tmp/sse-archive", "mode": "rw"}, **(mounts or {})}
     if patch is not None:
         volumes[str(patch)] = {"bind": "/reference/patch.diff", "mode": "ro"}
     # Like a real run: on an internal network (no route out, but interfaces, so
@@ -296,6 +297,33 @@ def test_an_agent_that_calls_mcp_first_thing_is_served(settings: Settings, demo_
     agent_log = (tmp_path / "agent.log").read_text(errors="replace")
     assert "RAW-ANSWER HTTP/1.1 " in agent_log, agent_log  # queued, then answered (no refusal)
     assert 'MCP-ANSWER "All 2 checks that ran passed.' in agent_log, agent_log
+
+
+NEVER_SERVES = "import sys\nsys.exit(1)\n"
+SERVES_THEN_ENDS = "import os\nos.write(int(os.environ['SSE_READY_FD']), b'1')\n"
+
+
+@pytest.mark.parametrize("stand_in", [NEVER_SERVES, SERVES_THEN_ENDS], ids=["never-serves", "serves-then-ends"])
+def test_an_mcp_server_that_never_served_makes_the_run_an_error(settings: Settings, demo_images: list[Task],
+                                                                 tmp_path: Path, stand_in: str) -> None:
+    """The agent no longer waits for the MCP server. One that exits before it ever served is the harness's
+    failure: the run is an error, not graded. One that served and then ended is the agent's lookout, as any
+    tool: the run is graded (the dummy's c-demo fails on its PoC)."""
+    task = _task(demo_images, "c-demo")
+    module = tmp_path / "mcp_server.py"
+    module.write_text(stand_in)
+    mounted = {str(module): {"bind": "/opt/ssebench/lib/ssebench/runtime/mcp_server.py", "mode": "ro"}}
+    run_dir = tmp_path / "run"
+    with container(image_names(settings, task)["tool"], ["sleep", "2"], run_dir, mounts=mounted,
+                   runtime=runtime_of(settings, task)) as c:
+        grade = finish(c, run_dir)["patch_result"]
+        said = c.logs().decode(errors="replace")
+    if stand_in == NEVER_SERVES:
+        assert grade["status"] == "error" and grade["error_msg"].startswith("the MCP server failed to start"), grade
+        assert "exited with status 1 before it served" in said and "not graded" in said, said
+    else:
+        assert grade["status"] == "failed" and grade["error_msg"].startswith("PoC failed"), grade
+        assert "exited with status 0 before the agent did" in said, said
 
 
 def test_a_tree_the_agent_made_unreadable_is_graded_failed(settings: Settings, demo_images: list[Task],
