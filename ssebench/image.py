@@ -41,6 +41,7 @@ from typing import Any, TextIO
 from filelock import FileLock
 
 from ssebench.agent import Agent
+from ssebench import agentlayer
 from ssebench.agentlayer import SimpleDockerfile, archive_of, simple_dockerfile
 from ssebench.engine import (
     client,
@@ -252,7 +253,9 @@ def agent_layer(agent: Agent, image: str, parent: Layer, salt: str, task: Task |
     way it is made is part of its digest.
     """
     dockerfile = agent.path / "Dockerfile"
-    how = "commit" if simple_dockerfile(dockerfile, agent.path) is not None else "build"
+    # Made in one commit, by this code (a change to it makes the layers again), or by Docker.
+    how = (f"commit {AGENT_COMMIT} {hash_tree(Path(agentlayer.__file__))}"
+           if simple_dockerfile(dockerfile, agent.path) is not None else "build")
     return Layer(
         kind="agent",
         image=image,
@@ -429,15 +432,24 @@ def _build_dockerfile(settings: Settings, layer: Layer, out: TextIO, nocache: bo
     return failure
 
 
+# The one-commit way of making agent layers (`_commit_agent_layer`): a new value makes them all again.
+AGENT_COMMIT = "v2"
+
+
 def _commit_agent_layer(layer: Layer, simple: SimpleDockerfile, out: TextIO) -> str | None:
-    """An agent Dockerfile that only copies and configures, in one container that never starts: its files
-    unpacked at `/`, its configuration and the labels committed; the failure, if any."""
+    """An agent Dockerfile that only puts its program in place, in one container that never starts: its
+    files unpacked at `/`, its command and the labels committed; the failure, if any."""
     parent = layer.buildargs["SSEBENCH_TOOL"]
+    try:
+        files = archive_of(simple)
+    except OSError as exc:
+        out.write(f"ERROR: reading the agent's files: {exc}\n")
+        return f"reading the agent's files: {exc}"
 
     def copy(container: str) -> str | None:
         out.write(f"# copies {[(str(c.sources), c.dest) for c in simple.copies]} into container "
                   f"{container[:12]} of {parent}; then {list(simple.changes)}\n")
-        if simple.copies and not client().api.put_archive(container, "/", archive_of(simple)):
+        if simple.copies and not client().api.put_archive(container, "/", files):
             return f"the engine refused the agent's files for {layer.image}"
         return None
 
