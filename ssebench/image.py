@@ -539,11 +539,17 @@ def _marker(runtime_image: str, volume: str) -> str | None:
                                         host_config=api.create_host_config(
                                             binds={volume: {"bind": "/check", "mode": "ro,nocopy"}}))["Id"])
     try:
-        stream, _ = api.get_archive(made, f"/check/{RUNTIME_COMPLETE}")
-        with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as archive:
+        with docker_errors(f"reading the runtime volume {volume}'s marker"):
+            stream, _ = api.get_archive(made, f"/check/{RUNTIME_COMPLETE}")
+            data = b"".join(stream)
+        with tarfile.open(fileobj=io.BytesIO(data)) as archive:
             member = archive.extractfile(f"{RUNTIME_COMPLETE}")
             return member.read(200).decode("utf-8", errors="replace").strip() if member else None
-    except (docker.errors.NotFound, tarfile.TarError, KeyError):
+    except SSEBenchError as exc:
+        if isinstance(exc.__cause__, docker.errors.NotFound):
+            return None  # no marker: the fill never ended
+        raise
+    except (tarfile.TarError, KeyError):
         return None
     finally:
         remove_container(made)
@@ -553,6 +559,7 @@ def _fill(runtime_image: str, volume: str, fill_id: str, digest: str) -> None:
     """Make the volume and fill it from the image; on any failure, remove it again and raise SSEBenchError."""
     api = client().api
     made: str | None = None
+    filled = False
     try:
         with docker_errors(f"filling the runtime volume {volume} from {runtime_image}"):
             api.create_volume(volume, driver="local", labels={LABEL_LAYER: "runtime-volume", LABEL_HASH: digest,
@@ -566,15 +573,12 @@ def _fill(runtime_image: str, volume: str, fill_id: str, digest: str) -> None:
                 tail = api.logs(made).decode("utf-8", errors="replace").strip()[-2000:]
                 raise SSEBenchError(f"filling the runtime volume {volume} from {runtime_image} failed "
                                     f"(status {status}): {tail}")
-    except BaseException:
-        if made is not None:
-            remove_container(made)
-            made = None
-        remove_volume(volume)
-        raise
+        filled = True
     finally:
         if made is not None:
-            remove_container(made)
+            remove_container(made)  # first: a volume goes once no container uses it
+        if not filled:
+            remove_volume(volume)
 
 
 def _run_to_end(container: str, what: str, timeout: float, cancel: threading.Event | None = None) -> int:
