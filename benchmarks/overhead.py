@@ -190,8 +190,8 @@ def volume_size(volume: str, image: str) -> int:
 
 
 def agent_layer_build(settings: Any, task: Any) -> dict[str, float]:
-    """Seconds to make the dummy agent's layer on a task's tool image, no cache: the harness's way (one
-    commit, `ssebench.agentlayer`) and Docker's build of the same Dockerfile, side by side."""
+    """Seconds to make the dummy agent's layer on a task's tool image, no cache: the harness's way (the layer
+    assembled, `ssebench.simplelayer`) and Docker's build of the same Dockerfile, side by side."""
     from dataclasses import replace
 
     from ssebench.agent import load_agent
@@ -213,7 +213,7 @@ def agent_layer_build(settings: Any, task: Any) -> dict[str, float]:
     subprocess.run(["docker", "rmi", "-f", scratch], capture_output=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"building an agent layer failed: {done.stderr[-2000:]}")
-    return {"commit": ours, "docker_build": theirs}
+    return {"assembled": ours, "docker_build": theirs}
 
 
 def main() -> int:
@@ -339,7 +339,7 @@ def print_table(report: dict[str, Any]) -> None:
           f"({images['per_task']:.2f} s per task)")
     built = report["agent_layer_build_s"]
     if isinstance(built, dict):
-        print(f"building one agent layer (dummy, no cache): {built['commit']:.1f} s "
+        print(f"building one agent layer (dummy, no cache): {built['assembled']:.1f} s "
               f"(Docker's build of its Dockerfile: {built['docker_build']:.1f} s)")
     else:
         print(f"building one agent layer (dummy, no cache): {built:.1f} s")

@@ -9,6 +9,7 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from ssebench.agent import Agent
 from ssebench.bootstrap import ensure_os_image
@@ -21,6 +22,7 @@ from ssebench.task import Task
 from ssebench.wheelhouse import ensure_wheelhouse
 
 Say = Callable[[str], None]
+T = TypeVar("T")
 
 
 def _stderr(message: str) -> None:
@@ -89,8 +91,9 @@ def build_images(
     With an agent, its images for each of `modes`: one per task in sandbox
     mode, one for all tasks in sidecar mode.
 
-    Up to `jobs` tasks (default: the `build_jobs` setting) build their chains
-    at once; layers they share wait for each other on the per-image lock.
+    The bases come first, all at once (unless `jobs` is 1); then up to `jobs`
+    tasks (default: the `build_jobs` setting) build their chains at once;
+    layers they share wait for each other on the per-image lock.
     An interrupt or an engine failure returns at once and cancels the rest:
     each build in flight stops at its next output without tagging anything,
     or when the process ends, which closes its connection.
@@ -106,35 +109,53 @@ def build_images(
             say(f"ssebench: {exc}")
     tasks = list(tasks)
     cancel = threading.Event()
+    plans = {task.id: task_plan(settings, task, os_id, agent, modes) for task in tasks}
+
+    def base(layer: Layer) -> None:
+        try:
+            ensure_layers(settings, [layer], force=force, report=outcome.report, say=say, cancel=cancel, push=push)
+        except ImageBuildError:
+            pass  # the chains that need it try again, and say so
 
     def chain(task: Task) -> None:
         try:
-            ensure_layers(settings, task_plan(settings, task, os_id, agent, modes), force=force,
-                          report=outcome.report, say=say, cancel=cancel, push=push)
+            ensure_layers(settings, plans[task.id], force=force, report=outcome.report, say=say, cancel=cancel,
+                          push=push)
         except ImageBuildError as exc:
             outcome.failures[task.id] = exc
 
-    workers = min(jobs or settings.build_jobs, len(tasks))
+    # The bases first, all at once: each is mostly Debian's packages coming over the network, and every
+    # chain of its language waits for it.
+    bases = list({plan[0].image: plan[0] for plan in plans.values()}.values())
+    _each(bases, base, len(bases) if (jobs or settings.build_jobs) > 1 else 1, cancel)
+    _each(tasks, chain, min(jobs or settings.build_jobs, len(tasks)), cancel)
+    outcome.failures = {t.id: outcome.failures[t.id] for t in tasks if t.id in outcome.failures}
+    return outcome
+
+
+def _each(items: list[T], work: Callable[[T], None], workers: int, cancel: threading.Event) -> None:
+    """`work` on each item, in up to `workers` threads; the first error other than what `work` handles
+    cancels the rest and is raised."""
     if workers <= 1:
-        for task in tasks:
-            chain(task)
-        return outcome
+        for item in items:
+            work(item)
+        return
     # Daemon threads, not a pool that is joined at exit: when the process ends
     # on an interrupt, their connections close and the engine drops the builds
     # at once (and their containers) instead of finishing them first.
-    pending: queue.SimpleQueue[Task] = queue.SimpleQueue()
-    for task in tasks:
-        pending.put(task)
+    pending: queue.SimpleQueue[T] = queue.SimpleQueue()
+    for item in items:
+        pending.put(item)
     errors: list[BaseException] = []
 
     def worker() -> None:
         while not cancel.is_set():
             try:
-                task = pending.get_nowait()
+                item = pending.get_nowait()
             except queue.Empty:
                 return
             try:
-                chain(task)
+                work(item)
             except BaseException as exc:  # more than a failed build: the engine, the disk...
                 errors.append(exc)
                 cancel.set()
@@ -151,5 +172,3 @@ def build_images(
         raise
     if errors:
         raise errors[0]
-    outcome.failures = {t.id: outcome.failures[t.id] for t in tasks if t.id in outcome.failures}
-    return outcome

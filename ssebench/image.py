@@ -25,24 +25,27 @@ Planning needs no Docker; building does.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import os
 import re
 import shutil
 import sys
+import tarfile
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from functools import lru_cache
+from pathlib import Path, PurePosixPath
 from typing import Any, TextIO
 
 from filelock import FileLock
 
 from ssebench.agent import Agent
-from ssebench import agentlayer
-from ssebench.agentlayer import SimpleDockerfile, archive_of, simple_dockerfile
+from ssebench import simplelayer
+from ssebench.simplelayer import AGENT, CASE, Form, SimpleDockerfile, simple_dockerfile
 from ssebench.engine import (
     client,
     docker_errors,
@@ -249,20 +252,17 @@ def sidecar_plan(settings: Settings, os_id: str, agent: Agent, stager: Stager | 
 def agent_layer(agent: Agent, image: str, parent: Layer, salt: str, task: Task | None = None) -> Layer:
     """An agent's own Dockerfile on `parent` (SSEBENCH_TOOL): a task's tool image, or sidecar mode's base.
 
-    A Dockerfile that only copies files and configures is made in one commit (`ssebench.agentlayer`); the
-    way it is made is part of its digest.
+    A Dockerfile that only copies files and sets a command is assembled without Docker's builder
+    (`ssebench.simplelayer`); the way it is made is part of its digest.
     """
     dockerfile = agent.path / "Dockerfile"
-    # Made in one commit, by this code (a change to it makes the layers again), or by Docker.
-    how = (f"commit {AGENT_COMMIT} {hash_tree(Path(agentlayer.__file__))}"
-           if simple_dockerfile(dockerfile, agent.path) is not None else "build")
     return Layer(
         kind="agent",
         image=image,
         dockerfile=dockerfile,
         context=agent.path,
         buildargs={"SSEBENCH_TOOL": parent.image},
-        digest=digest(salt, parent.digest, hash_tree(agent.path), how),
+        digest=digest(salt, parent.digest, hash_tree(agent.path), assembled_how("agent", dockerfile, agent.path) or "build"),
         task=task,
     )
 
@@ -288,7 +288,9 @@ def plan(
         dockerfile=task.dockerfile,
         context=task.path,
         buildargs={"SSEBENCH_REGISTRY": settings.prefix},
-        digest=digest("case", base.digest, settings.prefix, hash_tree(task.path)),
+        # A Dockerfile that Docker builds keeps the digest it had before some were assembled.
+        digest=digest("case", base.digest, settings.prefix, hash_tree(task.path),
+                      *filter(None, [assembled_how("case", task.dockerfile, task.path)])),
         task=task,
     )
     tool = Layer(
@@ -371,14 +373,18 @@ def build_layer(settings: Settings, layer: Layer, *, nocache: bool = False,
         layer.stage(layer.context)
     with log.open("w", encoding="utf-8") as out:
         out.write(f"# {layer.kind} layer {layer.image}\n# digest {layer.digest}\n# build args {layer.buildargs}\n")
-        simple = simple_dockerfile(layer.dockerfile, layer.context) if (
-            layer.kind == "agent" and layer.dockerfile is not None) else None
+        simple = simple_form(layer.kind, layer.dockerfile, layer.context) if layer.dockerfile else None
         if layer.dockerfile is None:
             failure = _commit_tool_layer(settings, layer, out, cancel)
-        elif simple is not None:
-            failure = _commit_agent_layer(layer, simple, out)
         else:
-            failure = _build_dockerfile(settings, layer, out, nocache, cancel)
+            try:
+                if simple is None:
+                    raise _LeftToDocker("its Dockerfile is not one of the simple forms")
+                failure = _assemble_layer(layer, simple, out)
+            except _LeftToDocker as why:
+                if simple is not None:
+                    out.write(f"# built by Docker: {why}\n")
+                failure = _build_dockerfile(settings, layer, out, nocache, cancel)
     task_id = layer.task.id if layer.task else None
     if failure is not None:
         raise ImageBuildError(layer.image, layer.kind, log, file_tail(log), task=task_id)
@@ -432,28 +438,100 @@ def _build_dockerfile(settings: Settings, layer: Layer, out: TextIO, nocache: bo
     return failure
 
 
-# The one-commit way of making agent layers (`_commit_agent_layer`): a new value makes them all again.
-AGENT_COMMIT = "v2"
+# The Dockerfile forms a layer of each kind may take to be assembled without Docker's builder.
+SIMPLE_FORMS: dict[str, Form] = {"agent": AGENT, "case": CASE}
 
 
-def _commit_agent_layer(layer: Layer, simple: SimpleDockerfile, out: TextIO) -> str | None:
-    """An agent Dockerfile that only puts its program in place, in one container that never starts: its
-    files unpacked at `/`, its command and the labels committed; the failure, if any."""
-    parent = layer.buildargs["SSEBENCH_TOOL"]
-    try:
-        files = archive_of(simple)
-    except OSError as exc:
-        out.write(f"ERROR: reading the agent's files: {exc}\n")
-        return f"reading the agent's files: {exc}"
+def simple_form(layer_kind: str, dockerfile: Path, context: Path) -> SimpleDockerfile | None:
+    form = SIMPLE_FORMS.get(layer_kind)
+    return simple_dockerfile(dockerfile, context, form) if form is not None else None
 
-    def copy(container: str) -> str | None:
-        out.write(f"# copies {[(str(c.sources), c.dest) for c in simple.copies]} into container "
-                  f"{container[:12]} of {parent}; then {list(simple.changes)}\n")
-        if simple.copies and not client().api.put_archive(container, "/", files):
-            return f"the engine refused the agent's files for {layer.image}"
+
+def assembled_how(layer_kind: str, dockerfile: Path, context: Path) -> str | None:
+    """For the digest of a layer that is assembled (`ssebench.simplelayer`): this version of the code that
+    does it, so that a change to it makes such layers again; None for one Docker builds."""
+    if simple_form(layer_kind, dockerfile, context) is None:
         return None
+    return f"assembled {simplelayer.VERSION} {_assembler_code()}"
 
-    return _commit_layer(layer, parent, out, simple.changes, copy)
+
+@lru_cache(maxsize=1)
+def _assembler_code() -> str:
+    return digest(hash_tree(Path(simplelayer.__file__)), *(inspect.getsource(f) for f in (_assemble_layer, _probe)))
+
+
+class _LeftToDocker(Exception):
+    """A simple Dockerfile whose copies meet something in its parent image that only Docker's build makes
+    as Docker makes it."""
+
+
+def _probe(container: str) -> simplelayer.Probe:
+    """What a created container of the parent image has at a path: the first entry of the engine's archive
+    of it (its own owner, mode and type; a link is not followed), or None. Only that entry is read."""
+    api = client().api
+
+    def probe(path: PurePosixPath) -> tarfile.TarInfo | None:
+        with docker_errors(f"reading /{path} of a parent image"):
+            response = api._get(api._url("/containers/{0}/archive", container), params={"path": f"/{path}"},
+                                headers={"Accept-Encoding": "identity"}, stream=True)
+            try:
+                if response.status_code == 404:
+                    return None
+                api._raise_for_status(response)
+                with tarfile.open(fileobj=response.raw, mode="r|*") as archive:
+                    return archive.next()
+            finally:
+                response.close()
+
+    return probe
+
+
+def _assemble_layer(layer: Layer, simple: SimpleDockerfile, out: TextIO) -> str | None:
+    """A simple Dockerfile's layer as one archive loaded as a child of its parent image
+    (`ssebench.simplelayer`); the failure, if any (written to `out` too). Raises _LeftToDocker when Docker
+    must build it: the parent holds what COPY would treat otherwise, or the engine will not load an image
+    whose parent's layers it is not given (as with the containerd image store)."""
+    import docker.errors
+
+    named = simple.parent(layer.buildargs)
+    api = client().api
+    failure: str | None = None
+    try:
+        with docker_errors(f"assembling the {layer.kind} layer {layer.image} on {named}"):
+            attrs = api.inspect_image(named)
+            parent = str(attrs["Id"])  # by its id from here on: the name could move meanwhile
+            if (attrs.get("Config") or {}).get("OnBuild"):
+                raise _LeftToDocker(f"{named} has ONBUILD steps")
+            lay = simplelayer.layout(simple)
+            if isinstance(lay, str):
+                raise _LeftToDocker(lay)
+            container = str(api.create_container(parent, entrypoint=[], command=["/nonexistent"],
+                                                 network_disabled=True, labels=layer.labels)["Id"])
+            try:
+                parents = simplelayer.parent_entries(lay, _probe(container))
+            finally:
+                remove_container(container)
+            if isinstance(parents, str):
+                raise _LeftToDocker(parents)
+            files = simplelayer.layer_archive(lay, parents, simple.mask)
+            out.write(f"# assembled on {named} ({parent[:19]}): {len(lay.sources)} path(s) copied, "
+                      f"{len(lay.folders)} folder(s); {list(simple.instructions)}\n")
+            history = list(reversed(api.history(parent)))
+            image = simplelayer.image_archive(layer.image, attrs, history, files, simple, layer.labels)
+            try:
+                for chunk in api.load_image(image):
+                    if "error" in chunk:
+                        raise _LeftToDocker(f"the engine did not load the assembled image: {chunk['error']}")
+                    out.write(chunk.get("stream") or "")
+            except docker.errors.APIError as exc:
+                raise _LeftToDocker(f"the engine did not load the assembled image: {exc.explanation or exc}")
+    except OSError as exc:
+        failure = f"reading the files to copy: {exc}"
+    except SSEBenchError as exc:
+        failure = str(exc)
+    if failure is not None:
+        out.write(f"ERROR: {failure}\n")
+    return failure
 
 
 def runtime_volume_name(digest: str) -> str:

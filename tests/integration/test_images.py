@@ -17,6 +17,7 @@ from ssebench.agent import load_agent
 from ssebench.build import build_images
 from ssebench.engine import client, image_id, list_containers
 from ssebench.image import image_names, log_path
+from ssebench.simplelayer import AGENT
 from ssebench.settings import Settings
 from ssebench.task import Task, load_task
 from tests.helpers import DEMO, runtime_of, write_dataset
@@ -171,37 +172,141 @@ def test_ctrl_c_stops_parallel_builds_and_leaves_nothing(demo_images: list[Task]
         assert image_id(f"ssebench/case/{scratch_dataset.name}/{task_id}:latest") is None
 
 
-def test_an_agent_layer_made_in_one_commit_matches_dockers_build_of_its_dockerfile(
-        settings: Settings, demo_images: list[Task]) -> None:
-    """The dummy agent's layer on c-demo is made without a Dockerfile build (ssebench.agentlayer); Docker's
-    own build of the same Dockerfile on the same tool image gives the same file and configuration."""
+def _seen(image: str, paths: tuple[str, ...], mask: int = 0) -> tuple[object, ...]:
+    """What an image holds under `paths` (owner, mode less `mask`, kind, link, content and a file's time of
+    each entry) and its configuration, as the engine gives them."""
     import io
     import tarfile
 
-    task = next(t for t in demo_images if t.id == "c-demo")
-    names = image_names(settings, task, "dummy")
-    agent_dir = settings.agents_dir / "dummy"
-    ours = names["agent"]
-    assert "copies" in log_path(settings, ours).read_text()  # it was made by the one-commit path
-    theirs = "ssebench-tests/agent-layer-by-docker:latest"
-    client().images.build(path=str(agent_dir), buildargs={"SSEBENCH_TOOL": names["tool"]}, tag=theirs, rm=True,
-                          forcerm=True, pull=False)
+    config = client().api.inspect_image(image)["Config"]
+    made = client().api.create_container(image, entrypoint=[], command=["/nonexistent"], network_disabled=True)["Id"]
+    files: dict[str, object] = {}
     try:
-        def seen(image: str) -> tuple[object, ...]:
-            config = client().api.inspect_image(image)["Config"]
-            made = client().api.create_container(image, network_disabled=True)["Id"]
-            try:
-                stream, _ = client().api.get_archive(made, "/opt/agent")
-                with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as archive:
-                    files = {}
-                    for m in archive.getmembers():
-                        data = archive.extractfile(m).read() if m.isfile() else b""  # type: ignore[union-attr]
-                        files[m.name] = (m.uid, m.gid, m.mode & 0o7777, m.type, data)
-            finally:
-                client().api.remove_container(made, force=True)
-            return (files, config["Cmd"], config["Entrypoint"], config["User"], config["WorkingDir"],
-                    sorted(config["Env"] or []))
-        assert seen(ours) == seen(theirs)
-        assert client().api.inspect_image(ours)["Config"]["Labels"]["ssebench.layer"] == "agent"
+        for path in paths:
+            stream, _ = client().api.get_archive(made, path)
+            with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as archive:
+                for m in archive.getmembers():
+                    data = archive.extractfile(m).read() if m.isfile() else b""  # type: ignore[union-attr]
+                    files[f"{path}:{m.name}"] = (m.uid, m.gid, m.mode & 0o7777 & ~mask, m.type, m.linkname, data,
+                                                 m.mtime if m.isfile() else None)
     finally:
-        client().images.remove(theirs, force=True)
+        client().api.remove_container(made, force=True)
+    labels = {k: v for k, v in (config.get("Labels") or {}).items() if not k.startswith("ssebench.")}
+    return (files, config["Cmd"], config["Entrypoint"], config["User"], config["WorkingDir"],
+            sorted(config["Env"] or []), labels, config.get("Volumes"), config.get("ExposedPorts"),
+            config.get("Shell"), config.get("Healthcheck"), config.get("StopSignal"))
+
+
+def _dockers_build(context: Path, buildargs: dict[str, str], tag: str) -> None:
+    client().images.build(path=str(context), buildargs=buildargs, tag=tag, rm=True, forcerm=True, pull=False)
+
+
+@pytest.mark.parametrize("task_id", ["c-demo", "go-demo", "rust-demo"])
+def test_a_demo_tasks_assembled_case_and_agent_layers_match_dockers_build_of_their_dockerfiles(
+        settings: Settings, demo_images: list[Task], task_id: str) -> None:
+    """The demo's case layers and the dummy agent's layers are assembled without Docker's builder
+    (ssebench.simplelayer); Docker's own build of the same Dockerfiles on the same parents gives the same
+    files and configuration."""
+    task = next(t for t in demo_images if t.id == task_id)
+    names = image_names(settings, task, "dummy")
+    for ours in (names["case"], names["agent"]):
+        assert "# assembled on" in log_path(settings, ours).read_text()
+    theirs = f"ssebench-tests/by-docker-{task_id}"
+    try:
+        _dockers_build(task.path, {"SSEBENCH_REGISTRY": settings.prefix}, f"{theirs}:case")
+        assert _seen(names["case"], ("/src", "/ssebench")) == _seen(f"{theirs}:case", ("/src", "/ssebench"))
+        _dockers_build(settings.agents_dir / "dummy", {"SSEBENCH_TOOL": names["tool"]}, f"{theirs}:agent")
+        # The agent's files lose what the agent form takes from every mode (the checkout's umask may leave it).
+        assert _seen(names["agent"], ("/opt",)) == _seen(f"{theirs}:agent", ("/opt",), AGENT.mask)
+        for layer, ours in (("case", names["case"]), ("agent", names["agent"])):
+            assert client().api.inspect_image(ours)["Config"]["Labels"]["ssebench.layer"] == layer
+    finally:
+        for kind in ("case", "agent"):
+            if image_id(f"{theirs}:{kind}"):
+                client().images.remove(f"{theirs}:{kind}", force=True)
+
+
+# A parent that holds what COPY must leave as it is: folders of other owners and modes on the way, a
+# destination folder with files of its own, a file to replace (of another size: the engine's diff on
+# fuse-overlayfs misses a file replaced within the same second by one of the same size); or a link on the
+# way, which only Docker's build follows as Docker does.
+_HOSTILE_PARENT = """\
+FROM {os}
+RUN mkdir -p /srv/tree/keep /opt/deep /data && echo older > /srv/tree/over.txt && echo kept > /srv/tree/keep/k.txt \\
+ && chown 1234:4321 /srv /srv/tree && chmod 0750 /srv && chmod 0775 /srv/tree && chmod 0700 /opt/deep \\
+ && chown 77:77 /opt/deep{extra}
+ENV FROM_PARENT=1
+WORKDIR /tmp
+USER 1234
+SHELL ["/bin/bash", "-c"]
+ENTRYPOINT ["/bin/true"]
+CMD ["bash"]
+STOPSIGNAL SIGINT
+VOLUME /vol
+EXPOSE 8080
+HEALTHCHECK --interval=5m CMD true
+"""
+_HOSTILE_CASE = """\
+ARG SSEBENCH_REGISTRY
+FROM ${{SSEBENCH_REGISTRY}}/base-generic-c:hostile
+COPY tree /srv/tree
+COPY one.txt /opt/deep/x/
+COPY one.txt /var/new/renamed.txt{extra}
+WORKDIR /srv/tree/made
+WORKDIR /var/new/work
+"""
+# What the parent or the case adds in each variant, and what the case layer's log then says.
+_VARIANTS = {
+    "folders-of-others": ("", "", "# assembled on"),
+    "link-on-the-way": (" && mv /srv /data/srv && ln -s /data/srv /srv", "",
+                        "# built by Docker: the parent image has a link at /srv"),
+    "file-onto-a-folder": ("", "\nCOPY one.txt /data", "# built by Docker: the parent image has a folder at /data"),
+    "onbuild": ("\nONBUILD ENV TRIGGERED=1", "", "has ONBUILD steps"),
+}
+
+
+@pytest.mark.parametrize("variant", list(_VARIANTS))
+def test_an_assembled_case_layer_on_a_hostile_parent_matches_dockers_build(
+        settings: Settings, tmp_path: Path, variant: str) -> None:
+    from ssebench.image import Layer, build_layer
+
+    parent_extra, case_extra, said = _VARIANTS[variant]
+    prefix = f"ssebench-tests-{uuid.uuid4().hex[:8]}"
+    parent_dir = tmp_path / "parent"
+    parent_dir.mkdir()
+    (parent_dir / "Dockerfile").write_text(_HOSTILE_PARENT.format(os=settings.os_image, extra=parent_extra))
+    context = tmp_path / "case"
+    (context / "tree" / "sub").mkdir(parents=True)
+    (context / "tree" / "over.txt").write_text("new\n")
+    (context / "tree" / "sub" / "secret").write_text("s\n")
+    (context / "tree" / "sub" / "secret").chmod(0o600)
+    (context / "tree" / "sub").chmod(0o700)
+    (context / "tree" / "run.sh").write_text("#!/bin/sh\n")
+    (context / "tree" / "run.sh").chmod(0o750)
+    (context / "tree" / "link").symlink_to("over.txt")
+    (context / "one.txt").write_text("one\n")
+    (context / "Dockerfile").write_text(_HOSTILE_CASE.format(extra=case_extra))
+    ours, theirs = f"{prefix}/case:ours", f"{prefix}/case:docker"
+    try:
+        _dockers_build(parent_dir, {}, f"{prefix}/base-generic-c:hostile")
+        layer = Layer(kind="case", image=ours, dockerfile=context / "Dockerfile", context=context,
+                      buildargs={"SSEBENCH_REGISTRY": prefix}, digest="test-" + variant)
+        build_layer(settings, layer)
+        log = log_path(settings, ours).read_text()
+        assert said in log, log
+        _dockers_build(context, {"SSEBENCH_REGISTRY": prefix}, theirs)
+        paths = ("/data" if variant == "link-on-the-way" else "/srv", "/opt/deep", "/var/new")
+        assert _seen(ours, paths) == _seen(theirs, paths)
+        files, *config = _seen(ours, paths)
+        assert isinstance(files, dict)
+        if variant == "folders-of-others":  # what the comparison holds is what the parent and the copies made
+            assert files["/srv:srv"][:3] == (1234, 4321, 0o750) and files["/srv:srv/tree"][:3] == (1234, 4321, 0o775)
+            assert files["/srv:srv/tree/keep/k.txt"][5] == b"kept\n" and files["/srv:srv/tree/over.txt"][5] == b"new\n"
+            assert files["/srv:srv/tree/run.sh"][:3] == (0, 0, 0o750)
+            assert files["/srv:srv/tree/sub/secret"][:3] == (0, 0, 0o600)
+            assert files["/opt/deep:deep"][:3] == (77, 77, 0o700)
+            assert config[:4] == [["bash"], ["/bin/true"], "1234", "/var/new/work"] and config[-1] == "SIGINT"
+    finally:
+        for img in client().images.list():
+            if any(t.startswith(prefix + "/") for t in img.tags):
+                client().images.remove(img.id, force=True)
