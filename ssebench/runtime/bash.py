@@ -123,10 +123,14 @@ class BashTool:
             assert shell.stdin is not None and shell.stdout is not None and shell.stderr is not None
             nonce = secrets.token_hex(16)
             marker = f"__SSE_DONE_{nonce}__".encode()
-            # The command is read from a here-document by `eval`, never from
-            # the shell's stdin at run time; its own stdin is /dev/null.
+            # The command is read from a here-document (by the shell's own
+            # `read`: no process is started for it) and run by `eval`, never
+            # from the shell's stdin at run time; its own stdin is /dev/null.
+            # `read` ends at the document's end with status 1: `|| true` keeps
+            # a shell under `set -e` alive.
             script = (
-                f"eval \"$(cat <<'__SSE_CMD_{nonce}__'\n{command}\n__SSE_CMD_{nonce}__\n)\" </dev/null\n"
+                f"IFS= read -r -d '' __sse_cmd <<'__SSE_CMD_{nonce}__' || true\n{command}\n__SSE_CMD_{nonce}__\n"
+                f"eval \"$__sse_cmd\" </dev/null\n"
                 f"__sse_status=$?; printf '\\n{marker.decode()}%s\\n' \"$__sse_status\"; "
                 f"printf '\\n{marker.decode()}%s\\n' \"$__sse_status\" >&2\n"
             )
