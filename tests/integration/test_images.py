@@ -287,6 +287,8 @@ def test_an_assembled_case_layer_on_a_hostile_parent_matches_dockers_build(
     (context / "one.txt").write_text("one\n")
     (context / "Dockerfile").write_text(_HOSTILE_CASE.format(extra=case_extra))
     ours, theirs = f"{prefix}/case:ours", f"{prefix}/case:docker"
+    # The parent's VOLUME gives each of Docker's build steps on it an anonymous volume, which the build leaves.
+    volumes_before = {v.name for v in client().volumes.list()}
     try:
         _dockers_build(parent_dir, {}, f"{prefix}/base-generic-c:hostile")
         layer = Layer(kind="case", image=ours, dockerfile=context / "Dockerfile", context=context,
@@ -310,3 +312,6 @@ def test_an_assembled_case_layer_on_a_hostile_parent_matches_dockers_build(
         for img in client().images.list():
             if any(t.startswith(prefix + "/") for t in img.tags):
                 client().images.remove(img.id, force=True)
+        for volume in client().volumes.list(filters={"dangling": True}):
+            if volume.name not in volumes_before and not (volume.attrs.get("Labels") or {}):
+                volume.remove(force=True)
