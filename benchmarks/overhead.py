@@ -41,6 +41,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from layer_build import layer_build  # this folder is on the path when the script runs
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -189,33 +191,6 @@ def volume_size(volume: str, image: str) -> int:
     return int(out.decode().split()[0])
 
 
-def agent_layer_build(settings: Any, task: Any) -> dict[str, float]:
-    """Seconds to make the dummy agent's layer on a task's tool image, no cache: the harness's way (the layer
-    assembled, `ssebench.simplelayer`) and Docker's build of the same Dockerfile, side by side."""
-    from dataclasses import replace
-
-    from ssebench.agent import load_agent
-    from ssebench.bootstrap import ensure_os_image
-    from ssebench.image import build_layer, plan
-
-    scratch = "ssebench-benchmark/agent-layer:latest"
-    layer = replace(plan(settings, task, ensure_os_image(settings), load_agent(settings.agents_dir, "dummy"))[-1],
-                    image=scratch)
-    started = time.monotonic()
-    build_layer(settings, layer, nocache=True)
-    ours = time.monotonic() - started
-    subprocess.run(["docker", "rmi", "-f", scratch], capture_output=True, check=False)
-    started = time.monotonic()
-    done = subprocess.run(["docker", "build", "-q", "--no-cache", "--build-arg",
-                           f"SSEBENCH_TOOL={layer.buildargs['SSEBENCH_TOOL']}", "-t", scratch, str(layer.context)],
-                          capture_output=True, text=True, check=False)
-    theirs = time.monotonic() - started
-    subprocess.run(["docker", "rmi", "-f", scratch], capture_output=True, check=False)
-    if done.returncode != 0:
-        raise SystemExit(f"building an agent layer failed: {done.stderr[-2000:]}")
-    return {"assembled": ours, "docker_build": theirs}
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dataset", type=Path, default=ROOT / "datasets" / "demo")
@@ -290,7 +265,7 @@ def main() -> int:
         runtime = ensure_runtime_volume(settings, names["runtime"])
         report["runtime_volume_bytes"] = volume_size(runtime, names["case"])
         report["latency_ms"] = latency(names["tool"], runtime, args.calls)
-        report["agent_layer_build_s"] = agent_layer_build(settings, first)
+        report["agent_layer_build_s"] = layer_build(settings, first, "agent")
         if args.workers:
             walls, busy = {}, {}
             for workers in ("1", "2"):

@@ -36,7 +36,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path, PurePosixPath
 from typing import Any, TextIO
@@ -45,7 +45,7 @@ from filelock import FileLock
 
 from ssebench.agent import Agent
 from ssebench import simplelayer
-from ssebench.simplelayer import AGENT, CASE, Form, SimpleDockerfile, simple_dockerfile
+from ssebench.simplelayer import AGENT, CASE, Form, SimpleDockerfile, Split, simple_dockerfile, split_dockerfile
 from ssebench.engine import (
     client,
     docker_errors,
@@ -377,12 +377,16 @@ def build_layer(settings: Settings, layer: Layer, *, nocache: bool = False,
         if layer.dockerfile is None:
             failure = _commit_tool_layer(settings, layer, out, cancel)
         else:
+            split = split_form(layer.kind, layer.dockerfile, layer.context) if simple is None else None
             try:
-                if simple is None:
-                    raise _LeftToDocker("its Dockerfile is not one of the simple forms")
-                failure = _assemble_layer(layer, simple, out)
-            except _LeftToDocker as why:
                 if simple is not None:
+                    failure = _assemble_layer(layer, simple, out)
+                elif split is not None:
+                    failure = _build_head_and_assemble_tail(settings, layer, split, out, nocache, cancel)
+                else:
+                    raise _LeftToDocker("its Dockerfile is not one of the simple forms")
+            except _LeftToDocker as why:
+                if simple is not None or split is not None:
                     out.write(f"# built by Docker: {why}\n")
                 failure = _build_dockerfile(settings, layer, out, nocache, cancel)
     task_id = layer.task.id if layer.task else None
@@ -447,17 +451,49 @@ def simple_form(layer_kind: str, dockerfile: Path, context: Path) -> SimpleDocke
     return simple_dockerfile(dockerfile, context, form) if form is not None else None
 
 
-def assembled_how(layer_kind: str, dockerfile: Path, context: Path) -> str | None:
-    """For the digest of a layer that is assembled (`ssebench.simplelayer`): this version of the code that
-    does it, so that a change to it makes such layers again; None for one Docker builds."""
-    if simple_form(layer_kind, dockerfile, context) is None:
+def split_form(layer_kind: str, dockerfile: Path, context: Path) -> Split | None:
+    """A task's Dockerfile that Docker builds up to a tail that is assembled (`simplelayer.split_dockerfile`)."""
+    if layer_kind != "case" or simple_form(layer_kind, dockerfile, context) is not None:
         return None
-    return f"assembled {simplelayer.VERSION} {_assembler_code()}"
+    return split_dockerfile(dockerfile, context, CASE)
+
+
+def assembled_how(layer_kind: str, dockerfile: Path, context: Path) -> str | None:
+    """For the digest of a layer that is assembled, whole or its tail (`ssebench.simplelayer`): this version
+    of the code that does it, so that a change to it makes such layers again; None for one Docker builds."""
+    if simple_form(layer_kind, dockerfile, context) is not None:
+        return f"assembled {simplelayer.VERSION} {_assembler_code()}"
+    if split_form(layer_kind, dockerfile, context) is not None:
+        return f"tail assembled {simplelayer.VERSION} {_assembler_code()}"
+    return None
 
 
 @lru_cache(maxsize=1)
 def _assembler_code() -> str:
     return digest(hash_tree(Path(simplelayer.__file__)), *(inspect.getsource(f) for f in (_assemble_layer, _probe)))
+
+
+def head_image(image: str) -> str:
+    """Where the head of a split task Dockerfile is built: the case image's repository, tag `head`."""
+    repository, _ = split_ref(image)
+    return f"{repository}:head"
+
+
+def _build_head_and_assemble_tail(settings: Settings, layer: Layer, split: Split, out: TextIO, nocache: bool,
+                                  cancel: threading.Event | None) -> str | None:
+    """Docker's build of the Dockerfile's head (its own cache kept), then the tail assembled on it; the
+    failure, if any. The head image carries the layer's labels but `ssebench.layer=case-head`, so what
+    removes a dataset's or the project's images removes it too, and the case image's labels replace all."""
+    folder = settings.cache_dir / "dockerfiles"
+    folder.mkdir(parents=True, exist_ok=True)
+    text = folder / (file_name(layer.image) + ".head.Dockerfile")
+    text.write_text(split.head, encoding="utf-8")
+    head = replace(layer, kind="case-head", image=head_image(layer.image), dockerfile=text)
+    out.write(f"# the head, up to {len(split.tail.instructions)} instruction(s) assembled after it\n")
+    failure = _build_dockerfile(settings, head, out, nocache, cancel)
+    if failure is not None:
+        return failure
+    return _assemble_layer(layer, split.tail, out, parent=head.image)
 
 
 class _LeftToDocker(Exception):
@@ -486,14 +522,14 @@ def _probe(container: str) -> simplelayer.Probe:
     return probe
 
 
-def _assemble_layer(layer: Layer, simple: SimpleDockerfile, out: TextIO) -> str | None:
+def _assemble_layer(layer: Layer, simple: SimpleDockerfile, out: TextIO, parent: str | None = None) -> str | None:
     """A simple Dockerfile's layer as one archive loaded as a child of its parent image
     (`ssebench.simplelayer`); the failure, if any (written to `out` too). Raises _LeftToDocker when Docker
     must build it: the parent holds what COPY would treat otherwise, or the engine will not load an image
     whose parent's layers it is not given (as with the containerd image store)."""
     import docker.errors
 
-    named = simple.parent(layer.buildargs)
+    named = parent or simple.parent(layer.buildargs)
     api = client().api
     failure: str | None = None
     try:

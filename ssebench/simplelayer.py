@@ -115,14 +115,22 @@ def _instructions(text: str) -> list[tuple[str, str]] | None:
     return out
 
 
-def simple_dockerfile(dockerfile: Path, context: Path, form: Form) -> SimpleDockerfile | None:
-    """The Dockerfile as files to copy and configuration to set, or None when it does anything else."""
+def _text(dockerfile: Path, context: Path) -> str | None:
+    """The Dockerfile's text, or None when Docker would read it, or its context, otherwise than plainly: a
+    .dockerignore changes what COPY sees; a parser directive (escape, syntax) changes how lines read."""
     try:
         text = dockerfile.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         return None
-    # A .dockerignore changes what COPY sees; a parser directive (escape, syntax) changes how lines read.
     if (context / ".dockerignore").exists() or re.match(r"\s*#\s*(escape|syntax|check)\s*=", text, re.I):
+        return None
+    return text
+
+
+def simple_dockerfile(dockerfile: Path, context: Path, form: Form) -> SimpleDockerfile | None:
+    """The Dockerfile as files to copy and configuration to set, or None when it does anything else."""
+    text = _text(dockerfile, context)
+    if text is None:
         return None
     instructions = _instructions(text)
     if instructions is None or [word for word, _ in instructions[:2]] != ["ARG", "FROM"]:
@@ -151,6 +159,51 @@ def simple_dockerfile(dockerfile: Path, context: Path, form: Form) -> SimpleDock
             return None
     return SimpleDockerfile(form.arg, declared.group(2), base, tuple(copies), cmd, tuple(workdirs), form.mask,
                             tuple(f"{word} {args}" for word, args in rest))
+
+
+@dataclass(frozen=True)
+class Split:
+    """A Dockerfile whose first steps only Docker's build makes and whose last ones only copy and set the
+    working folder: Docker builds the head; the tail is assembled on the head's image."""
+
+    head: str  # the Dockerfile's text up to the tail
+    tail: SimpleDockerfile  # its parent is the head's image, whatever `base` says
+
+
+# Fewer instructions than this at the end are left to Docker: the head's label is a step of its own.
+MIN_TAIL = 2
+
+
+def split_dockerfile(dockerfile: Path, context: Path, form: Form) -> Split | None:
+    """The head and the tail of a Dockerfile that ends in `MIN_TAIL` or more instructions of `form` (one line
+    each: a line continued from the one before it is the head's), or None."""
+    text = _text(dockerfile, context)
+    if text is None:
+        return None
+    lines = text.splitlines()
+    significant = [i for i, line in enumerate(lines) if line.strip() and not line.strip().startswith("#")]
+    root = context.resolve()
+    tail: list[tuple[str, str]] = []
+    start = len(lines)
+    for k in range(len(significant) - 1, 0, -1):
+        i, before = significant[k], significant[k - 1]
+        line = lines[i].strip()
+        if line.endswith("\\") or lines[before].rstrip().endswith("\\"):
+            break
+        word, _, args = line.partition(" ")
+        word, args = word.upper(), args.strip()
+        if not ((word == "COPY" and _copy(args, root, form) is not None)
+                or (word == "WORKDIR" and "WORKDIR" in form.config and _absolute(args, form))):
+            break
+        tail.insert(0, (word, args))
+        start = i
+    if len(tail) < MIN_TAIL or not any(lines[i].split(maxsplit=1)[0].upper() == "FROM" for i in significant
+                                       if i < start):
+        return None
+    copies = tuple(c for w, a in tail if w == "COPY" for c in [_copy(a, root, form)] if c is not None)
+    simple = SimpleDockerfile("", None, "", copies, None, tuple(a for w, a in tail if w == "WORKDIR"), form.mask,
+                              tuple(f"{w} {a}" for w, a in tail))
+    return Split("\n".join(lines[:start]).rstrip() + "\n", simple)
 
 
 def _exec_form(args: str) -> tuple[str, ...] | None:

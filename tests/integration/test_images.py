@@ -248,7 +248,7 @@ HEALTHCHECK --interval=5m CMD true
 """
 _HOSTILE_CASE = """\
 ARG SSEBENCH_REGISTRY
-FROM ${{SSEBENCH_REGISTRY}}/base-generic-c:hostile
+FROM ${{SSEBENCH_REGISTRY}}/base-generic-c:hostile{head}
 COPY tree /srv/tree
 COPY one.txt /opt/deep/x/
 COPY one.txt /var/new/renamed.txt{extra}
@@ -258,6 +258,8 @@ WORKDIR /var/new/work
 # What the parent or the case adds in each variant, and what the case layer's log then says.
 _VARIANTS = {
     "folders-of-others": ("", "", "# assembled on"),
+    # A step only Docker makes first: Docker builds it, and the copies after it are assembled on its image.
+    "head-and-tail": ("", "head:\nRUN echo made > /tmp/by-run \\\n && chmod 600 /tmp/by-run", "/case:head ("),
     "link-on-the-way": (" && mv /srv /data/srv && ln -s /data/srv /srv", "",
                         "# built by Docker: the parent image has a link at /srv"),
     "file-onto-a-folder": ("", "\nCOPY one.txt /data", "# built by Docker: the parent image has a folder at /data"),
@@ -285,7 +287,8 @@ def test_an_assembled_case_layer_on_a_hostile_parent_matches_dockers_build(
     (context / "tree" / "run.sh").chmod(0o750)
     (context / "tree" / "link").symlink_to("over.txt")
     (context / "one.txt").write_text("one\n")
-    (context / "Dockerfile").write_text(_HOSTILE_CASE.format(extra=case_extra))
+    head = case_extra.removeprefix("head:") if case_extra.startswith("head:") else ""
+    (context / "Dockerfile").write_text(_HOSTILE_CASE.format(extra="" if head else case_extra, head=head))
     ours, theirs = f"{prefix}/case:ours", f"{prefix}/case:docker"
     # The parent's VOLUME gives each of Docker's build steps on it an anonymous volume, which the build leaves.
     volumes_before = {v.name for v in client().volumes.list()}
@@ -297,11 +300,13 @@ def test_an_assembled_case_layer_on_a_hostile_parent_matches_dockers_build(
         log = log_path(settings, ours).read_text()
         assert said in log, log
         _dockers_build(context, {"SSEBENCH_REGISTRY": prefix}, theirs)
-        paths = ("/data" if variant == "link-on-the-way" else "/srv", "/opt/deep", "/var/new")
+        paths = ("/data" if variant == "link-on-the-way" else "/srv", "/opt/deep", "/var/new", "/tmp")
         assert _seen(ours, paths) == _seen(theirs, paths)
         files, *config = _seen(ours, paths)
         assert isinstance(files, dict)
-        if variant == "folders-of-others":  # what the comparison holds is what the parent and the copies made
+        if variant == "head-and-tail":
+            assert files["/tmp:tmp/by-run"][:3] == (1234, 0, 0o600) and files["/tmp:tmp/by-run"][5] == b"made\n"
+        if variant in ("folders-of-others", "head-and-tail"):  # what the parent and the copies made
             assert files["/srv:srv"][:3] == (1234, 4321, 0o750) and files["/srv:srv/tree"][:3] == (1234, 4321, 0o775)
             assert files["/srv:srv/tree/keep/k.txt"][5] == b"kept\n" and files["/srv:srv/tree/over.txt"][5] == b"new\n"
             assert files["/srv:srv/tree/run.sh"][:3] == (0, 0, 0o750)

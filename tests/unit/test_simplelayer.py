@@ -315,13 +315,17 @@ def test_a_parent_folders_entry_keeps_the_layers_name_whatever_headers_the_engin
     assert members == {"srv": (0o700, 1234), "srv/\u00fc": (0o700, 1234), "srv/\u00fc/agent.py": (0o644, 0)}
 
 
-def test_the_digest_of_an_assembled_layer_follows_the_code_that_assembles_it(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_digest_of_an_assembled_layer_follows_the_code_that_assembles_it(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from ssebench import image, simplelayer
 
     task = next(t for t in load_tasks(PROJECT_ROOT / "datasets" / "demo") if t.id == "c-demo")
     pilot = load_tasks(PROJECT_ROOT / "datasets" / "pilot")[0]
+    built = _agent(tmp_path / "a", "COPY lib /src/lib\nRUN true\n", CASE_HEAD)
     before = image.assembled_how("case", task.dockerfile, task.path)
-    assert before is not None and image.assembled_how("case", pilot.dockerfile, pilot.path) is None
+    assert before is not None and before.startswith("assembled ")
+    assert (image.assembled_how("case", pilot.dockerfile, pilot.path) or "").startswith("tail assembled ")
+    assert image.assembled_how("case", built / "Dockerfile", built) is None  # Docker's build: the digest as before
     monkeypatch.setattr(simplelayer, "VERSION", "other")
     assert image.assembled_how("case", task.dockerfile, task.path) != before
     monkeypatch.undo()
@@ -331,3 +335,48 @@ def test_the_digest_of_an_assembled_layer_follows_the_code_that_assembles_it(mon
     monkeypatch.undo()
     image._assembler_code.cache_clear()
     assert image.assembled_how("case", task.dockerfile, task.path) == before
+
+
+def test_every_pilot_task_is_built_by_docker_up_to_its_copies_which_are_assembled() -> None:
+    from ssebench.simplelayer import split_dockerfile
+
+    for task in load_tasks(PROJECT_ROOT / "datasets" / "pilot"):
+        split = split_dockerfile(task.dockerfile, task.path, CASE)
+        assert split is not None, task.id
+        assert split.head.rstrip().splitlines()[-1].startswith(" ")  # the last line of the RUN, continued
+        assert all(i.split()[0] in ("COPY", "WORKDIR") for i in split.tail.instructions)
+        assert len(split.tail.instructions) >= 8 and split.tail.workdirs[-1].startswith("/src/"), task.id
+        assert split.head + "\n".join(split.tail.instructions) != task.dockerfile.read_text()  # comments kept
+
+
+@pytest.mark.parametrize("body, tail", [
+    ("RUN true\nCOPY lib /src/lib\nWORKDIR /src/lib\n", 2),
+    ("RUN true\nCOPY lib /src/lib\n# a comment\n\nWORKDIR /src/lib\n", 2),
+    ("RUN true\nCOPY lib /src/lib\nENV A=b\nCOPY agent.py /src/\nWORKDIR /src\n", 2),  # the tail after the ENV
+    ("RUN true\nWORKDIR /src\n", 0),  # one instruction: not worth the head's own label step
+    ("RUN true\nCOPY lib /src/lib\nRUN true\n", 0),  # ends in a RUN
+    ("RUN echo \\\nCOPY lib /src/lib\nWORKDIR /src/lib\n", 1),  # the COPY line is the RUN's, continued
+    ("RUN true\nCOPY lib /src/lib\nWORKDIR src\n", 0),  # a relative WORKDIR
+    ("RUN true\nCOPY --chown=1 lib /src/lib\nWORKDIR /src\nWORKDIR /src/lib\n", 2),
+])
+def test_the_tail_of_a_task_dockerfile_is_its_last_lines_that_only_copy(tmp_path: Path, body: str, tail: int) -> None:
+    from ssebench.simplelayer import MIN_TAIL, split_dockerfile
+
+    folder = _agent(tmp_path / "a", body, CASE_HEAD)
+    split = split_dockerfile(folder / "Dockerfile", folder, CASE)
+    if tail < MIN_TAIL:
+        assert split is None
+        return
+    assert split is not None and len(split.tail.instructions) == tail
+    assert split.head.startswith(CASE_HEAD) and (split.head + "\n".join(split.tail.instructions)).count("FROM") == 1
+    lines = (folder / "Dockerfile").read_text().splitlines()
+    assert split.head.splitlines() == lines[:len(split.head.splitlines())]  # the head is the file's own start
+
+
+def test_a_dockerfile_with_a_parser_directive_is_not_split(tmp_path: Path) -> None:
+    from ssebench.simplelayer import split_dockerfile
+
+    folder = _agent(tmp_path / "a", "RUN true\nCOPY lib /src/lib\nWORKDIR /src/lib\n", CASE_HEAD)
+    assert split_dockerfile(folder / "Dockerfile", folder, CASE) is not None  # control
+    (folder / "Dockerfile").write_text("# escape=`\n" + (folder / "Dockerfile").read_text())
+    assert split_dockerfile(folder / "Dockerfile", folder, CASE) is None
