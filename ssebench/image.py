@@ -16,6 +16,13 @@ image per agent that holds nothing of any task:
 
     os  ->  base-c  ->  runtime-c  ->  sidecar/base  ->  sidecar/agent-<name>
 
+A case or agent layer whose Dockerfile only copies files and sets its
+working folder or command is assembled (`ssebench.simplelayer`): one layer
+archive and the configuration, loaded into the engine, with no build step,
+each of which is a commit that walks the whole image on fuse-overlayfs. A
+task Dockerfile whose last steps only copy is split: Docker builds its
+head, and its tail is assembled on that.
+
 Each layer's *digest* hashes everything that goes into it, its parent's
 digest included, so a change anywhere rebuilds exactly the layers above it.
 A layer whose image carries its digest (label `ssebench.hash`) is reused.
@@ -470,7 +477,8 @@ def assembled_how(layer_kind: str, dockerfile: Path, context: Path) -> str | Non
 
 @lru_cache(maxsize=1)
 def _assembler_code() -> str:
-    return digest(hash_tree(Path(simplelayer.__file__)), *(inspect.getsource(f) for f in (_assemble_layer, _probe)))
+    return digest(hash_tree(Path(simplelayer.__file__)), *(inspect.getsource(f) for f in (
+        _assemble_layer, _probe, _build_head_and_assemble_tail, split_form)))
 
 
 def head_image(image: str) -> str:
@@ -493,7 +501,12 @@ def _build_head_and_assemble_tail(settings: Settings, layer: Layer, split: Split
     failure = _build_dockerfile(settings, head, out, nocache, cancel)
     if failure is not None:
         return failure
-    return _assemble_layer(layer, split.tail, out, parent=head.image)
+    # By the id of the image this build labelled, not by its tag, which another builder could move meanwhile.
+    attrs = image_attrs(head.image) or {}
+    if ((attrs.get("Config") or {}).get("Labels") or {}).get(LABEL_HASH) != layer.digest:
+        raise _LeftToDocker(f"{head.image} is not the head this build made")
+    out.write(f"# the head: {head.image} ({str(attrs['Id'])[:19]})\n")
+    return _assemble_layer(layer, split.tail, out, parent=str(attrs["Id"]))
 
 
 class _LeftToDocker(Exception):

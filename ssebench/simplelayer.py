@@ -104,7 +104,7 @@ def _instructions(text: str) -> list[tuple[str, str]] | None:
     """(INSTRUCTION, rest) of each instruction, comments and blank lines dropped; None when a line is
     continued (Docker's rules for joining them are not reproduced here)."""
     out: list[tuple[str, str]] = []
-    for line in text.splitlines():
+    for line in _lines(text):
         stripped = line.strip()
         if not stripped or stripped.startswith("#"):
             continue
@@ -119,12 +119,18 @@ def _text(dockerfile: Path, context: Path) -> str | None:
     """The Dockerfile's text, or None when Docker would read it, or its context, otherwise than plainly: a
     .dockerignore changes what COPY sees; a parser directive (escape, syntax) changes how lines read."""
     try:
-        text = dockerfile.read_text(encoding="utf-8")
+        text = dockerfile.read_bytes().decode("utf-8")  # no newline translation: Docker ends lines at \n only
     except (OSError, UnicodeDecodeError):
         return None
-    if (context / ".dockerignore").exists() or re.match(r"\s*#\s*(escape|syntax|check)\s*=", text, re.I):
-        return None
+    if text.startswith("\ufeff") or (context / ".dockerignore").exists() or re.match(
+            r"\s*#\s*(escape|syntax|check)\s*=", text, re.I):
+        return None  # a byte-order mark: Docker drops it and reads a directive after it
     return text
+
+
+def _lines(text: str) -> list[str]:
+    """The Dockerfile's lines as Docker splits them: at \n, one \r before it dropped."""
+    return [line.removesuffix("\r") for line in text.split("\n")]
 
 
 def simple_dockerfile(dockerfile: Path, context: Path, form: Form) -> SimpleDockerfile | None:
@@ -180,8 +186,10 @@ def split_dockerfile(dockerfile: Path, context: Path, form: Form) -> Split | Non
     text = _text(dockerfile, context)
     if text is None:
         return None
-    lines = text.splitlines()
+    lines = _lines(text)
     significant = [i for i, line in enumerate(lines) if line.strip() and not line.strip().startswith("#")]
+    # The lines that start an instruction: the first, and each after one that does not go on.
+    starts = [i for k, i in enumerate(significant) if k == 0 or not lines[significant[k - 1]].rstrip().endswith("\\")]
     root = context.resolve()
     tail: list[tuple[str, str]] = []
     start = len(lines)
@@ -197,13 +205,12 @@ def split_dockerfile(dockerfile: Path, context: Path, form: Form) -> Split | Non
             break
         tail.insert(0, (word, args))
         start = i
-    if len(tail) < MIN_TAIL or not any(lines[i].split(maxsplit=1)[0].upper() == "FROM" for i in significant
-                                       if i < start):
+    if len(tail) < MIN_TAIL or not any(lines[i].split(maxsplit=1)[0].upper() == "FROM" for i in starts if i < start):
         return None
     copies = tuple(c for w, a in tail if w == "COPY" for c in [_copy(a, root, form)] if c is not None)
     simple = SimpleDockerfile("", None, "", copies, None, tuple(a for w, a in tail if w == "WORKDIR"), form.mask,
                               tuple(f"{w} {a}" for w, a in tail))
-    return Split("\n".join(lines[:start]).rstrip() + "\n", simple)
+    return Split("\n".join(text.split("\n")[:start]).rstrip() + "\n", simple)  # the file's own text
 
 
 def _exec_form(args: str) -> tuple[str, ...] | None:

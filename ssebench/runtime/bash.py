@@ -126,12 +126,18 @@ class BashTool:
             # The command is read from a here-document (by the shell's own
             # `read`: no process is started for it) and run by `eval`, never
             # from the shell's stdin at run time; its own stdin is /dev/null.
-            # `read` ends at the document's end with status 1: `|| true` keeps
-            # a shell under `set -e` alive.
+            # The variable's name is new each call (nothing the agent set on
+            # an earlier one applies) and the document ends in a line of its
+            # own: a document the shell could not make whole (no room for its
+            # temporary file) runs nothing. `|| true` keeps a shell under
+            # `set -e` alive at the `read`'s end-of-input status.
+            var, end = f"__sse_cmd_{nonce}", f"__SSE_END_{nonce}__"
             script = (
-                f"IFS= read -r -d '' __sse_cmd <<'__SSE_CMD_{nonce}__' || true\n{command}\n__SSE_CMD_{nonce}__\n"
-                f"eval \"$__sse_cmd\" </dev/null\n"
-                f"__sse_status=$?; printf '\\n{marker.decode()}%s\\n' \"$__sse_status\"; "
+                f"IFS= read -r -d '' {var} <<'__SSE_CMD_{nonce}__' || true\n{command}\n{end}\n__SSE_CMD_{nonce}__\n"
+                f"case ${{{var}-}} in *$'\\n{end}\\n') eval \"${{{var}%{end}$'\\n'}}\" </dev/null;; "
+                f"*) printf '[ssebench: the shell could not read the command whole; nothing ran]\\n' >&2; "
+                f"(exit 126);; esac\n"
+                f"__sse_status=$?; unset {var}; printf '\\n{marker.decode()}%s\\n' \"$__sse_status\"; "
                 f"printf '\\n{marker.decode()}%s\\n' \"$__sse_status\" >&2\n"
             )
             out, err = _Tail(self.output_cap), _Tail(self.output_cap)

@@ -259,7 +259,7 @@ WORKDIR /var/new/work
 _VARIANTS = {
     "folders-of-others": ("", "", "# assembled on"),
     # A step only Docker makes first: Docker builds it, and the copies after it are assembled on its image.
-    "head-and-tail": ("", "head:\nRUN echo made > /tmp/by-run \\\n && chmod 600 /tmp/by-run", "/case:head ("),
+    "head-and-tail": ("", "head:\nRUN echo made > /tmp/by-run \\\n && chmod 600 /tmp/by-run", "# the head: "),
     "link-on-the-way": (" && mv /srv /data/srv && ln -s /data/srv /srv", "",
                         "# built by Docker: the parent image has a link at /srv"),
     "file-onto-a-folder": ("", "\nCOPY one.txt /data", "# built by Docker: the parent image has a folder at /data"),

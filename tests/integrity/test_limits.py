@@ -10,7 +10,7 @@ limit, while a run started beside it still passes, and leave nothing behind.
 from __future__ import annotations
 
 import json
-import shutil
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -77,6 +77,12 @@ ATTACKS = {
 }
 
 
+def _engine_bytes() -> int:
+    """What the engine's data folder holds, in bytes."""
+    root = client().info()["DockerRootDir"]
+    return int(subprocess.run(["du", "-sxb", root], capture_output=True, text=True, check=True).stdout.split()[0])
+
+
 def _execute(settings: Settings, task: Task, agent: str, level: int, results: Path, session: Session,
              command: list[str] | None = None, limits: dict[str, str] | None = None,
              mode: str = "sandbox") -> RunRecord:
@@ -91,7 +97,7 @@ def test_an_attack_on_resources_ends_graded_and_spares_its_neighbour(settings: S
     level, command, limits, said = ATTACKS[attack]
     tasks = {t.id: t for t in integrity_images}
     session = Session.new()
-    free_before = shutil.disk_usage("/var/lib/docker").free
+    held_before = _engine_bytes()
     neighbour: dict[str, Any] = {}
 
     def beside() -> None:
@@ -120,6 +126,7 @@ def test_an_attack_on_resources_ends_graded_and_spares_its_neighbour(settings: S
     assert summary["config"]["limits"]["pids"] == record.config.limits.pids
     assert summary["network"] and summary["network"].startswith("ssebench-")
     assert neighbour["record"].grade == "passed", neighbour["record"].infra_error
-    # The agent's files went with its container.
-    assert shutil.disk_usage("/var/lib/docker").free > free_before - (2 << 30)
+    # The agent's files went with its container (the engine's own folder, not the disk's free space: on a
+    # shared host that moves with what others write).
+    assert _engine_bytes() < held_before + (2 << 30)
     assert sum(p.stat().st_size for p in tmp_path.rglob("*") if p.is_file()) < 512 << 20

@@ -54,3 +54,30 @@ def test_state_and_set_e_carry_to_the_next_command(tmp_path: Path) -> None:
 def test_status_and_stderr_come_back(tmp_path: Path) -> None:
     [(code, out, err)] = _run(tmp_path, "echo out; echo err >&2; (exit 3)")
     assert (code, out, err) == (3, "out\n", "err\n")
+
+
+def test_a_command_the_shell_cannot_read_whole_runs_nothing_not_the_one_before(tmp_path: Path) -> None:
+    """A command longer than a pipe goes through a temporary file; with no room for it, nothing runs."""
+    async def go() -> list[tuple[int, str, str]]:
+        tool = BashTool(_user(), tmp_path, {"PATH": os.environ["PATH"], "TMPDIR": str(tmp_path)}, 10, 1 << 20,
+                        file_size=4096)
+        try:
+            first = await tool.run("echo PREVIOUS")
+            big = await tool.run("echo BIG # " + "x" * 200_000)
+            small = await tool.run("echo small")
+            return [(r.code, r.stdout, r.stderr) for r in (first, big, small)]
+        finally:
+            await tool.close()
+
+    first, big, small = asyncio.run(go())
+    assert first == (0, "PREVIOUS\n", "")
+    assert big[0] == 126 and "PREVIOUS" not in big[1] and "BIG" not in big[1], big
+    assert "could not read the command whole; nothing ran" in big[2]
+    assert small == (0, "small\n", "")
+
+
+@pytest.mark.parametrize("setup", ["readonly __sse_cmd", "declare -u __sse_cmd", "__sse_cmd='echo old'",
+                                   "set -u", "set -o pipefail"])
+def test_what_a_command_sets_in_the_shell_does_not_change_how_the_next_is_read(tmp_path: Path, setup: str) -> None:
+    results = _run(tmp_path, setup, "echo next", "echo again")
+    assert results[1:] == [(0, "next\n", ""), (0, "again\n", "")]

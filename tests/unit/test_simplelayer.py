@@ -380,3 +380,28 @@ def test_a_dockerfile_with_a_parser_directive_is_not_split(tmp_path: Path) -> No
     assert split_dockerfile(folder / "Dockerfile", folder, CASE) is not None  # control
     (folder / "Dockerfile").write_text("# escape=`\n" + (folder / "Dockerfile").read_text())
     assert split_dockerfile(folder / "Dockerfile", folder, CASE) is None
+
+
+def test_lines_end_where_dockers_do(tmp_path: Path) -> None:
+    """Docker ends a line at \\n only: a carriage return or a form feed inside a RUN does not start a COPY."""
+    from ssebench.simplelayer import split_dockerfile
+
+    folder = _agent(tmp_path / "a", "", CASE_HEAD)
+    tail = "COPY lib /src/lib\r\nWORKDIR /src/lib\r\n"
+    (folder / "Dockerfile").write_bytes((CASE_HEAD + "RUN echo a\rCOPY agent.py /x\x0cCOPY lib /y\n" + tail).encode())
+    split = split_dockerfile(folder / "Dockerfile", folder, CASE)
+    assert split is not None and split.tail.instructions == ("COPY lib /src/lib", "WORKDIR /src/lib")
+    assert split.head.endswith("RUN echo a\rCOPY agent.py /x\x0cCOPY lib /y\n")  # the file's own bytes
+    (folder / "Dockerfile").write_bytes(("\ufeff# escape=`\n" + CASE_HEAD + "RUN x\n" + tail).encode())
+    assert split_dockerfile(folder / "Dockerfile", folder, CASE) is None  # Docker reads a directive after a BOM
+    assert simple_dockerfile(folder / "Dockerfile", folder, CASE) is None
+
+
+def test_a_from_on_a_continued_line_is_not_a_stage(tmp_path: Path) -> None:
+    from ssebench.simplelayer import split_dockerfile
+
+    folder = _agent(tmp_path / "a", "", "")
+    (folder / "Dockerfile").write_text("RUN echo \\\nFROM x\nCOPY lib /src/lib\nWORKDIR /src/lib\n")
+    assert split_dockerfile(folder / "Dockerfile", folder, CASE) is None
+    (folder / "Dockerfile").write_text("FROM x\nRUN echo\nCOPY lib /src/lib\nWORKDIR /src/lib\n")  # control
+    assert split_dockerfile(folder / "Dockerfile", folder, CASE) is not None
