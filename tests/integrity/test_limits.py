@@ -80,7 +80,11 @@ ATTACKS = {
 def _engine_bytes() -> int:
     """What the engine's data folder holds, in bytes."""
     root = client().info()["DockerRootDir"]
-    return int(subprocess.run(["du", "-sxb", root], capture_output=True, text=True, check=True).stdout.split()[0])
+    # du says 1 when a file it listed is gone before it is counted (other runs' containers come and go); it
+    # still prints its total.
+    done = subprocess.run(["du", "-sxb", root], capture_output=True, text=True, check=False)
+    assert done.stdout.strip(), done.stderr
+    return int(done.stdout.split()[0])
 
 
 def _execute(settings: Settings, task: Task, agent: str, level: int, results: Path, session: Session,
