@@ -391,10 +391,9 @@ def build_layer(settings: Settings, layer: Layer, *, nocache: bool = False,
                 elif split is not None:
                     failure = _build_head_and_assemble_tail(settings, layer, split, out, nocache, cancel)
                 else:
-                    raise _LeftToDocker("its Dockerfile is not one of the simple forms")
+                    failure = _build_dockerfile(settings, layer, out, nocache, cancel)
             except _LeftToDocker as why:
-                if simple is not None or split is not None:
-                    out.write(f"# built by Docker: {why}\n")
+                out.write(f"# built by Docker: {why}\n")
                 failure = _build_dockerfile(settings, layer, out, nocache, cancel)
     task_id = layer.task.id if layer.task else None
     if failure is not None:
@@ -459,10 +458,9 @@ def simple_form(layer_kind: str, dockerfile: Path, context: Path) -> SimpleDocke
 
 
 def split_form(layer_kind: str, dockerfile: Path, context: Path) -> Split | None:
-    """A task's Dockerfile that Docker builds up to a tail that is assembled (`simplelayer.split_dockerfile`)."""
-    if layer_kind != "case" or simple_form(layer_kind, dockerfile, context) is not None:
-        return None
-    return split_dockerfile(dockerfile, context, CASE)
+    """A task's Dockerfile that Docker builds up to a tail that is assembled (`simplelayer.split_dockerfile`);
+    asked only of one that is not assembled whole (`simple_form`)."""
+    return split_dockerfile(dockerfile, context, CASE) if layer_kind == "case" else None
 
 
 def assembled_how(layer_kind: str, dockerfile: Path, context: Path) -> str | None:

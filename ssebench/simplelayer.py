@@ -191,25 +191,24 @@ def split_dockerfile(dockerfile: Path, context: Path, form: Form) -> Split | Non
     # The lines that start an instruction: the first, and each after one that does not go on.
     starts = [i for k, i in enumerate(significant) if k == 0 or not lines[significant[k - 1]].rstrip().endswith("\\")]
     root = context.resolve()
-    tail: list[tuple[str, str]] = []
+    tail: list[tuple[str, str, Copy | None]] = []
     start = len(lines)
-    for k in range(len(significant) - 1, 0, -1):
-        i, before = significant[k], significant[k - 1]
+    for i in reversed(starts[1:]):
         line = lines[i].strip()
-        if line.endswith("\\") or lines[before].rstrip().endswith("\\"):
+        if line.endswith("\\"):
             break
         word, _, args = line.partition(" ")
         word, args = word.upper(), args.strip()
-        if not ((word == "COPY" and _copy(args, root, form) is not None)
-                or (word == "WORKDIR" and "WORKDIR" in form.config and _absolute(args, form))):
+        copy = _copy(args, root, form) if word == "COPY" else None
+        if copy is None and not (word == "WORKDIR" and "WORKDIR" in form.config and _absolute(args, form)):
             break
-        tail.insert(0, (word, args))
+        tail.insert(0, (word, args, copy))
         start = i
     if len(tail) < MIN_TAIL or not any(lines[i].split(maxsplit=1)[0].upper() == "FROM" for i in starts if i < start):
         return None
-    copies = tuple(c for w, a in tail if w == "COPY" for c in [_copy(a, root, form)] if c is not None)
-    simple = SimpleDockerfile("", None, "", copies, None, tuple(a for w, a in tail if w == "WORKDIR"), form.mask,
-                              tuple(f"{w} {a}" for w, a in tail))
+    simple = SimpleDockerfile("", None, "", tuple(c for _, _, c in tail if c is not None), None,
+                              tuple(a for w, a, _ in tail if w == "WORKDIR"), form.mask,
+                              tuple(f"{w} {a}" for w, a, _ in tail))
     return Split("\n".join(text.split("\n")[:start]).rstrip() + "\n", simple)  # the file's own text
 
 
