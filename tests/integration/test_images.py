@@ -9,6 +9,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -206,24 +207,35 @@ def test_a_demo_tasks_assembled_case_and_agent_layers_match_dockers_build_of_the
         settings: Settings, demo_images: list[Task], task_id: str) -> None:
     """The demo's case layers and the dummy agent's layers are assembled without Docker's builder
     (ssebench.simplelayer); Docker's own build of the same Dockerfiles on the same parents gives the same
-    files and configuration."""
+    files and configuration.
+
+    Both sides are made here, from the same files: the session's own images may have been made from an
+    earlier checkout of the same content (an image is reused by the digest of its content), whose files
+    carry other times."""
+    from ssebench.image import build_layer, plan
+
     task = next(t for t in demo_images if t.id == task_id)
     names = image_names(settings, task, "dummy")
-    for ours in (names["case"], names["agent"]):
-        assert "# assembled on" in log_path(settings, ours).read_text()
-    theirs = f"ssebench-tests/by-docker-{task_id}"
+    os_id = image_id(settings.os_image)
+    assert os_id is not None
+    layers = {layer.kind: layer for layer in plan(settings, task, os_id, load_agent(settings.agents_dir, "dummy"))}
+    prefix = f"ssebench-tests-{uuid.uuid4().hex[:8]}"
+    made = {kind: replace(layers[kind], image=f"{prefix}/ours:{kind}") for kind in ("case", "agent")}
     try:
-        _dockers_build(task.path, {"SSEBENCH_REGISTRY": settings.prefix}, f"{theirs}:case")
-        assert _seen(names["case"], ("/src", "/ssebench")) == _seen(f"{theirs}:case", ("/src", "/ssebench"))
-        _dockers_build(settings.agents_dir / "dummy", {"SSEBENCH_TOOL": names["tool"]}, f"{theirs}:agent")
+        for kind, layer in made.items():
+            build_layer(settings, layer)
+            assert "# assembled on" in log_path(settings, layer.image).read_text()
+        _dockers_build(task.path, {"SSEBENCH_REGISTRY": settings.prefix}, f"{prefix}/docker:case")
+        assert _seen(made["case"].image, ("/src", "/ssebench")) == _seen(f"{prefix}/docker:case", ("/src", "/ssebench"))
+        _dockers_build(settings.agents_dir / "dummy", {"SSEBENCH_TOOL": names["tool"]}, f"{prefix}/docker:agent")
         # The agent's files lose what the agent form takes from every mode (the checkout's umask may leave it).
-        assert _seen(names["agent"], ("/opt",)) == _seen(f"{theirs}:agent", ("/opt",), AGENT.mask)
-        for layer, ours in (("case", names["case"]), ("agent", names["agent"])):
-            assert client().api.inspect_image(ours)["Config"]["Labels"]["ssebench.layer"] == layer
+        assert _seen(made["agent"].image, ("/opt",)) == _seen(f"{prefix}/docker:agent", ("/opt",), AGENT.mask)
+        for kind, layer in made.items():
+            assert client().api.inspect_image(layer.image)["Config"]["Labels"]["ssebench.layer"] == kind
     finally:
-        for kind in ("case", "agent"):
-            if image_id(f"{theirs}:{kind}"):
-                client().images.remove(f"{theirs}:{kind}", force=True)
+        for img in client().images.list():
+            if any(t.startswith(prefix + "/") for t in img.tags):
+                client().images.remove(img.id, force=True)
 
 
 # A parent that holds what COPY must leave as it is: folders of other owners and modes on the way, a
