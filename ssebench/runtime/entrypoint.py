@@ -2,12 +2,16 @@
 
 1. results (0755 in its 0700 parent) and archive (model's) prepared;
 2. the daemon started and awaited (SSE_DAEMON_TIMEOUT);
-3. the MCP server started on a socket bound for it (not awaited);
+3. the MCP server's socket bound; the server starts when its first client
+   connects (never, for an agent that does not use it);
 4. the agent command (the image's CMD) run as model, in its own session,
    stdin /dev/null, output to agent.log, killed with its whole process group
    at TIMEOUT seconds (exit status 124);
 5. POST /admin/agent_exited on the admin socket;
-6. the evaluator, with SSE_DAEMON_SOCKET set to the admin socket;
+6. the evaluator, with SSE_DAEMON_SOCKET set to the admin socket: started with
+   the agent, it has loaded what grading needs by the time it is told, on its
+   stdin, the agent phase's figures (AGENT_DURATION, AGENT_EXIT_STATUS,
+   SSE_METRIC_AGENT_TIMEOUT), and grades;
 7. exit with the agent's status; SSE_KEEP_ALIVE=1 keeps the container up.
 
 Every component logs to its own file in the results directory. Root starts
@@ -34,10 +38,12 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,10 +92,41 @@ def prepare_dirs(settings: RuntimeSettings, model: User) -> None:
     os.chmod(LOG_DIR, 0o755)
 
 
-def start(module: str, log: IO[bytes], env: dict[str, str]) -> subprocess.Popen[bytes]:
+def start(module: str, log: IO[bytes], env: dict[str, str], *, stdin: int = subprocess.DEVNULL) -> subprocess.Popen[bytes]:
     """A runtime process: isolated Python, started in `/`."""
-    return subprocess.Popen(python_command(module), cwd=NEUTRAL_CWD, stdin=subprocess.DEVNULL, stdout=log,
-                            stderr=log, env=env)
+    return subprocess.Popen(python_command(module), cwd=NEUTRAL_CWD, stdin=stdin, stdout=log, stderr=log, env=env)
+
+
+def start_evaluator(settings: RuntimeSettings, env: dict[str, str], log: IO[bytes]) -> subprocess.Popen[bytes]:
+    """The evaluator, started with the agent: it loads what grading needs while the agent works, then waits
+    on its stdin (a pipe of root's) for the agent phase's figures before it grades
+    (`ssebench.runtime.evaluator`)."""
+    return start("ssebench.runtime.evaluator", log, {**env, "SSE_DAEMON_SOCKET": settings.admin_socket},
+                 stdin=subprocess.PIPE)
+
+
+def evaluate(settings: RuntimeSettings, env: dict[str, str], evaluator: subprocess.Popen[bytes],
+             log: IO[bytes], figures: dict[str, str]) -> None:
+    """Have the evaluator grade, with the agent phase's `figures`, and wait for it (the grading time limit
+    and some slack). One that ended while the agent ran (the OOM killer's choice, say) is replaced by a
+    fresh one."""
+    for attempt in range(2):
+        if evaluator.poll() is None:
+            try:
+                assert evaluator.stdin is not None
+                evaluator.stdin.write(json.dumps(figures).encode() + b"\n")
+                evaluator.stdin.close()
+                break
+            except OSError:  # it ended as it was told
+                pass
+        say(f"the evaluator started with the agent has exited (status {evaluator.poll()}); starting another")
+        evaluator.kill()
+        evaluator = start_evaluator(settings, env, log)
+    try:
+        evaluator.wait(timeout=settings.grading_timeout + 120)
+    except subprocess.TimeoutExpired:
+        evaluator.kill()
+        write_error(settings, "the evaluator did not exit")
 
 
 @dataclass
@@ -137,6 +174,44 @@ def serve(module: str, log: IO[bytes], env: dict[str, str], listener: socket.soc
         listener.close()
         os.close(write)
     return Served(process, read)
+
+
+class OnDemand:
+    """A server started only when its first client connects to the socket bound for it here.
+
+    The MCP server is the heaviest runtime process to start (mcp, pydantic, its HTTP stack), and an agent
+    that never calls it (the SDK's agents, the dummy) paid for that start on the same cores as its own. A
+    thread waits until a connection is queued on the listener, then starts the server on it (`serve`);
+    the client waits in the queue meanwhile, as it would for a server still loading.
+    """
+
+    def __init__(self, module: str, log: IO[bytes], env: dict[str, str], listener: socket.socket) -> None:
+        self._args = (module, log, env, listener)
+        self._lock = threading.Lock()
+        self._closed = False
+        self.server: Served | None = None
+        self._wake, self._stop = os.pipe()
+        threading.Thread(target=self._watch, name="mcp-on-demand", daemon=True).start()
+
+    def _watch(self) -> None:
+        listener = self._args[3].fileno()
+        readable, _, _ = select.select([listener, self._wake], [], [])
+        with self._lock:
+            if self._closed or listener not in readable:
+                return
+            try:
+                self.server = serve(*self._args)
+            except OSError as exc:  # the client's connection fails when the listener closes with us
+                say(f"the MCP server could not be started: {exc}")
+
+    def close(self) -> Served | None:
+        """No start from now on; the server if one was started (else the listener is closed unserved)."""
+        os.write(self._stop, b"x")
+        with self._lock:
+            self._closed = True
+            if self.server is None:
+                self._args[3].close()
+            return self.server
 
 
 def _tail(path: Path, lines: int = 20) -> str:
@@ -309,43 +384,43 @@ def finish_archive(settings: RuntimeSettings) -> None:
 
 
 def start_runtime(settings: RuntimeSettings, env: dict[str, str], *, daemon: bool,
-                  mcp: bool) -> tuple[subprocess.Popen[bytes] | None, Served | None]:
-    """Start the daemon and/or the MCP server; wait until the daemon answers; (daemon, MCP server) started.
+                  mcp: bool) -> tuple[subprocess.Popen[bytes] | None, OnDemand | None]:
+    """Start the daemon and bind the MCP server's socket; wait until the daemon answers; (daemon, MCP server).
 
-    Both start at once. The MCP server's socket is bound here before it
-    starts, and the agent starts without waiting for it: a client that
-    connects early waits in the socket's queue while the server imports its
-    stack (the slowest start of the three, and no agent needs it in its first
-    second). The MCP server reaches the daemon only when a tool is called.
-    Without `daemon`, the daemon is another container's and its sockets (in
-    the shared /run/ssebench) are awaited.
+    The MCP server's socket is bound here, and the server starts when its
+    first client connects (`OnDemand`): a client waits in the socket's queue
+    while the server imports its stack (the slowest start of the three). The
+    MCP server reaches the daemon only when a tool is called. Without
+    `daemon`, the daemon is another container's and its sockets (in the
+    shared /run/ssebench) are awaited.
     """
     results = Path(settings.results)
     process: subprocess.Popen[bytes] | None = None
-    server: Served | None = None
+    server: OnDemand | None = None
     try:
         if daemon:
             process = start("ssebench.runtime.daemon", (results / "daemon.log").open("ab"), env)
         if mcp:
             listener = socket.create_server(("127.0.0.1", layout.MCP_PORT), backlog=128)
-            server = serve("ssebench.runtime.mcp_server", (results / "mcp.log").open("ab"),
-                           {**env, "SSE_DAEMON_SOCKET": settings.agent_socket}, listener)
+            server = OnDemand("ssebench.runtime.mcp_server", (results / "mcp.log").open("ab"),
+                              {**env, "SSE_DAEMON_SOCKET": settings.agent_socket}, listener)
         wait_for("daemon", lambda: daemon_ready(settings), process, settings.daemon_timeout, results / "daemon.log")
         say("daemon ready" + ("; MCP server listening" if mcp else ""))
     except (RuntimeError, OSError):
-        for child in (process, server.process if server else None):
+        started = server.close() if server else None
+        for child in (process, started.process if started else None):
             if child is not None:
                 child.kill()
         raise
     return process, server
 
 
-def stop(process: subprocess.Popen[bytes]) -> None:
-    process.terminate()
-    try:
-        process.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        process.kill()
+def end(process: subprocess.Popen[bytes]) -> None:
+    """End a runtime process whose work is done. Killed, not asked: what it had to write (the grade, the
+    logs, line by line) is written, and the daemon's graceful shutdown (its three servers' loops) took
+    0.2 s of every run."""
+    process.kill()
+    process.wait()
 
 
 def write_limits(settings: RuntimeSettings, name: str) -> None:
@@ -376,7 +451,7 @@ def serve_task(settings: RuntimeSettings, env: dict[str, str]) -> int:
     wait_for_stop(daemon)
     failed = daemon.poll() is not None
     write_limits(settings, "task-limits.json")
-    stop(daemon)
+    end(daemon)
     return 1 if failed else 0
 
 
@@ -410,6 +485,8 @@ def main(argv: list[str]) -> int:
     assert mcp is not None
 
     command = argv or ["true"]
+    evaluator_log = (results / "evaluator.log").open("ab")
+    evaluator = start_evaluator(settings, env, evaluator_log)
     say(f"agent: {' '.join(command)} (timeout {settings.agent_timeout:.0f} s, difficulty {settings.difficulty})")
     with (results / "agent.log").open("ab") as agent_log:
         status, duration, timed_out = run_agent(command, settings, model, source, agent_log)
@@ -433,27 +510,27 @@ def main(argv: list[str]) -> int:
             time.sleep(1)
     # An MCP server that never served failed the run, not the agent: the run is an error, and is not graded.
     # One that served and then ended is the agent's lookout, as any tool that failed it (its log says so).
-    unserved = mcp.failed_to_start()
-    if mcp.process.poll() is not None:
-        say(f"the MCP server exited with status {mcp.process.returncode} "
-            + ("before it served" if unserved else "before the agent did") + "; see mcp.log")
-    mcp.process.terminate()
-
-    if unserved:
-        write_error(settings, f"the MCP server failed to start:\n{_tail(results / 'mcp.log')}")
-        say("not graded: the MCP server failed to start")
+    # One that no client asked for was never started.
+    served = mcp.close()
+    unserved = served is not None and served.failed_to_start()
+    if served is None:
+        say("the MCP server was not started: no client connected")
     else:
-        evaluator_env = {**env, "SSE_DAEMON_SOCKET": settings.admin_socket, "AGENT_DURATION": f"{duration:.3f}",
-                         "AGENT_EXIT_STATUS": str(status),
-                         "SSE_METRIC_AGENT_TIMEOUT": "true" if timed_out else "false"}
-        with (results / "evaluator.log").open("ab") as evaluator_log:
-            evaluation = start("ssebench.runtime.evaluator", evaluator_log, evaluator_env)
-            try:
-                evaluation.wait(timeout=settings.grading_timeout + 120)
-            except subprocess.TimeoutExpired:
-                evaluation.kill()
-                write_error(settings, "the evaluator did not exit")
-        say("graded: " + _tail(results / "evaluator.log", 1))
+        if served.process.poll() is not None:
+            say(f"the MCP server exited with status {served.process.returncode} "
+                + ("before it served" if unserved else "before the agent did") + "; see mcp.log")
+        served.process.terminate()
+
+    with evaluator_log:
+        if unserved:
+            end(evaluator)
+            write_error(settings, f"the MCP server failed to start:\n{_tail(results / 'mcp.log')}")
+            say("not graded: the MCP server failed to start")
+        else:
+            evaluate(settings, env, evaluator, evaluator_log,
+                     {"AGENT_DURATION": f"{duration:.3f}", "AGENT_EXIT_STATUS": str(status),
+                      "SSE_METRIC_AGENT_TIMEOUT": "true" if timed_out else "false"})
+            say("graded: " + _tail(results / "evaluator.log", 1))
     if not ended:
         # Processes of model may live on (where the daemon runs): the archive is left as it is, and the
         # host keeps regular files only, under its caps, whatever is in it.
@@ -469,7 +546,7 @@ def main(argv: list[str]) -> int:
         say("SSE_KEEP_ALIVE=1: the container stays up (the daemon still answers)")
         wait_for_stop()
     if daemon is not None:
-        stop(daemon)
+        end(daemon)
     return status
 
 

@@ -1,7 +1,9 @@
 """The evaluator: grade the agent's patch over the admin socket and write result.json.
 
-Run by the entrypoint as root after the agent phase, with SSE_DAEMON_SOCKET
-pointing at the admin socket. Grading has a time limit; a timeout or an
+Started by the entrypoint as root with the agent, with SSE_DAEMON_SOCKET
+pointing at the admin socket: it loads what grading needs, then waits for
+the agent phase's figures, one JSON line on its stdin (a pipe of root's),
+and grades; a pipe closed with nothing means no grading. Grading has a time limit; a timeout or an
 exception gives status `error` with the reason. result.json is written
 atomically (temp file and rename) into the root-only results directory.
 """
@@ -13,15 +15,16 @@ import os
 import sys
 import threading
 import traceback
+from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from ssebench.runtime.files import write_atomic
 from ssebench.runtime.settings import SettingsError, load_settings
 
 
-def runtime_result(environ: dict[str, str] | os._Environ[str], evaluator_timeout: bool) -> dict[str, Any]:
+def runtime_result(environ: Mapping[str, str], evaluator_timeout: bool) -> dict[str, Any]:
     def number(name: str) -> float | None:
         try:
             return float(environ[name])
@@ -74,14 +77,35 @@ def grade_with_limit(limit: float, results: Path | None = None) -> tuple[dict[st
     return outcome["result"], False
 
 
+def agent_figures(stream: IO[bytes]) -> dict[str, str] | None:
+    """The agent phase's figures (AGENT_DURATION, AGENT_EXIT_STATUS, SSE_METRIC_AGENT_TIMEOUT), one JSON
+    line the entrypoint writes once the phase is over; None when it closes the pipe with nothing (no
+    grading: the run failed before it)."""
+    line = stream.readline(1 << 16)
+    if not line.strip():
+        return None
+    figures = json.loads(line)
+    if not isinstance(figures, dict):
+        raise ValueError(f"the agent phase's figures are not an object: {line[:200]!r}")
+    return {str(k): str(v) for k, v in figures.items()}
+
+
 def main() -> int:
     try:
         settings = load_settings()
     except SettingsError as exc:
         print(f"ssebench-evaluator: {exc}", file=sys.stderr)
         return 2
+    # Started with the agent: what grading needs is loaded while the agent works, not after it.
+    import httpx  # noqa: F401  (the SDK's transport, imported where the first call is made)
+    from sse import grading  # noqa: F401
+
+    figures = agent_figures(sys.stdin.buffer)
+    if figures is None:
+        print("ssebench-evaluator: not graded (the entrypoint gave no agent figures)", file=sys.stderr)
+        return 0
     patch_result, timed_out = grade_with_limit(settings.grading_timeout, Path(settings.results))
-    result = {"patch_result": patch_result, "runtime_result": runtime_result(os.environ, timed_out)}
+    result = {"patch_result": patch_result, "runtime_result": runtime_result(figures, timed_out)}
     path = write_atomic(Path(settings.results), "result.json", json.dumps(result, indent=2) + "\n")
     print(f"ssebench-evaluator: {patch_result['status']}"
           + (f": {patch_result['error_msg']}" if patch_result.get("error_msg") else "") + f" ({path})",

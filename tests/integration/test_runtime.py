@@ -270,7 +270,8 @@ def test_test_patch_over_mcp(held: Any) -> None:
 
 
 FIRST_THING = """
-import socket
+import socket, sys, time
+time.sleep(float(sys.argv[1]))
 with socket.create_connection(("127.0.0.1", 3000)) as s:  # at once: before the MCP stack could have loaded
     s.sendall(b"GET /mcp HTTP/1.1\\r\\nHost: localhost\\r\\nConnection: close\\r\\n\\r\\n")
     print("RAW-ANSWER " + s.recv(100).split(b"\\r\\n")[0].decode())
@@ -284,21 +285,39 @@ anyio.run(main)
 """
 
 
+@pytest.mark.parametrize("delay", ["0", "1.5"], ids=["at-once", "later"])
 def test_an_agent_that_calls_mcp_first_thing_is_served(settings: Settings, demo_images: list[Task],
-                                                       tmp_path: Path) -> None:
-    """The agent starts once the daemon answers, while the MCP server may still be starting: its socket is
-    bound before the agent starts, so a call made at once waits for the server instead of failing."""
+                                                       tmp_path: Path, delay: str) -> None:
+    """The agent starts once the daemon answers; the MCP server starts when its first client connects: its
+    socket is bound before the agent starts, so a call made at once (or later) waits for the server instead
+    of failing."""
     task = _task(demo_images, "c-demo")
-    with container(image_names(settings, task)["tool"], [PYTHON, "-c", FIRST_THING], tmp_path,
+    with container(image_names(settings, task)["tool"], [PYTHON, "-c", FIRST_THING, delay], tmp_path,
                    runtime=runtime_of(settings, task)) as c:
         finish(c, tmp_path)
         said = c.logs().decode(errors="replace")
     assert "daemon ready; MCP server listening" in said, said
+    assert "the MCP server was not started" not in said, said
     agent_log = (tmp_path / "agent.log").read_text(errors="replace")
     assert "RAW-ANSWER HTTP/1.1 " in agent_log, agent_log  # queued, then answered (no refusal)
     assert 'MCP-ANSWER "All 2 checks that ran passed.' in agent_log, agent_log
 
 
+def test_an_agent_that_never_calls_mcp_starts_no_mcp_server(settings: Settings, demo_images: list[Task],
+                                                             tmp_path: Path) -> None:
+    """The MCP server is the heaviest runtime process to start; no client, no start, and the run is graded."""
+    task = _task(demo_images, "c-demo")
+    with container(image_names(settings, task)["tool"], ["sleep", "1"], tmp_path,
+                   runtime=runtime_of(settings, task)) as c:
+        grade = finish(c, tmp_path)["patch_result"]
+        said = c.logs().decode(errors="replace")
+    assert "the MCP server was not started: no client connected" in said, said
+    assert (tmp_path / "mcp.log").read_bytes() == b""  # no server ever wrote to it
+    assert grade["status"] == "failed" and grade["error_msg"].startswith("PoC failed"), grade
+
+
+# The agent of the stand-in tests: a client of the MCP server's socket, which starts the server.
+CONNECTS_TO_MCP = ["bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/3000 && sleep 2"]
 NEVER_SERVES = "import sys\nsys.exit(1)\n"
 SERVES_THEN_ENDS = "import os\nos.write(int(os.environ['SSE_READY_FD']), b'1')\n"
 
@@ -314,7 +333,7 @@ def test_an_mcp_server_that_never_served_makes_the_run_an_error(settings: Settin
     module.write_text(stand_in)
     mounted = {str(module): {"bind": "/opt/ssebench/lib/ssebench/runtime/mcp_server.py", "mode": "ro"}}
     run_dir = tmp_path / "run"
-    with container(image_names(settings, task)["tool"], ["sleep", "2"], run_dir, mounts=mounted,
+    with container(image_names(settings, task)["tool"], CONNECTS_TO_MCP, run_dir, mounts=mounted,
                    runtime=runtime_of(settings, task)) as c:
         grade = finish(c, run_dir)["patch_result"]
         said = c.logs().decode(errors="replace")

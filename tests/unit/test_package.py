@@ -35,6 +35,16 @@ def test_imports_are_cheap() -> None:
     assert out.strip() == "[]"
 
 
+def test_import_sse_loads_no_event_loop_machinery() -> None:
+    """Every agent and the evaluator start with `import sse`; asyncio alone cost them 60 ms each."""
+    code = "import sys, sse, sse.dialog, sse.grading; print(sorted(m for m in sys.modules if m.startswith('asyncio')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+    control = subprocess.run([sys.executable, "-c", "import sys, asyncio; print('asyncio' in sys.modules)"],
+                             capture_output=True, text=True, check=True).stdout
+    assert control.strip() == "True"  # the listing sees asyncio when it is loaded
+
+
 def test_loading_the_plugin_imports_nothing_heavy() -> None:
     """Every pytest process of the environment loads the plugin: it must cost nothing until agents are asked for."""
     done = subprocess.run([sys.executable, "-X", "importtime", "-c", "import pytest_ssebench.plugin"],
