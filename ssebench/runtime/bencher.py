@@ -59,6 +59,7 @@ from ssebench.runtime.process import (
     confined,
     kill_group,
     kill_user,
+    wait,
 )
 from ssebench.runtime.taskfile import TaskFile
 
@@ -276,7 +277,7 @@ class Bencher:
                                        stdout=out, stderr=err, env=self._env(cwd), start_new_session=True,
                                        **self.runner.popen_kwargs())
             try:
-                code = process.wait(timeout=self.limits.script_timeout)
+                code = wait(process, self.limits.script_timeout)
             except subprocess.TimeoutExpired:
                 timed_out = True
                 kill_group(process.pid)

@@ -51,7 +51,7 @@ from typing import IO
 
 from ssebench.runtime import layout
 from ssebench.runtime.files import prune_tree, write_atomic
-from ssebench.runtime.process import NEUTRAL_CWD, User, clear_user, confined, kill_group, python_command
+from ssebench.runtime.process import NEUTRAL_CWD, User, clear_user, confined, kill_group, python_command, wait
 from ssebench.runtime.settings import RuntimeSettings, SettingsError, load_settings
 
 TIMED_OUT = 124
@@ -123,7 +123,7 @@ def evaluate(settings: RuntimeSettings, env: dict[str, str], evaluator: subproce
         evaluator.kill()
         evaluator = start_evaluator(settings, env, log)
     try:
-        evaluator.wait(timeout=settings.grading_timeout + 120)
+        wait(evaluator, settings.grading_timeout + 120)
     except subprocess.TimeoutExpired:
         evaluator.kill()
         write_error(settings, "the evaluator did not exit")
@@ -313,7 +313,7 @@ def run_agent(command: list[str], settings: RuntimeSettings, model: User, cwd: s
         log.write(f"[ssebench] cannot start the agent command {command}: {exc}\n".encode())
         return 127, time.monotonic() - started, False
     try:
-        status = agent.wait(timeout=settings.agent_timeout)
+        status = wait(agent, settings.agent_timeout)
         return status, time.monotonic() - started, False
     except subprocess.TimeoutExpired:
         kill_group(agent.pid)
