@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
-from pydantic import Field, ValidationError, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ssebench.errors import SSEBenchError
 from ssebench.limits import Limits
@@ -20,10 +20,26 @@ def _default_cache() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ssebench"
 
 
-class Settings(BaseSettings):
-    """Every knob of the harness. Each field `x` is read from `SSEBENCH_X`."""
+ENV_PREFIX = "SSEBENCH_"
 
-    model_config = SettingsConfigDict(env_prefix="SSEBENCH_", extra="ignore", frozen=True)
+
+class Settings(BaseModel):
+    """Every knob of the harness. Each field `x` not given is read from `SSEBENCH_X`.
+
+    A plain model that reads the environment itself: pydantic-settings cost every pytest process that
+    loads the plugin 90 ms (its import and its teardown at exit) for what this does.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_environment(cls, given: Any) -> Any:
+        if not isinstance(given, dict):
+            return given
+        found = {name: os.environ[ENV_PREFIX + name.upper()] for name in cls.model_fields
+                 if ENV_PREFIX + name.upper() in os.environ}
+        return {**found, **given}
 
     # Image names are `<prefix>/<name>`; upstream Dockerfiles name their base
     # as `${SSEBENCH_REGISTRY}/base-generic-<lang>`, and get this prefix.
@@ -83,5 +99,5 @@ def get_settings() -> Settings:
         return Settings()
     except ValidationError as exc:
         first = exc.errors()[0]
-        name = "SSEBENCH_" + str(first["loc"][0]).upper()
+        name = ENV_PREFIX + str(first["loc"][0]).upper()
         raise SSEBenchError(f"{name}: {str(first['msg']).removeprefix('Value error, ')}") from None
