@@ -123,7 +123,7 @@ def phases(run_dir: Path) -> dict[str, float]:
     started, ended = summary["timeline"]["container_started"], summary["timeline"]["container_ended"]
     said = {message.split(":")[0].split(" with ")[0].split(" (")[0]: _stamp(started, stamp)
             for stamp, message in entrypoint_lines((run_dir / "container.log").read_text())}
-    marks = [("to entrypoint", said.get("starting")), ("daemon + MCP ready", said.get("agent")),
+    marks = [("to entrypoint", said.get("starting")), ("to agent start", said.get("agent")),
              ("agent", said.get("agent exited")), ("grading", said.get("graded")), ("end", ended)]
     out, last = {}, started
     for name, at in marks:

@@ -1,7 +1,7 @@
 """Patch capture: the agent's change against a copy of its base commit that only root can change.
 
 The base commit lives in a bare repository owned by root (`make_base`, run
-when the tool image is built, or at start-up for older images), which model
+when the tool image is built), which model
 may read but not change. Each capture works in a fresh scratch directory
 that root makes: a private index and an object directory of its own (the
 base's objects as alternates). git runs as the tree's owner, never as root,
@@ -54,7 +54,7 @@ class FileChange:
 def make_base(source: Path, root: Path) -> None:
     """Root's bare copy of the tree's one commit, and an index of it, under `root`.
 
-    Runs as root before any agent exists (image build or start-up). Root owns
+    Runs as root before any agent exists (the tool image's build). Root owns
     everything here; model may read and traverse, never write. The index is
     refreshed against the tree as it is now, so that a capture hashes only
     the files the agent changed (it compares sizes and modification times).
@@ -109,9 +109,10 @@ class Capture:
         self.base: str | None = None
 
     def prepare(self) -> str:
-        """Make sure the base exists (images built before it was made at build time) and read its commit."""
+        """Read the base's commit. The base is made when the tool image is built, never here: the agent
+        starts while the daemon does, so the tree may already be the agent's."""
         if not (self.repo / "HEAD").is_file():
-            make_base(self.source, self.root)
+            raise CaptureError(f"the tool image has no capture base at {self.repo}: rebuild its images")
         done = subprocess.run(git.argv("rev-parse", "HEAD"), cwd="/", capture_output=True, check=True, timeout=60,
                               env=git.env("/nonexistent", GIT_DIR=str(self.repo)))
         self.base = done.stdout.decode().strip()

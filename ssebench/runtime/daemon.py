@@ -14,12 +14,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import signal
 import socket
 import sys
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from starlette.applications import Starlette
@@ -31,13 +29,14 @@ from starlette.routing import Route
 from starlette.schemas import SchemaGenerator
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from ssebench.runtime import listeners
 from ssebench.runtime.bencher import BencherError
 from ssebench.runtime.capture import CaptureError
 from ssebench.runtime.bash import ToolClosed
 from ssebench.runtime.service import PHASE_OVER, TaskService
 from ssebench.runtime.settings import DIFFICULTY_NAMES, MAX_LEVEL, allowed_actions
 
-AGENT, HTTP, ADMIN = "agent", "http", "admin"
+AGENT, HTTP, ADMIN = listeners.AGENT, listeners.HTTP, listeners.ADMIN
 LISTENER_KEY = "ssebench.listener"
 
 log = logging.getLogger("ssebench.daemon")
@@ -319,54 +318,27 @@ def create_app(service: TaskService, difficulty: int) -> Starlette:
 # -- serving ------------------------------------------------------------------
 
 
-def _unix_socket(path: str, mode: int) -> socket.socket:
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    old = os.umask(0o177)
-    try:
-        sock.bind(path)
-    finally:
-        os.umask(old)
-    os.chmod(path, mode)
-    sock.listen(128)
-    return sock
-
-
-def _tcp_socket(port: int) -> socket.socket:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("0.0.0.0", port))
-    sock.listen(128)
-    return sock
-
-
-async def serve(app: Starlette, agent_socket: str, admin_socket: str, http_port: int) -> None:
-    """Serve `app` on the three listeners until SIGTERM or SIGINT."""
+async def serve(app: Starlette, bound: dict[str, socket.socket], ready: Callable[[], None]) -> None:
+    """Serve `app` on the three listeners (`ssebench.runtime.listeners`) until SIGTERM or SIGINT; call
+    `ready` once all three serve."""
     import uvicorn
+
+    servers: list[tuple[uvicorn.Server, socket.socket]] = []
 
     class Server(uvicorn.Server):
         @contextlib.contextmanager
         def capture_signals(self) -> Iterator[None]:  # one handler for all three, below
             yield
 
-    # Root's alone, unless the agent socket lives beside the admin socket (sidecar mode's shared socket
-    # volume): then others may pass through it, to the agent socket, but create nothing in it, and the
-    # admin socket's own mode (0600) keeps them off it.
-    admin_dir = Path(admin_socket).parent
-    shared = Path(agent_socket).parent == admin_dir
-    admin_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    os.chmod(admin_dir, 0o755 if shared else 0o700)
-    listeners = [
-        (AGENT, _unix_socket(agent_socket, 0o666)),
-        (HTTP, _tcp_socket(http_port)),
-        (ADMIN, _unix_socket(admin_socket, 0o600)),
-    ]
-    servers = []
-    for kind, sock in listeners:
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets)
+            if all(server.started for server, _ in servers):
+                ready()
+
+    for kind in (AGENT, HTTP, ADMIN):
         config = uvicorn.Config(listener_app(app, kind), lifespan="off", log_level="warning",
                                 access_log=True, timeout_keep_alive=30)
-        servers.append((Server(config), sock))
+        servers.append((Server(config), bound[kind]))
 
     def stop(*_: object) -> None:
         for server, _sock in servers:
@@ -375,7 +347,7 @@ async def serve(app: Starlette, agent_socket: str, admin_socket: str, http_port:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop)
-    log.info("listening: agent %s, http :%d, admin %s", agent_socket, http_port, admin_socket)
+    log.info("listening: agent %s, http %s, admin %s", *(bound[kind].getsockname() for kind in (AGENT, HTTP, ADMIN)))
     await asyncio.gather(*(server.serve(sockets=[sock]) for server, sock in servers))
 
 
@@ -390,10 +362,15 @@ def main() -> None:
         print(f"ssebench-daemon: refusing to start: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
 
+    # Bound by the entrypoint, which let the agent start at once (its calls wait in the sockets' queues
+    # while this starts); run by itself, it binds them.
+    bound = listeners.inherited() or listeners.daemon_listeners(settings.agent_socket, settings.admin_socket,
+                                                                settings.http_port)
+    ready = listeners.readiness()
+
     async def run() -> None:
         service = container_service(settings)
-        await serve(create_app(service, settings.difficulty), settings.agent_socket, settings.admin_socket,
-                    settings.http_port)
+        await serve(create_app(service, settings.difficulty), bound, ready)
 
     asyncio.run(run())
 

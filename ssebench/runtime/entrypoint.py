@@ -1,12 +1,15 @@
 """The task container's entrypoint (sandbox mode), as root.
 
 1. results (0755 in its 0700 parent) and archive (model's) prepared;
-2. the daemon started and awaited (SSE_DAEMON_TIMEOUT);
+2. the daemon started on its three listeners, bound here first, and not
+   awaited: a client's call waits in their queues until it serves; one that
+   does not serve within SSE_DAEMON_TIMEOUT ends the agent, and the run is an
+   error, not graded;
 3. the MCP server's socket bound; the server starts when its first client
    connects (never, for an agent that does not use it);
-4. the agent command (the image's CMD) run as model, in its own session,
-   stdin /dev/null, output to agent.log, killed with its whole process group
-   at TIMEOUT seconds (exit status 124);
+4. the agent command (the image's CMD) run as model at once, in its own
+   session, stdin /dev/null, output to agent.log, killed with its whole
+   process group at TIMEOUT seconds (exit status 124);
 5. POST /admin/agent_exited on the admin socket;
 6. the evaluator, with SSE_DAEMON_SOCKET set to the admin socket: started with
    the agent, it has loaded what grading needs by the time it is told, on its
@@ -28,7 +31,8 @@ source tree, the results, the archive and /run/ssebench (both sockets):
 
 - the task container (`task`) runs only the daemon, until it is stopped, then
   writes what its own cgroup counted to task-limits.json;
-- the agent container (`agent`) runs steps 3 to 7 against that daemon, and,
+- the agent container (`agent`) waits until that daemon answers on the
+  shared sockets, then runs steps 3 to 7 against it, and,
   as it shares no processes with the daemon, ends every process of model
   itself before it posts agent_exited (the daemon ends those of its own
   container). It has no /ssebench: the tree's path comes in SSE_SOURCE.
@@ -45,11 +49,12 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Callable
 from typing import IO
 
-from ssebench.runtime import layout
+from ssebench.runtime import layout, listeners
 from ssebench.runtime.files import prune_tree, write_atomic
 from ssebench.runtime.process import NEUTRAL_CWD, User, clear_user, confined, kill_group, python_command, wait
 from ssebench.runtime.settings import RuntimeSettings, SettingsError, load_settings
@@ -131,20 +136,27 @@ def evaluate(settings: RuntimeSettings, env: dict[str, str], evaluator: subproce
 
 @dataclass
 class Served:
-    """A server started on a socket bound for it here; `ready` is the pipe on which it says it serves."""
+    """A server started on sockets bound for it here; `ready` is the pipe on which it says it serves."""
 
     process: subprocess.Popen[bytes]
     ready: int
+    log: Path
     said: bool = False
+    silent: bool = False  # it exited without saying so: the pipe's end closed with nothing on it
+    began: float = field(default_factory=time.monotonic)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def started(self) -> bool:
-        """Whether it has said it serves (it writes one byte once it does), without waiting."""
-        if not self.said:
-            try:
-                self.said = os.read(self.ready, 1) == b"1"
-            except BlockingIOError:
-                pass
-        return self.said
+    def started(self, timeout: float = 0.0) -> bool:
+        """Whether it has said it serves (it writes one byte once it does), waiting up to `timeout` seconds;
+        False at once when it has exited without saying so (its end of the pipe is closed)."""
+        with self._lock:
+            if not (self.said or self.silent):
+                poller = select.poll()
+                poller.register(self.ready, select.POLLIN)
+                if poller.poll(max(0, int(timeout * 1000))):
+                    said = os.read(self.ready, 1)
+                    self.said, self.silent = said == b"1", said != b"1"
+            return self.said
 
     def failed_to_start(self) -> bool:
         """It exited without ever serving: the harness's failure, not the agent's (which cannot signal root,
@@ -152,28 +164,30 @@ class Served:
         return self.process.poll() is not None and not self.started()
 
 
-def serve(module: str, log: IO[bytes], env: dict[str, str], listener: socket.socket) -> Served:
-    """Start a runtime process that serves on `listener`, bound here.
+def serve(module: str, log: Path, env: dict[str, str], bound: dict[str, socket.socket]) -> Served:
+    """Start a runtime process that serves on the sockets `bound` here, by name.
 
-    It finds the socket's number in SSE_LISTEN_FD and a pipe's in
-    SSE_READY_FD, on which it writes one byte once it serves. This process
-    keeps no copy of the socket, so the socket closes when that process
-    ends. Clients may connect at once: the kernel queues them until it
-    serves.
+    It finds their numbers in SSE_LISTEN_FDS and a pipe's in SSE_READY_FD,
+    on which it writes one byte once it serves (`ssebench.runtime.listeners`).
+    This process keeps no copy of the sockets, so they close when that
+    process ends. Clients may connect at once: the kernel queues them until
+    it serves.
     """
     read, write = os.pipe()
-    os.set_blocking(read, False)
-    env = {**env, layout.LISTEN_FD: str(listener.fileno()), layout.READY_FD: str(write)}
+    fds = tuple(sock.fileno() for sock in bound.values())
+    env = {**env, layout.LISTEN_FDS: listeners.encode(bound), layout.READY_FD: str(write)}
     try:
-        process = subprocess.Popen(python_command(module), cwd=NEUTRAL_CWD, stdin=subprocess.DEVNULL,
-                                   stdout=log, stderr=log, env=env, pass_fds=(listener.fileno(), write))
+        with log.open("ab") as out:
+            process = subprocess.Popen(python_command(module), cwd=NEUTRAL_CWD, stdin=subprocess.DEVNULL,
+                                       stdout=out, stderr=out, env=env, pass_fds=(*fds, write))
     except BaseException:
         os.close(read)
         raise
     finally:
-        listener.close()
+        for sock in bound.values():
+            sock.close()
         os.close(write)
-    return Served(process, read)
+    return Served(process, read, log)
 
 
 class OnDemand:
@@ -185,8 +199,9 @@ class OnDemand:
     the client waits in the queue meanwhile, as it would for a server still loading.
     """
 
-    def __init__(self, module: str, log: IO[bytes], env: dict[str, str], listener: socket.socket) -> None:
-        self._args = (module, log, env, listener)
+    def __init__(self, module: str, log: Path, env: dict[str, str], listener: socket.socket) -> None:
+        self._args = (module, log, env, {listeners.MCP: listener})
+        self._listener = listener
         self._lock = threading.Lock()
         self._closed = False
         self.server: Served | None = None
@@ -194,7 +209,7 @@ class OnDemand:
         threading.Thread(target=self._watch, name="mcp-on-demand", daemon=True).start()
 
     def _watch(self) -> None:
-        listener = self._args[3].fileno()
+        listener = self._listener.fileno()
         readable, _, _ = select.select([listener, self._wake], [], [])
         with self._lock:
             if self._closed or listener not in readable:
@@ -210,7 +225,7 @@ class OnDemand:
         with self._lock:
             self._closed = True
             if self.server is None:
-                self._args[3].close()
+                self._listener.close()
             return self.server
 
 
@@ -221,13 +236,11 @@ def _tail(path: Path, lines: int = 20) -> str:
         return ""
 
 
-def wait_for(what: str, ready: object, process: subprocess.Popen[bytes] | None, timeout: float, log: Path) -> None:
-    """Poll `ready` until it holds; fail when `process` (None: one in another container) exits first."""
+def wait_for(what: str, ready: Callable[[], bool], timeout: float, log: Path) -> None:
+    """Poll `ready` until it holds (a server of another container: sidecar mode's daemon)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if process is not None and process.poll() is not None:
-            raise RuntimeError(f"the {what} exited with status {process.returncode} while starting:\n{_tail(log)}")
-        if ready():  # type: ignore[operator]
+        if ready():
             return
         time.sleep(0.02)
     raise RuntimeError(f"the {what} did not become ready within {timeout:.0f} s:\n{_tail(log)}")
@@ -242,8 +255,8 @@ def http_status(address: str | tuple[str, int], method: str, path: str, timeout:
     """The status of one HTTP/1.1 request (an empty JSON body for POST) to a unix socket path or a (host,
     port); None when nothing answers in HTTP.
 
-    Plain sockets, not an HTTP library: the entrypoint asks this while the daemon and the MCP server start
-    beside it, on the same cores, and an import of httpx or urllib costs more than the rest of its start-up.
+    Plain sockets, not an HTTP library: the entrypoint asks this while the daemon starts beside it, on the
+    same cores, and an import of httpx or urllib costs more than the rest of its start-up.
     """
     body = b"{}" if method == "POST" else b""
     request = (f"{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
@@ -301,8 +314,13 @@ def agent_env(settings: RuntimeSettings, model: User) -> dict[str, str]:
     return env
 
 
-def run_agent(command: list[str], settings: RuntimeSettings, model: User, cwd: str, log: IO[bytes]) -> tuple[int, float, bool]:
-    """(exit status, seconds, timed out)."""
+def run_agent(command: list[str], settings: RuntimeSettings, model: User, cwd: str, log: IO[bytes],
+              daemon: Served | None = None) -> tuple[int, float, bool]:
+    """(exit status, seconds, timed out).
+
+    With `daemon` (still starting), the agent starts at once and its first calls wait in the daemon's
+    queues; a daemon that never comes to serve ends the agent, which has no tools without it.
+    """
     started = time.monotonic()
     try:
         agent = subprocess.Popen(confined(command, settings.file_size), cwd=cwd, stdin=subprocess.DEVNULL,
@@ -312,6 +330,16 @@ def run_agent(command: list[str], settings: RuntimeSettings, model: User, cwd: s
     except OSError as exc:
         log.write(f"[ssebench] cannot start the agent command {command}: {exc}\n".encode())
         return 127, time.monotonic() - started, False
+    if daemon is not None:
+        def watch() -> None:
+            failed = daemon_failed(daemon, settings)
+            if failed is None:
+                say("daemon ready")
+            elif agent.poll() is None:
+                say("the daemon failed to start: ending the agent")
+                kill_group(agent.pid)
+
+        threading.Thread(target=watch, name="daemon-start", daemon=True).start()
     try:
         status = wait(agent, settings.agent_timeout)
         return status, time.monotonic() - started, False
@@ -383,36 +411,31 @@ def finish_archive(settings: RuntimeSettings) -> None:
     write_atomic(Path(settings.results), "archive.json", json.dumps(record, indent=2) + "\n")
 
 
-def start_runtime(settings: RuntimeSettings, env: dict[str, str], *, daemon: bool,
-                  mcp: bool) -> tuple[subprocess.Popen[bytes] | None, OnDemand | None]:
-    """Start the daemon and bind the MCP server's socket; wait until the daemon answers; (daemon, MCP server).
+def start_daemon(settings: RuntimeSettings, env: dict[str, str]) -> Served:
+    """The daemon, on its three listeners bound here: a client may connect at once and waits in their
+    queues until it serves. Raises OSError when a listener cannot be bound."""
+    bound = listeners.daemon_listeners(settings.agent_socket, settings.admin_socket, settings.http_port)
+    return serve("ssebench.runtime.daemon", Path(settings.results) / "daemon.log", env, bound)
 
-    The MCP server's socket is bound here, and the server starts when its
-    first client connects (`OnDemand`): a client waits in the socket's queue
-    while the server imports its stack (the slowest start of the three). The
-    MCP server reaches the daemon only when a tool is called. Without
-    `daemon`, the daemon is another container's and its sockets (in the
-    shared /run/ssebench) are awaited.
-    """
-    results = Path(settings.results)
-    process: subprocess.Popen[bytes] | None = None
-    server: OnDemand | None = None
-    try:
-        if daemon:
-            process = start("ssebench.runtime.daemon", (results / "daemon.log").open("ab"), env)
-        if mcp:
-            listener = socket.create_server(("127.0.0.1", layout.MCP_PORT), backlog=128)
-            server = OnDemand("ssebench.runtime.mcp_server", (results / "mcp.log").open("ab"),
-                              {**env, "SSE_DAEMON_SOCKET": settings.agent_socket}, listener)
-        wait_for("daemon", lambda: daemon_ready(settings), process, settings.daemon_timeout, results / "daemon.log")
-        say("daemon ready" + ("; MCP server listening" if mcp else ""))
-    except (RuntimeError, OSError):
-        started = server.close() if server else None
-        for child in (process, started.process if started else None):
-            if child is not None:
-                child.kill()
-        raise
-    return process, server
+
+def daemon_failed(daemon: Served, settings: RuntimeSettings) -> str | None:
+    """Why the daemon did not come to serve within its time limit of its start (None: it serves), with its
+    log's tail."""
+    if daemon.started(daemon.began + settings.daemon_timeout - time.monotonic()):
+        return None
+    status = daemon.process.poll()
+    why = (f"the daemon exited with status {status} while starting" if status is not None
+           else f"the daemon did not become ready within {settings.daemon_timeout:.0f} s")
+    return f"{why}:\n{_tail(daemon.log)}"
+
+
+def start_mcp(settings: RuntimeSettings, env: dict[str, str]) -> OnDemand:
+    """The MCP server's socket bound (loopback); the server starts when its first client connects. Its log
+    is there either way (empty when no client came)."""
+    log = Path(settings.results) / "mcp.log"
+    log.touch()
+    return OnDemand("ssebench.runtime.mcp_server", log, {**env, "SSE_DAEMON_SOCKET": settings.agent_socket},
+                    listeners.mcp_listener())
 
 
 def end(process: subprocess.Popen[bytes]) -> None:
@@ -443,16 +466,21 @@ def wait_for_stop(until_exit: subprocess.Popen[bytes] | None = None) -> None:
 def serve_task(settings: RuntimeSettings, env: dict[str, str]) -> int:
     """Sidecar mode's task container: the daemon alone, until the run stops it."""
     try:
-        daemon, _ = start_runtime(settings, env, daemon=True, mcp=False)
-    except (RuntimeError, OSError) as exc:
+        daemon = start_daemon(settings, env)
+    except OSError as exc:
         say(f"infrastructure failure: {exc}")
         return 1
-    assert daemon is not None
-    wait_for_stop(daemon)
-    failed = daemon.poll() is not None
+    failed = daemon_failed(daemon, settings)
+    if failed is not None:
+        say(f"infrastructure failure: {failed}")
+        end(daemon.process)
+        return 1
+    say("daemon ready")
+    wait_for_stop(daemon.process)
+    exited = daemon.process.poll() is not None
     write_limits(settings, "task-limits.json")
-    end(daemon)
-    return 1 if failed else 0
+    end(daemon.process)
+    return 1 if exited else 0
 
 
 def main(argv: list[str]) -> int:
@@ -476,21 +504,39 @@ def main(argv: list[str]) -> int:
         from ssebench.runtime.taskfile import load_taskfile
 
         source = load_taskfile(Path(layout.TASK_DIR) / "config.yaml").source
+    daemon: Served | None = None
     try:
-        daemon, mcp = start_runtime(settings, env, daemon=settings.role == "sandbox", mcp=True)
+        if settings.role == "sandbox":
+            daemon = start_daemon(settings, env)
+        else:  # sidecar mode's agent container: the daemon is the task container's, on the shared sockets
+            wait_for("daemon", lambda: daemon_ready(settings), settings.daemon_timeout, results / "daemon.log")
+            say("daemon ready")
+        mcp = start_mcp(settings, env)
     except (RuntimeError, OSError) as exc:
         say(f"infrastructure failure: {exc}")
         write_error(settings, f"the runtime failed to start: {exc}")
+        if daemon is not None:
+            end(daemon.process)
         return 1
-    assert mcp is not None
+    say("MCP server listening")
 
     command = argv or ["true"]
     evaluator_log = (results / "evaluator.log").open("ab")
     evaluator = start_evaluator(settings, env, evaluator_log)
     say(f"agent: {' '.join(command)} (timeout {settings.agent_timeout:.0f} s, difficulty {settings.difficulty})")
     with (results / "agent.log").open("ab") as agent_log:
-        status, duration, timed_out = run_agent(command, settings, model, source, agent_log)
+        status, duration, timed_out = run_agent(command, settings, model, source, agent_log, daemon)
     say(f"agent exited with status {status} after {duration:.1f} s" + (" (timed out)" if timed_out else ""))
+    failed = daemon_failed(daemon, settings) if daemon is not None else None
+    if failed is not None:  # nothing was graded: the harness's failure, not the agent's
+        assert daemon is not None
+        say(f"infrastructure failure: {failed}")
+        write_error(settings, f"the runtime failed to start: {failed}")
+        for process in (evaluator, daemon.process):
+            end(process)
+        mcp.close()
+        evaluator_log.close()
+        return 1
     if settings.role == "agent":
         # The daemon ends model's processes in its own container; here, nothing of the agent may go on
         # changing the shared tree while it is captured and graded.
@@ -546,7 +592,7 @@ def main(argv: list[str]) -> int:
         say("SSE_KEEP_ALIVE=1: the container stays up (the daemon still answers)")
         wait_for_stop()
     if daemon is not None:
-        end(daemon)
+        end(daemon.process)
     return status
 
 

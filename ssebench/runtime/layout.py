@@ -16,8 +16,9 @@ AGENT_SOCKET = "/tmp/sse.sock"
 ARCHIVE = "/tmp/sse-archive"
 HTTP_PORT = 4263
 MCP_PORT = 3000
-# The number of the listening socket a runtime process inherits from the entrypoint, which bound it.
-LISTEN_FD = "SSE_LISTEN_FD"
+# The listening sockets a runtime process inherits from the entrypoint, which bound them: `name=fd,...`
+# (ssebench.runtime.listeners).
+LISTEN_FDS = "SSE_LISTEN_FDS"
 # The pipe on which it writes one byte once it serves.
 READY_FD = "SSE_READY_FD"
 RUNTIME_HOME = "/opt/ssebench"

@@ -21,7 +21,7 @@ from typing import Any
 
 from sse.helper import ScriptResult
 
-from ssebench.runtime import layout
+from ssebench.runtime import listeners
 from ssebench.runtime.layout import MCP_LOG_DIR
 from ssebench.runtime.settings import DIFFICULTY_NAMES, allowed_actions
 
@@ -203,18 +203,14 @@ def main() -> None:
     if LOG_DIR.exists() and not stat.S_ISDIR(os.lstat(LOG_DIR).st_mode):
         os.unlink(LOG_DIR)
     # The entrypoint binds the socket before this starts (clients queue on it meanwhile); run alone, bind it.
-    fd = os.environ.get(layout.LISTEN_FD)
-    sock = (socket.socket(fileno=int(fd)) if fd
-            else socket.create_server(("127.0.0.1", layout.MCP_PORT), backlog=128))
-    sock.set_inheritable(False)
-    ready = os.environ.get(layout.READY_FD)
+    sock = listeners.inherited().get(listeners.MCP) or listeners.mcp_listener()
+    ready = listeners.readiness()
 
     class Server(uvicorn.Server):
         async def startup(self, sockets: list[socket.socket] | None = None) -> None:
             await super().startup(sockets)
-            if self.started and ready:  # the entrypoint learns it serves: it never starts then fails the run
-                os.write(int(ready), b"1")
-                os.close(int(ready))
+            if self.started:  # the entrypoint learns it serves: it never starts then fails the run
+                ready()
 
     app = create_server(settings.difficulty).streamable_http_app(stateless_http=True, json_response=True)
     server = Server(uvicorn.Config(app, log_level="warning"))

@@ -296,7 +296,7 @@ def test_an_agent_that_calls_mcp_first_thing_is_served(settings: Settings, demo_
                    runtime=runtime_of(settings, task)) as c:
         finish(c, tmp_path)
         said = c.logs().decode(errors="replace")
-    assert "daemon ready; MCP server listening" in said, said
+    assert "MCP server listening" in said and "daemon ready" in said, said
     assert "the MCP server was not started" not in said, said
     agent_log = (tmp_path / "agent.log").read_text(errors="replace")
     assert "RAW-ANSWER HTTP/1.1 " in agent_log, agent_log  # queued, then answered (no refusal)
@@ -343,6 +343,36 @@ def test_an_mcp_server_that_never_served_makes_the_run_an_error(settings: Settin
     else:
         assert grade["status"] == "failed" and grade["error_msg"].startswith("PoC failed"), grade
         assert "exited with status 0 before the agent did" in said, said
+
+
+# Stand-ins for the daemon: one that exits at once, and one that never serves nor exits.
+DAEMON_EXITS = "import sys\nprint('the stand-in daemon gives up', file=sys.stderr)\nsys.exit(1)\n"
+DAEMON_HANGS = "import time\ntime.sleep(600)\n"
+
+
+@pytest.mark.parametrize("stand_in", [DAEMON_EXITS, DAEMON_HANGS], ids=["exits", "never-serves"])
+def test_a_daemon_that_never_serves_ends_the_agent_and_the_run_is_an_error(
+        settings: Settings, demo_images: list[Task], tmp_path: Path, stand_in: str) -> None:
+    """The agent starts as soon as the daemon's sockets are bound, before the daemon serves. A daemon that
+    does not come to serve (it exits, or it is not ready within SSE_DAEMON_TIMEOUT) ends the agent, which
+    has no tools without it, and the run is an error: not graded, and not the agent's failure."""
+    task = _task(demo_images, "c-demo")
+    module = tmp_path / "daemon.py"
+    module.write_text(stand_in)
+    mounted = {str(module): {"bind": "/opt/ssebench/lib/ssebench/runtime/daemon.py", "mode": "ro"}}
+    run_dir = tmp_path / "run"
+    with container(image_names(settings, task)["tool"], ["sleep", "120"], run_dir, mounts=mounted,
+                   env={"SSE_DAEMON_TIMEOUT": "5"}, runtime=runtime_of(settings, task)) as c:
+        grade = finish(c, run_dir, timeout=90)["patch_result"]  # well before the agent's own 120 s
+        said = c.logs().decode(errors="replace")
+    assert grade["status"] == "error" and grade["error_msg"].startswith("the runtime failed to start"), grade
+    assert "the daemon failed to start: ending the agent" in said, said
+    if stand_in == DAEMON_EXITS:
+        assert "the daemon exited with status 1 while starting" in grade["error_msg"], grade
+        assert "the stand-in daemon gives up" in grade["error_msg"], grade  # its log's tail
+    else:
+        assert "the daemon did not become ready within 5 s" in grade["error_msg"], grade
+    assert "graded:" not in said, said
 
 
 def test_a_tree_the_agent_made_unreadable_is_graded_failed(settings: Settings, demo_images: list[Task],
