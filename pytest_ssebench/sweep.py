@@ -27,6 +27,7 @@ from pytest_ssebench.collect import TaskDirectory, dataset_marker
 from pytest_ssebench.options import Options, parse_options
 from pytest_ssebench.report import ReportHooks
 from pytest_ssebench.runner import Runner
+from pytest_ssebench.schedule import DurationHooks, make_scheduler, read_history
 from ssebench.agent import Agent, load_agent
 from ssebench.dataset import TaskLoader, looks_like_task
 from ssebench.errors import ConfigError, ConfigErrors, SSEBenchError
@@ -108,6 +109,8 @@ class Sweep:
         self.reports = ReportHooks(self.options.results, html=config.pluginmanager.hasplugin("html"),
                                    show_table=self.is_controller, trials=self.options.trials)
         config.pluginmanager.register(self.reports, "ssebench-report")
+        if self.is_controller:  # how long each item took, for the next sweep's order (pytest_ssebench.schedule)
+            config.pluginmanager.register(DurationHooks(self.settings.cache_dir), "ssebench-durations")
 
     def _start_gateway(self) -> tuple[str, str]:
         from ssebench.gateway import GatewayError, GatewayProcess
@@ -296,10 +299,14 @@ class Sweep:
 
 
 class _XdistHooks:
-    """Hooks that exist only with pytest-xdist: hand the session id to each worker."""
+    """Hooks that exist only with pytest-xdist: hand the session id to each worker; send the longest runs
+    first."""
 
     def __init__(self, session: Sweep) -> None:
         self.session = session
+
+    def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
+        return make_scheduler(config, log, read_history(self.session.settings.cache_dir))
 
     def pytest_configure_node(self, node: Any) -> None:
         node.workerinput["ssebench_session"] = self.session.session.id
