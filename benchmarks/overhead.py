@@ -10,6 +10,10 @@ rounds alternate (A B A B ...):
   floor    a plain `docker run` of the task's tool image doing the task's own
            work once: copy the source, build.sh, run.sh on each PoC, test.sh,
            and the hidden tests (applied to the same tree, test.sh again)
+  floor as sse-runner
+           the same work as the unprivileged user a run's scripts run as (not
+           in the overhead: it shows what running them unprivileged costs by
+           itself, apart from the harness's code)
   run      one dummy run of the task through pytest (collection, images
            check, network, container, agent, grading, results), wall clock
   sidecar  (with --sidecar) the same run in sidecar mode: two containers and
@@ -32,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -86,23 +91,37 @@ def stats(values: list[float]) -> dict[str, float]:
     return {"median": statistics.median(values), "p95": q(values, 0.95), "n": len(values)}
 
 
-def floor_script(task: Any) -> str:
+def floor_script(task: Any, as_runner: bool = False) -> str:
     """The task's own work once, as a plain shell in its tool image: copy, build, PoCs, tests, and the
-    hidden tests (applied to the same tree, then the tests again), which grading runs too."""
+    hidden tests (applied to the same tree, then the tests again), which grading runs too.
+
+    `as_runner`: the same work as sse-runner (the user a run's scripts run as, in a home of its own), with
+    the PoCs, the run script and the hidden tests copied where it may read them, as the bencher stages
+    them: what running the task's scripts unprivileged costs by itself, apart from the harness's code.
+    """
     config = task.config
-    pocs = " ".join(f"/ssebench/{p}" for p in config.files.poc)
-    hidden = (f"git apply -p1 /ssebench/{config.files.future_test} && bash /ssebench/{config.scripts.test} "
+    stage = "/tmp/floor-stage" if as_runner else "/ssebench"
+    pocs = " ".join(f"{stage}/{p}" for p in config.files.poc)
+    hidden = (f"git apply -p1 {stage}/{config.files.future_test} && bash /ssebench/{config.scripts.test} "
               ">/dev/null 2>&1; " if config.files.future_test and config.scripts.test else "")
-    return (f"set -u; rm -rf /tmp/floor && cp -a {config.source} /tmp/floor && rm -rf /tmp/floor/.git && cd /tmp/floor && "
-            f"bash /ssebench/{config.scripts.build} >/tmp/build.log 2>&1 || {{ tail -20 /tmp/build.log; exit 1; }}; "
-            f"for p in {pocs}; do bash /ssebench/{config.scripts.run} $p >/dev/null 2>&1; done; "
+    work = (f"cd /tmp/floor && bash /ssebench/{config.scripts.build} >/tmp/floor-build.log 2>&1 || "
+            f"{{ tail -20 /tmp/floor-build.log; exit 1; }}; "
+            f"for p in {pocs}; do bash {stage}/{config.scripts.run} $p >/dev/null 2>&1; done; "
             f"bash /ssebench/{config.scripts.test} >/dev/null 2>&1; {hidden}exit 0")
+    copy = f"set -u; rm -rf /tmp/floor && cp -a {config.source} /tmp/floor && rm -rf /tmp/floor/.git && "
+    if not as_runner:
+        return copy + work
+    staged = [config.scripts.run, *config.files.poc, *([config.files.future_test] if config.files.future_test else [])]
+    return (copy + f"mkdir -p /tmp/floor-home {stage} && (cd /ssebench && cp --parents {' '.join(staged)} {stage}/) && "
+            f"chown -R sse-runner: /tmp/floor /tmp/floor-home {stage} && "
+            f"exec setpriv --reuid sse-runner --regid sse-runner --clear-groups env HOME=/tmp/floor-home "
+            f"TMPDIR=/tmp/floor-home bash -c {shlex.quote(work)}")
 
 
-def floor(task: Any, image: str) -> float:
+def floor(task: Any, image: str, as_runner: bool = False) -> float:
     started = time.monotonic()
     done = subprocess.run(["docker", "run", "--rm", "--network", "none", "--entrypoint", "bash", image, "-c",
-                           floor_script(task)], capture_output=True, text=True, check=False)
+                           floor_script(task, as_runner)], capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"the floor of {task.id} failed: {done.stdout[-2000:]}{done.stderr[-2000:]}")
     return time.monotonic() - started
@@ -230,10 +249,11 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="ssebench-overhead-") as scratch:
         for task in tasks:
             names = image_names(settings, task, "dummy")
-            floors, runs, breakdowns = [], [], []
+            floors, runner_floors, runs, breakdowns = [], [], [], []
             sidecar_runs, sidecar_breakdowns = [], []
             for _ in range(args.rounds):
                 floors.append(floor(task, names["tool"]))
+                runner_floors.append(floor(task, names["tool"], as_runner=True))
                 elapsed, run_dir = pytest_run(task.path, Path(scratch) / "results")
                 runs.append(elapsed)
                 breakdowns.append(phases(run_dir))
@@ -243,7 +263,7 @@ def main() -> int:
                     sidecar_breakdowns.append(phases(run_dir))
             parts = {k: statistics.median(b[k] for b in breakdowns if k in b) for k in breakdowns[0]}
             report["tasks"][task.id] = {
-                "floor_s": stats(floors), "run_s": stats(runs),
+                "floor_s": stats(floors), "floor_as_runner_s": stats(runner_floors), "run_s": stats(runs),
                 "overhead_s": statistics.median(runs) - statistics.median(floors),
                 "ratio": statistics.median(runs) / statistics.median(floors),
                 "run_phases_s": parts,
@@ -289,11 +309,13 @@ def main() -> int:
 def print_table(report: dict[str, Any]) -> None:
     print(f"SSEBench overhead on {report['dataset']} ({report['version']}), {report['machine']['cpus']} CPUs, "
           f"{report['rounds']} rounds, medians (p95)")
-    print(f"{'task':32} {'floor':>14} {'run':>14} {'overhead':>9} {'ratio':>6} {'disk+':>8}")
+    print(f"{'task':32} {'floor':>14} {'run':>14} {'overhead':>9} {'ratio':>6} {'disk+':>8} {'floor as sse-runner':>20}")
     for task_id, t in report["tasks"].items():
+        runner = t.get("floor_as_runner_s")
         print(f"{task_id:32} {t['floor_s']['median']:7.1f} s ({t['floor_s']['p95']:4.1f}) "
-              f"{t['run_s']['median']:7.1f} s ({t['run_s']['p95']:4.1f}) {t['overhead_s']:+8.1f}s "
-              f"{t['ratio']:5.2f}x {t['disk_beyond_case_bytes'] / 1e6:6.1f}MB")
+              f"{t['run_s']['median']:7.1f} s ({t['run_s']['p95']:4.1f}) {t['overhead_s']:+8.2f}s "
+              f"{t['ratio']:5.2f}x {t['disk_beyond_case_bytes'] / 1e6:6.1f}MB"
+              + (f" {runner['median']:12.1f} s ({runner['p95']:4.1f})" if runner else ""))
     sidecar = {task_id: t["sidecar"] for task_id, t in report["tasks"].items() if "sidecar" in t}
     if sidecar:
         print(f"\nsidecar mode: {'task':23} {'run':>14} {'overhead':>9} {'disk+':>8}")

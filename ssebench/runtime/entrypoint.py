@@ -1,15 +1,14 @@
 """The task container's entrypoint (sandbox mode), as root.
 
 1. results (0755 in its 0700 parent) and archive (model's) prepared;
-2. the daemon started on its three listeners, bound here first, and not
-   awaited: a client's call waits in their queues until it serves; one that
-   does not serve within SSE_DAEMON_TIMEOUT ends the agent, and the run is an
-   error, not graded;
+2. the daemon started on its three listeners, bound here first, and awaited:
+   it says on a pipe once it serves (SSE_DAEMON_TIMEOUT); nothing of the agent
+   runs while it starts, so nothing the agent does can starve its start-up;
 3. the MCP server's socket bound; the server starts when its first client
    connects (never, for an agent that does not use it);
-4. the agent command (the image's CMD) run as model at once, in its own
-   session, stdin /dev/null, output to agent.log, killed with its whole
-   process group at TIMEOUT seconds (exit status 124);
+4. the agent command (the image's CMD) run as model, in its own session,
+   stdin /dev/null, output to agent.log, killed with its whole process group
+   at TIMEOUT seconds (exit status 124);
 5. POST /admin/agent_exited on the admin socket;
 6. the evaluator, with SSE_DAEMON_SOCKET set to the admin socket: started with
    the agent, it has loaded what grading needs by the time it is told, on its
@@ -40,6 +39,7 @@ source tree, the results, the archive and /run/ssebench (both sockets):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -111,27 +111,29 @@ def start_evaluator(settings: RuntimeSettings, env: dict[str, str], log: IO[byte
 
 
 def evaluate(settings: RuntimeSettings, env: dict[str, str], evaluator: subprocess.Popen[bytes],
-             log: IO[bytes], figures: dict[str, str]) -> None:
+             log: IO[bytes], log_path: Path, figures: dict[str, str]) -> None:
     """Have the evaluator grade, with the agent phase's `figures`, and wait for it (the grading time limit
     and some slack). One that ended while the agent ran (the OOM killer's choice, say) is replaced by a
-    fresh one."""
-    for attempt in range(2):
-        if evaluator.poll() is None:
-            try:
-                assert evaluator.stdin is not None
-                evaluator.stdin.write(json.dumps(figures).encode() + b"\n")
-                evaluator.stdin.close()
-                break
-            except OSError:  # it ended as it was told
-                pass
-        say(f"the evaluator started with the agent has exited (status {evaluator.poll()}); starting another")
-        evaluator.kill()
+    fresh one; one that ends without a grade leaves an error that names its status."""
+    if evaluator.poll() is not None:
+        say(f"the evaluator started with the agent has exited (status {evaluator.returncode}); starting another")
+        if evaluator.stdin is not None:
+            evaluator.stdin.close()
         evaluator = start_evaluator(settings, env, log)
+    assert evaluator.stdin is not None
     try:
-        wait(evaluator, settings.grading_timeout + 120)
+        evaluator.stdin.write(json.dumps(figures).encode() + b"\n")
+        evaluator.stdin.close()
+    except OSError:
+        pass  # it ended meanwhile: its status says so, below
+    try:
+        status = wait(evaluator, settings.grading_timeout + 120)
     except subprocess.TimeoutExpired:
-        evaluator.kill()
+        end(evaluator)
         write_error(settings, "the evaluator did not exit")
+        return
+    if not (Path(settings.results) / "result.json").exists():
+        write_error(settings, f"the evaluator exited with status {status} without a grade:\n{_tail(log_path)}")
 
 
 @dataclass
@@ -196,28 +198,38 @@ class OnDemand:
     The MCP server is the heaviest runtime process to start (mcp, pydantic, its HTTP stack), and an agent
     that never calls it (the SDK's agents, the dummy) paid for that start on the same cores as its own. A
     thread waits until a connection is queued on the listener, then starts the server on it (`serve`);
-    the client waits in the queue meanwhile, as it would for a server still loading.
+    the client waits in the queue meanwhile, as it would for a server still loading. A start that fails
+    (the agent holding every pid, say) refuses that client and keeps the socket for the next one.
     """
 
     def __init__(self, module: str, log: Path, env: dict[str, str], listener: socket.socket) -> None:
-        self._args = (module, log, env, {listeners.MCP: listener})
+        self._args = (module, log, env)
         self._listener = listener
+        listener.setblocking(False)  # a refused client is taken off the queue without waiting
         self._lock = threading.Lock()
         self._closed = False
         self.server: Served | None = None
+        self.failures = 0
         self._wake, self._stop = os.pipe()
-        threading.Thread(target=self._watch, name="mcp-on-demand", daemon=True).start()
+        self._thread = threading.Thread(target=self._watch, name="mcp-on-demand", daemon=True)
+        self._thread.start()
 
     def _watch(self) -> None:
-        listener = self._listener.fileno()
-        readable, _, _ = select.select([listener, self._wake], [], [])
-        with self._lock:
-            if self._closed or listener not in readable:
-                return
-            try:
-                self.server = serve(*self._args)
-            except OSError as exc:  # the client's connection fails when the listener closes with us
-                say(f"the MCP server could not be started: {exc}")
+        while True:
+            readable, _, _ = select.select([self._listener.fileno(), self._wake], [], [])
+            with self._lock:
+                if self._closed or self._wake in readable:
+                    return
+                try:  # a copy of the socket goes to the server; this one stays until it serves
+                    self.server = serve(*self._args, {listeners.MCP: self._listener.dup()})
+                    self._listener.close()
+                    return
+                except OSError as exc:
+                    self.failures += 1
+                    say(f"the MCP server could not be started ({exc}); the next client tries again")
+                    with contextlib.suppress(OSError):
+                        self._listener.accept()[0].close()
+            time.sleep(0.1)  # a client left in the queue (the refusal failed too) is not retried in a loop
 
     def close(self) -> Served | None:
         """No start from now on; the server if one was started (else the listener is closed unserved)."""
@@ -226,7 +238,12 @@ class OnDemand:
             self._closed = True
             if self.server is None:
                 self._listener.close()
-            return self.server
+            server = self.server
+        self._thread.join(5)
+        if not self._thread.is_alive():
+            os.close(self._wake)
+            os.close(self._stop)
+        return server
 
 
 def _tail(path: Path, lines: int = 20) -> str:
@@ -314,13 +331,8 @@ def agent_env(settings: RuntimeSettings, model: User) -> dict[str, str]:
     return env
 
 
-def run_agent(command: list[str], settings: RuntimeSettings, model: User, cwd: str, log: IO[bytes],
-              daemon: Served | None = None) -> tuple[int, float, bool]:
-    """(exit status, seconds, timed out).
-
-    With `daemon` (still starting), the agent starts at once and its first calls wait in the daemon's
-    queues; a daemon that never comes to serve ends the agent, which has no tools without it.
-    """
+def run_agent(command: list[str], settings: RuntimeSettings, model: User, cwd: str, log: IO[bytes]) -> tuple[int, float, bool]:
+    """(exit status, seconds, timed out)."""
     started = time.monotonic()
     try:
         agent = subprocess.Popen(confined(command, settings.file_size), cwd=cwd, stdin=subprocess.DEVNULL,
@@ -330,16 +342,6 @@ def run_agent(command: list[str], settings: RuntimeSettings, model: User, cwd: s
     except OSError as exc:
         log.write(f"[ssebench] cannot start the agent command {command}: {exc}\n".encode())
         return 127, time.monotonic() - started, False
-    if daemon is not None:
-        def watch() -> None:
-            failed = daemon_failed(daemon, settings)
-            if failed is None:
-                say("daemon ready")
-            elif agent.poll() is None:
-                say("the daemon failed to start: ending the agent")
-                kill_group(agent.pid)
-
-        threading.Thread(target=watch, name="daemon-start", daemon=True).start()
     try:
         status = wait(agent, settings.agent_timeout)
         return status, time.monotonic() - started, False
@@ -412,21 +414,25 @@ def finish_archive(settings: RuntimeSettings) -> None:
 
 
 def start_daemon(settings: RuntimeSettings, env: dict[str, str]) -> Served:
-    """The daemon, on its three listeners bound here: a client may connect at once and waits in their
-    queues until it serves. Raises OSError when a listener cannot be bound."""
+    """The daemon, on its three listeners bound here, once it serves. Raises RuntimeError (with its log's
+    tail) when it exits first or is not ready within SSE_DAEMON_TIMEOUT, OSError when a listener cannot be
+    bound.
+
+    The agent starts only after this: the daemon's start-up forks and makes threads, and an agent running
+    beside it could starve those (every pid, every CPU) to turn its own run into an ungraded error.
+    """
     bound = listeners.daemon_listeners(settings.agent_socket, settings.admin_socket, settings.http_port)
-    return serve("ssebench.runtime.daemon", Path(settings.results) / "daemon.log", env, bound)
-
-
-def daemon_failed(daemon: Served, settings: RuntimeSettings) -> str | None:
-    """Why the daemon did not come to serve within its time limit of its start (None: it serves), with its
-    log's tail."""
-    if daemon.started(daemon.began + settings.daemon_timeout - time.monotonic()):
-        return None
-    status = daemon.process.poll()
+    daemon = serve("ssebench.runtime.daemon", Path(settings.results) / "daemon.log", env, bound)
+    if daemon.started(settings.daemon_timeout):
+        return daemon
+    status = None
+    if daemon.silent:  # its end of the pipe closed with nothing on it: it has exited, or is exiting now
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            status = wait(daemon.process, 10)
+    end(daemon.process)
     why = (f"the daemon exited with status {status} while starting" if status is not None
            else f"the daemon did not become ready within {settings.daemon_timeout:.0f} s")
-    return f"{why}:\n{_tail(daemon.log)}"
+    raise RuntimeError(f"{why}:\n{_tail(daemon.log)}")
 
 
 def start_mcp(settings: RuntimeSettings, env: dict[str, str]) -> OnDemand:
@@ -467,13 +473,8 @@ def serve_task(settings: RuntimeSettings, env: dict[str, str]) -> int:
     """Sidecar mode's task container: the daemon alone, until the run stops it."""
     try:
         daemon = start_daemon(settings, env)
-    except OSError as exc:
+    except (RuntimeError, OSError) as exc:
         say(f"infrastructure failure: {exc}")
-        return 1
-    failed = daemon_failed(daemon, settings)
-    if failed is not None:
-        say(f"infrastructure failure: {failed}")
-        end(daemon.process)
         return 1
     say("daemon ready")
     wait_for_stop(daemon.process)
@@ -510,33 +511,23 @@ def main(argv: list[str]) -> int:
             daemon = start_daemon(settings, env)
         else:  # sidecar mode's agent container: the daemon is the task container's, on the shared sockets
             wait_for("daemon", lambda: daemon_ready(settings), settings.daemon_timeout, results / "daemon.log")
-            say("daemon ready")
         mcp = start_mcp(settings, env)
     except (RuntimeError, OSError) as exc:
         say(f"infrastructure failure: {exc}")
         write_error(settings, f"the runtime failed to start: {exc}")
         if daemon is not None:
             end(daemon.process)
+        write_limits(settings, "limits.json")
         return 1
-    say("MCP server listening")
+    say("daemon ready; MCP server listening")
 
     command = argv or ["true"]
     evaluator_log = (results / "evaluator.log").open("ab")
     evaluator = start_evaluator(settings, env, evaluator_log)
     say(f"agent: {' '.join(command)} (timeout {settings.agent_timeout:.0f} s, difficulty {settings.difficulty})")
     with (results / "agent.log").open("ab") as agent_log:
-        status, duration, timed_out = run_agent(command, settings, model, source, agent_log, daemon)
+        status, duration, timed_out = run_agent(command, settings, model, source, agent_log)
     say(f"agent exited with status {status} after {duration:.1f} s" + (" (timed out)" if timed_out else ""))
-    failed = daemon_failed(daemon, settings) if daemon is not None else None
-    if failed is not None:  # nothing was graded: the harness's failure, not the agent's
-        assert daemon is not None
-        say(f"infrastructure failure: {failed}")
-        write_error(settings, f"the runtime failed to start: {failed}")
-        for process in (evaluator, daemon.process):
-            end(process)
-        mcp.close()
-        evaluator_log.close()
-        return 1
     if settings.role == "agent":
         # The daemon ends model's processes in its own container; here, nothing of the agent may go on
         # changing the shared tree while it is captured and graded.
@@ -560,7 +551,8 @@ def main(argv: list[str]) -> int:
     served = mcp.close()
     unserved = served is not None and served.failed_to_start()
     if served is None:
-        say("the MCP server was not started: no client connected")
+        say(f"the MCP server could not be started ({mcp.failures} attempt(s)); see above" if mcp.failures
+            else "the MCP server was not started: no client connected")
     else:
         if served.process.poll() is not None:
             say(f"the MCP server exited with status {served.process.returncode} "
@@ -573,7 +565,7 @@ def main(argv: list[str]) -> int:
             write_error(settings, f"the MCP server failed to start:\n{_tail(results / 'mcp.log')}")
             say("not graded: the MCP server failed to start")
         else:
-            evaluate(settings, env, evaluator, evaluator_log,
+            evaluate(settings, env, evaluator, evaluator_log, results / "evaluator.log",
                      {"AGENT_DURATION": f"{duration:.3f}", "AGENT_EXIT_STATUS": str(status),
                       "SSE_METRIC_AGENT_TIMEOUT": "true" if timed_out else "false"})
             say("graded: " + _tail(results / "evaluator.log", 1))

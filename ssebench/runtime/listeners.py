@@ -98,6 +98,8 @@ def readiness() -> Callable[[], None]:
     """What a server calls once it serves: one byte on the pipe the entrypoint gave it (SSE_READY_FD),
     once, so the entrypoint knows it got that far; nothing for a server run by itself."""
     fd = os.environ.pop(layout.READY_FD, None)
+    if fd is not None:
+        os.set_inheritable(int(fd), False)  # nothing this process starts gets it
     said = False
 
     def ready() -> None:

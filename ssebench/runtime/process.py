@@ -148,14 +148,21 @@ def wait(process: subprocess.Popen[bytes], timeout: float) -> int:
     if process.returncode is not None:
         return process.returncode
     try:
-        fd = os.pidfd_open(process.pid)  # not reaped yet (only its Popen reaps it): the pid is still this one
-    except OSError:  # a kernel or seccomp profile without pidfds
+        fd = os.pidfd_open(process.pid)
+    except OSError:  # a kernel or seccomp profile without pidfds (or the process is gone and reaped)
         return process.wait(timeout=timeout)
     try:
+        # Reaped by another thread (Popen.poll) before the pidfd was opened, its pid may be another's now;
+        # not reaped, it is a zombie at worst, and the pid is still its own.
+        code = process.poll()
+        if code is not None:
+            return code
         poller = select.poll()
         poller.register(fd, select.POLLIN)
-        if not poller.poll(max(0, int(timeout * 1000))):
-            raise subprocess.TimeoutExpired(process.args, timeout)
+        deadline = time.monotonic() + timeout
+        while not poller.poll(min(max(0, int((deadline - time.monotonic()) * 1000)), 1 << 30)):
+            if time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(process.args, timeout)
     finally:
         os.close(fd)
     return process.wait()

@@ -134,3 +134,43 @@ def test_an_attack_on_resources_ends_graded_and_spares_its_neighbour(settings: S
     # shared host that moves with what others write).
     assert _engine_bytes() < held_before + (2 << 30)
     assert sum(p.stat().st_size for p in tmp_path.rglob("*") if p.is_file()) < 512 << 20
+
+
+# Every pid the container has, taken from the agent's first instant and kept taken for six seconds:
+# children that sleep, forked again the moment any slot frees; then the agent ends (its children with it).
+HOLD_PIDS = """
+import os, time
+end, children = time.time() + 6, 0
+while time.time() < end:
+    try:
+        pid = os.fork()
+    except OSError:
+        time.sleep(0.0005)
+        continue
+    if pid == 0:
+        time.sleep(7)
+        os._exit(0)
+    children += 1
+print(f"held the pids with {children} processes", flush=True)
+time.sleep(2)
+"""
+
+
+def test_an_agent_that_takes_every_pid_from_its_first_instant_is_graded(
+        settings: Settings, integrity_images: list[Task], tmp_path: Path, mode: str) -> None:
+    """Nothing the harness needs to grade may depend on a fork, a thread or a process of its own that the
+    agent could starve while it runs: an agent that holds every pid from the moment it starts (the
+    daemon's start-up still forking beside it, if it could) is graded on its patch, never an ungraded
+    error, and its record names the limit it hit."""
+    tasks = {t.id: t for t in integrity_images}
+    session = Session.new()
+    try:
+        record = _execute(settings, tasks["c-demo"], "dummy", 2, tmp_path, session,
+                          ["/opt/ssebench/venv/bin/python", "-I", "-c", HOLD_PIDS], mode=mode)
+    finally:
+        reap_session(session.id)
+    text = f"{record.infra_error} {record.limits_hit} {record.patch_result}"
+    assert record.grade == "failed" and record.patch_result.error_msg.startswith("PoC failed"), text
+    assert any(line.startswith("pids") for line in record.limits_hit), text
+    agent_log = (record.run_dir / "agent.log").read_text(errors="replace")
+    assert "held the pids" in agent_log, agent_log  # the control: it did take them

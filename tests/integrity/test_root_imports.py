@@ -59,6 +59,17 @@ print(json.dumps(planted))
 """
 
 
+MCP_TEST_PATCH = """
+import anyio, json
+from mcp import Client
+async def main():
+    async with Client("http://127.0.0.1:3000/mcp") as client:
+        result = await client.call_tool("test_patch", {})
+        print(json.dumps(result.content[0].text))
+anyio.run(main)
+"""
+
+
 @pytest.mark.parametrize("level", LEVELS, ids=lambda level: f"d{level}")
 def test_modules_planted_at_every_name_are_never_imported(launcher: Launcher, level: int) -> None:
     run = launcher.start(level=level)
@@ -76,7 +87,14 @@ def test_modules_planted_at_every_name_are_never_imported(launcher: Launcher, le
     if level <= 3:
         assert run.py("1000", "import json; from sse import project; print(json.dumps(project.build().code))") == 0
     assert run.py("1000", "import json; from sse.tools.bash import execute; print(json.dumps(execute('true').code))") == 0
+    # The MCP server (root) starts when its first client connects: here, after the plants, and its tool
+    # runs the checks the level allows.
+    assert "check" in run.py("1000", MCP_TEST_PATCH)
+    # The evaluator (root) starts with the agent, before the plants; the one that replaces it when it has
+    # died starts after them.
+    run.sh("root", "pkill -KILL -f ssebench.runtime.evaluator")
     result = run.finish()
+    assert "the evaluator started with the agent has exited" in run.logs()
     markers = [line for line in run.logs().splitlines() if MARK in line]
     markers += [p.name for p in (run.run_dir / "archive").glob(f"{MARK}-*")]
     markers += [p.name for p in run.run_dir.glob(f"{MARK}-*")]

@@ -44,3 +44,21 @@ def test_a_killed_process_gives_the_signal_as_popen_does() -> None:
     process = _python("import time; time.sleep(30)")
     process.kill()
     assert wait(process, 30) == -9
+
+
+def test_a_pid_reaped_and_reused_before_its_pidfd_opens_is_not_waited_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another thread's Popen.poll may reap the process between wait's look and its pidfd_open, and the pid
+    may then be another process's: wait must see the reaping, not wait on the stranger."""
+    import os
+
+    process = _python("import sys; sys.exit(4)")
+    real_open = os.pidfd_open
+
+    def reaped_then_reused(pid: int, flags: int = 0) -> int:
+        process.wait()  # the other thread's reaping
+        return real_open(os.getpid())  # the pid now names a process that will not end: this one
+
+    monkeypatch.setattr(os, "pidfd_open", reaped_then_reused)
+    started = time.monotonic()
+    assert wait(process, 30) == 4
+    assert time.monotonic() - started < 10

@@ -1,0 +1,147 @@
+"""How the harness's cost grows with the work: 3 tasks, 12, the pilot's; one worker and two.
+
+    python benchmarks/scaling.py [--sizes demo,demo-x4,pilot] [--json scaling.json]
+
+For each dataset (`demo`: datasets/demo; `demo-x4`: twelve tasks, four
+copies of each demo task under ids of their own, made in a scratch folder;
+`pilot`: datasets/pilot) it builds the dummy agent's images (timed: what the
+tasks not built yet cost), decides again that nothing needs rebuilding
+(timed, per task), reads the disk each task adds beyond the layers every task
+shares (its case, tool and agent layers: the agent image's size less its
+base's), runs each task's floor once (a plain `docker run` of its tool
+image doing its build, PoCs, tests and hidden tests, as benchmarks/overhead.py
+does), then sweeps every task with the dummy agent through pytest at -n 1
+and at -n 2, with the CPUs the machine kept busy. A run's overhead is the
+sweep's wall time less the sum of the floors, over the runs (at -n 1); the
+speedup is -n 1's wall over -n 2's. It prints one table and writes the
+figures as JSON.
+
+Needs the OS and base images (`ssebench images bootstrap`); the pilot's
+images take about 20 minutes to build cold and its sweeps about 40.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from overhead import cpu_busy, floor, image_size  # this folder is on the path when the script runs
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+COPIES = 4
+
+
+def copied_demo(scratch: Path, copies: int) -> Path:
+    """A dataset of `copies` copies of each demo task, each under an id of its own."""
+    folder = scratch / f"demox{copies}"
+    folder.mkdir()
+    (folder / "dataset.yaml").write_text(f"version: demo-x{copies}-v1\n")
+    for task in sorted(p for p in (ROOT / "datasets" / "demo").iterdir() if (p / "sse").is_dir()):
+        for n in range(1, copies + 1):
+            copy = folder / f"{task.name}-{n}"
+            shutil.copytree(task, copy)
+            config = copy / "sse" / "config.yaml"
+            config.write_text(config.read_text().replace(f"id: {task.name}", f"id: {copy.name}", 1))
+    return folder
+
+
+def sweep(dataset: Path, workers: int, results: Path) -> dict[str, float]:
+    started, cpu = time.monotonic(), cpu_busy()
+    done = subprocess.run([sys.executable, "-m", "pytest", str(dataset), "--agent", "dummy", "-q", "-p",
+                           "no:cacheprovider", "--results", str(results), "-n", str(workers)],
+                          capture_output=True, text=True, check=False, cwd=ROOT)
+    wall = time.monotonic() - started
+    if done.returncode not in (0, 1):
+        raise SystemExit(f"the sweep of {dataset} at -n {workers} failed:\n{done.stdout[-3000:]}")
+    return {"wall_s": wall, "cpus_busy": (cpu_busy() - cpu) / wall}
+
+
+def measure(name: str, dataset: Path, scratch: Path) -> dict[str, Any]:
+    from ssebench.agent import load_agent
+    from ssebench.build import build_images
+    from ssebench.dataset import load_dataset
+    from ssebench.image import image_names
+    from ssebench.settings import get_settings
+
+    settings = get_settings()
+    tasks = load_dataset(dataset).tasks
+    dummy = load_agent(settings.agents_dir, "dummy")
+    started = time.monotonic()
+    outcome = build_images(settings, tasks, dummy, say=lambda message: None)
+    if outcome.failures:
+        raise SystemExit(f"{name}: {next(iter(outcome.failures.values()))}")
+    built_s, built = time.monotonic() - started, len(outcome.report.built)
+    started = time.monotonic()
+    build_images(settings, tasks, dummy, say=lambda message: None)
+    current_s = time.monotonic() - started
+    disk = {t.id: image_size(image_names(settings, t, "dummy")["agent"]) - image_size(image_names(settings, t)["base"])
+            for t in tasks}
+    floors = {}
+    for task in tasks:
+        floors[task.id] = floor(task, image_names(settings, task)["tool"])
+        print(f"{name}: floor of {task.id} {floors[task.id]:.1f} s", file=sys.stderr)
+    sweeps = {f"n{w}": sweep(dataset, w, scratch / f"{name}-n{w}") for w in (1, 2)}
+    total_floor = sum(floors.values())
+    return {
+        "tasks": len(tasks), "images_built": built, "images_build_s": built_s,
+        "nothing_to_build_s_per_task": current_s / len(tasks),
+        "disk_per_task_bytes": sum(disk.values()) / len(tasks), "disk_bytes": disk,
+        "floor_s": floors, "floor_total_s": total_floor, "sweeps": sweeps,
+        "overhead_per_run_s": (sweeps["n1"]["wall_s"] - total_floor) / len(tasks),
+        "speedup": sweeps["n1"]["wall_s"] / sweeps["n2"]["wall_s"],
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="demo,demo-x4,pilot", help="comma-separated: demo, demo-x4, pilot")
+    parser.add_argument("--json", type=Path, default=Path("scaling.json"))
+    args = parser.parse_args()
+    report: dict[str, Any] = {"machine": {"cpus": os.cpu_count()}, "datasets": {}}
+    with tempfile.TemporaryDirectory(prefix="ssebench-scaling-") as tmp:
+        scratch = Path(tmp)
+        for name in args.sizes.split(","):
+            dataset = {"demo": ROOT / "datasets" / "demo", "pilot": ROOT / "datasets" / "pilot"}.get(name)
+            if name == "demo-x4":
+                dataset = copied_demo(scratch, COPIES)
+            if dataset is None:
+                raise SystemExit(f"--sizes: unknown {name!r}; give demo, demo-x4 or pilot")
+            report["datasets"][name] = measure(name, dataset, scratch)
+            args.json.write_text(json.dumps(report, indent=2) + "\n")  # what is measured is never lost
+        if "demo-x4" in args.sizes.split(","):
+            remove_copies(f"demox{COPIES}")
+    print_table(report)
+    print(f"\nwritten: {args.json}")
+    return 0
+
+
+def remove_copies(dataset: str) -> None:
+    from ssebench.engine import client
+
+    for img in client().images.list(filters={"label": f"ssebench.dataset={dataset}"}):
+        client().images.remove(img.id, force=True)
+
+
+def print_table(report: dict[str, Any]) -> None:
+    print(f"SSEBench scaling, dummy agent, {report['machine']['cpus']} CPUs")
+    print(f"{'dataset':9} {'tasks':>5} {'built':>12} {'current':>9} {'disk/task':>9} {'floors':>8} "
+          f"{'-n 1':>8} {'over/run':>8} {'-n 2':>8} {'speedup':>7} {'CPUs busy 1/2':>14}")
+    for name, d in report["datasets"].items():
+        s = d["sweeps"]
+        print(f"{name:9} {d['tasks']:5} {d['images_built']:3} in {d['images_build_s']:4.0f}s "
+              f"{d['nothing_to_build_s_per_task']:7.3f}s {d['disk_per_task_bytes'] / 1e6:7.1f}MB "
+              f"{d['floor_total_s']:7.1f}s {s['n1']['wall_s']:7.1f}s {d['overhead_per_run_s']:+7.2f}s "
+              f"{s['n2']['wall_s']:7.1f}s {d['speedup']:6.2f}x {s['n1']['cpus_busy']:6.2f} / {s['n2']['cpus_busy']:.2f}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
