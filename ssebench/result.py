@@ -198,6 +198,31 @@ def patch_result_of(data: object) -> PatchResult:
     return PatchResult(**_typed(PatchResult, data))
 
 
+def memory_limit_failure(result: dict[str, Any] | None, hit: list[str]) -> dict[str, Any]:
+    """The result of a run whose grade could not be completed after its processes used up its memory.
+
+    The agent's failure, not an ungraded error: only the agent's processes, or its patch's code in a check,
+    can fill a run's memory (the runtime's own take a few tens of MB), and whatever the OOM killer then
+    ended (the daemon, the evaluator, the entrypoint: no process here may keep its score from being
+    lowered, CAP_SYS_RESOURCE being refused by engines such as this one) must not let an agent trade a
+    failure for an error, which the score leaves out. What the container said is kept in the log.
+    """
+    said = (result or {}).get("patch_result") or {}
+    said = said if isinstance(said, dict) else {}
+    why = str(said.get("error_msg") or "the run's container wrote no grade")
+    return {
+        "patch_result": {
+            "status": "failed", "build_success": None, "pov_passed": None, "pov_total": None,
+            "func_test_success": None, "intent_test_success": None,
+            "error_msg": f"Memory limit: the run's processes used up its memory and grading could not finish "
+                         f"({'; '.join(hit)})",
+            "error_log": f"{why}\n{said.get('error_log') or ''}".strip()[-8000:],
+        },
+        "runtime_result": (result or {}).get("runtime_result") or {},
+        "graded_by": "host: memory limit",
+    }
+
+
 def recorded_status(data: object) -> str:
     """The grade the evaluator recorded in `patch_result.status`: passed or failed; anything else is error."""
     status = data.get("status") if isinstance(data, dict) else None

@@ -42,6 +42,7 @@ from ssebench.result import (
     RuntimeResult,
     linked_level,
     make_run_dir,
+    memory_limit_failure,
     new_run_id,
     patch_result_of,
     point_latest,
@@ -455,6 +456,10 @@ def execute(config: RunConfig, settings: Settings, backend: Backend, session: Se
                 record.timeline["container_ended"] = time.time()
                 salvage(live, run_dir, record)
         record.result = read_result(run_dir)
+        memory = [line for line in record.limits_hit if line.removeprefix("task container: ").startswith("memory")]
+        if memory and (record.result is None or recorded_status(record.result.get("patch_result")) == "error"):
+            record.result = memory_limit_failure(record.result, memory)
+            write_json(run_dir / "result.json", record.result)
         if record.result is None:
             record.infra_error = (f"the run ended (exit {record.exit_code}) without a result.json; see "
                                   f"{run_dir}/container.log; its last lines:\n"

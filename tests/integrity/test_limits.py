@@ -121,7 +121,8 @@ def test_an_attack_on_resources_ends_graded_and_spares_its_neighbour(settings: S
         reap_session(session.id)
     assert elapsed < 180 + 600 + 300, elapsed
     text = f"{record.infra_error} {record.limits_hit} {record.patch_result}"
-    assert record.grade in ("passed", "failed") or record.infra_error, text
+    # A memory hog is always graded: whatever the OOM killer ended, the memory was the agent's.
+    assert record.grade in ("passed", "failed") or (record.infra_error and attack != "memory-hog"), text
     named = " ".join(record.limits_hit) if said != "patch limit" else str(record.patch_result.error_log)
     assert said in named, f"the record does not name the limit ({said}): {text}"
     print(f"{attack}: grade {record.grade}, limits hit {record.limits_hit}, "
@@ -174,3 +175,42 @@ def test_an_agent_that_takes_every_pid_from_its_first_instant_is_graded(
     assert any(line.startswith("pids") for line in record.limits_hit), text
     agent_log = (record.run_dir / "agent.log").read_text(errors="replace")
     assert "held the pids" in agent_log, agent_log  # the control: it did take them
+
+
+# Memory spread over many processes that each lower their OOM score back to 0 (no process here holds
+# CAP_SYS_RESOURCE, without which a score is a default, not a floor): the kernel then ends the biggest,
+# which a root process of the runtime (the daemon, the evaluator) may be.
+HOG_SPREAD = """
+import os, time
+def unmark():
+    with open("/proc/self/oom_score_adj", "w") as f:
+        f.write("0")
+unmark()
+for _ in range(90):  # smaller each than the daemon (about 30 MB) and the evaluator (25 MB), 900 MB in all
+    if os.fork() == 0:
+        unmark()
+        chunks = []
+        for _ in range(10):  # 10 MB each, every page touched
+            chunks.append(bytearray(1 << 20))
+        time.sleep(20)
+        os._exit(0)
+time.sleep(25)
+"""
+
+
+def test_an_agent_that_spreads_its_memory_and_unmarks_itself_is_graded(
+        settings: Settings, integrity_images: list[Task], tmp_path: Path, mode: str) -> None:
+    """Whatever the OOM killer ends once the agent took the run's memory, a run whose grade could not be
+    completed is the agent's failure, named as the memory limit, never an ungraded error."""
+    tasks = {t.id: t for t in integrity_images}
+    session = Session.new()
+    try:
+        record = _execute(settings, tasks["c-demo"], "dummy", 2, tmp_path, session,
+                          ["/opt/ssebench/venv/bin/python", "-I", "-c", HOG_SPREAD], {"memory": "768m"}, mode=mode)
+    finally:
+        reap_session(session.id)
+    text = f"{record.infra_error} {record.limits_hit} {record.patch_result}"
+    assert record.grade in ("passed", "failed"), text
+    assert any("memory" in line for line in record.limits_hit), text
+    if record.patch_result.error_msg.startswith("Memory limit"):  # the harness's processes were ended
+        assert json.loads((record.run_dir / "result.json").read_text())["patch_result"]["status"] == "failed"

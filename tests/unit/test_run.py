@@ -379,3 +379,53 @@ def test_a_sidecar_wait_names_the_whole_limit_and_a_failed_stop_keeps_the_grade(
     done = LiveRun(handle=_Container("agent", 3, ends=0), network=network, run_id="r",
                    task=Unstoppable("task", 0, ends=10**9))
     assert done.wait(5) == 3  # the agent's container finished and graded: its status stands
+
+
+class _OutOfMemory(_Container):
+    """A sandbox container that ran out of memory: the engine says so, and it wrote `result` (or none)."""
+
+    def __init__(self, result: dict[str, Any] | None) -> None:
+        super().__init__("oom", 137, ends=0)
+        self.result = result
+
+    def memory_exhausted(self) -> bool:
+        return True
+
+    def export(self, path: str) -> Iterator[bytes]:
+        import io
+        import tarfile
+
+        if path != "/var/lib/ssebench/results" or self.result is None:
+            raise SSEBenchError("nothing to copy")
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w") as archive:
+            data = json.dumps(self.result).encode()
+            info = tarfile.TarInfo("results/result.json")
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+        yield buffer.getvalue()
+
+
+@pytest.mark.parametrize("wrote", [None, {"patch_result": {"status": "error", "error_msg": "grading raised"}}],
+                         ids=["no-grade", "an-error"])
+def test_a_run_out_of_memory_that_could_not_be_graded_is_the_agents_failure(
+        wrote: dict[str, Any] | None, tmp_path: Path) -> None:
+    """The agent's processes (or its patch's) filled the run's memory and the OOM killer ended a process of
+    the harness: a failure named as the memory limit, never an error the score would leave out."""
+    task = load_task(DEMO / "c-demo")
+    config = RunConfig(task=task, agent=load_agent(get_settings().agents_dir, "dummy"))
+    record = execute(config, get_settings(), _Backend([_OutOfMemory(wrote)]), Session.new(), tmp_path, build=False)
+    assert record.grade == "failed" and record.infra_error is None, record.infra_error
+    assert record.patch_result.error_msg is not None and record.patch_result.error_msg.startswith("Memory limit")
+    written = json.loads((record.run_dir / "result.json").read_text())
+    assert written["patch_result"]["status"] == "failed" and written["graded_by"] == "host: memory limit"
+    if wrote is not None:
+        assert "grading raised" in written["patch_result"]["error_log"]  # what the container said is kept
+
+
+def test_a_graded_run_out_of_memory_keeps_its_grade(tmp_path: Path) -> None:
+    task = load_task(DEMO / "c-demo")
+    config = RunConfig(task=task, agent=load_agent(get_settings().agents_dir, "dummy"))
+    graded = {"patch_result": {"status": "failed", "error_msg": "Build failed"}}
+    record = execute(config, get_settings(), _Backend([_OutOfMemory(graded)]), Session.new(), tmp_path, build=False)
+    assert record.grade == "failed" and record.patch_result.error_msg == "Build failed"
