@@ -119,7 +119,16 @@ def evaluate(settings: RuntimeSettings, env: dict[str, str], evaluator: subproce
         say(f"the evaluator started with the agent has exited (status {evaluator.returncode}); starting another")
         if evaluator.stdin is not None:
             evaluator.stdin.close()
-        evaluator = start_evaluator(settings, env, log)
+        for attempt in range(5):  # the agent's processes are gone: their pids come back as they are reaped
+            try:
+                evaluator = start_evaluator(settings, env, log)
+                break
+            except OSError as exc:
+                say(f"starting the evaluator failed (attempt {attempt + 1} of 5): {exc}")
+                time.sleep(1)
+        else:
+            write_error(settings, "the evaluator could not be started")
+            return
     assert evaluator.stdin is not None
     try:
         evaluator.stdin.write(json.dumps(figures).encode() + b"\n")
@@ -145,7 +154,6 @@ class Served:
     log: Path
     said: bool = False
     silent: bool = False  # it exited without saying so: the pipe's end closed with nothing on it
-    began: float = field(default_factory=time.monotonic)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def started(self, timeout: float = 0.0) -> bool:
@@ -175,20 +183,22 @@ def serve(module: str, log: Path, env: dict[str, str], bound: dict[str, socket.s
     process ends. Clients may connect at once: the kernel queues them until
     it serves.
     """
-    read, write = os.pipe()
     fds = tuple(sock.fileno() for sock in bound.values())
-    env = {**env, layout.LISTEN_FDS: listeners.encode(bound), layout.READY_FD: str(write)}
     try:
-        with log.open("ab") as out:
-            process = subprocess.Popen(python_command(module), cwd=NEUTRAL_CWD, stdin=subprocess.DEVNULL,
-                                       stdout=out, stderr=out, env=env, pass_fds=(*fds, write))
-    except BaseException:
-        os.close(read)
-        raise
+        read, write = os.pipe()
+        try:
+            env = {**env, layout.LISTEN_FDS: listeners.encode(bound), layout.READY_FD: str(write)}
+            with log.open("ab") as out:
+                process = subprocess.Popen(python_command(module), cwd=NEUTRAL_CWD, stdin=subprocess.DEVNULL,
+                                           stdout=out, stderr=out, env=env, pass_fds=(*fds, write))
+        except BaseException:
+            os.close(read)
+            raise
+        finally:
+            os.close(write)
     finally:
         for sock in bound.values():
             sock.close()
-        os.close(write)
     return Served(process, read, log)
 
 
@@ -216,7 +226,11 @@ class OnDemand:
 
     def _watch(self) -> None:
         while True:
-            readable, _, _ = select.select([self._listener.fileno(), self._wake], [], [])
+            with self._lock:
+                if self._closed:
+                    return
+                watched = [self._listener.fileno(), self._wake]
+            readable, _, _ = select.select(watched, [], [])
             with self._lock:
                 if self._closed or self._wake in readable:
                     return
@@ -226,7 +240,9 @@ class OnDemand:
                     return
                 except OSError as exc:
                     self.failures += 1
-                    say(f"the MCP server could not be started ({exc}); the next client tries again")
+                    if self.failures in (1, 10, 100) or self.failures % 1000 == 0:  # not a line for every try
+                        say(f"the MCP server could not be started ({exc}; {self.failures} attempt(s)); "
+                            "the next client tries again")
                     with contextlib.suppress(OSError):
                         self._listener.accept()[0].close()
             time.sleep(0.1)  # a client left in the queue (the refusal failed too) is not retried in a loop
@@ -557,7 +573,8 @@ def main(argv: list[str]) -> int:
         if served.process.poll() is not None:
             say(f"the MCP server exited with status {served.process.returncode} "
                 + ("before it served" if unserved else "before the agent did") + "; see mcp.log")
-        served.process.terminate()
+        end(served.process)
+        os.close(served.ready)
 
     with evaluator_log:
         if unserved:
