@@ -117,3 +117,15 @@ def runtime_of(settings: Any, task: Any) -> dict[str, dict[str, str]]:
     from ssebench.image import ensure_runtime_volume, image_names, runtime_binds
 
     return runtime_binds(ensure_runtime_volume(settings, image_names(settings, task)["runtime"]))
+
+
+# Python that calls the MCP server's test_patch as a client and prints its text as JSON (run as model).
+MCP_TEST_PATCH = """
+import anyio, json
+from mcp import Client
+async def main():
+    async with Client("http://127.0.0.1:3000/mcp") as client:
+        result = await client.call_tool("test_patch", {})
+        print(json.dumps(result.content[0].text))
+anyio.run(main)
+"""

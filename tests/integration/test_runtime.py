@@ -18,7 +18,7 @@ from ssebench.engine import client
 from ssebench.image import image_names
 from ssebench.settings import Settings
 from ssebench.task import Task
-from tests.helpers import runtime_of, wait_for_agent_phase
+from tests.helpers import MCP_TEST_PATCH, runtime_of, wait_for_agent_phase
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -253,16 +253,7 @@ def test_planted_git_configuration_runs_nothing(held: Any) -> None:
 
 
 def test_test_patch_over_mcp(held: Any) -> None:
-    code = """
-    import anyio, json
-    from mcp import Client
-    async def main():
-        async with Client("http://localhost:3000/mcp") as client:
-            result = await client.call_tool("test_patch", {})
-            print(json.dumps(result.content[0].text))
-    anyio.run(main)
-    """
-    text = run_as(held, "1000", code)
+    text = run_as(held, "1000", MCP_TEST_PATCH)
     lines = text.splitlines()
     assert lines[0] == "All 2 checks that ran passed."
     assert "build: passed" in lines and "function test: passed" in lines

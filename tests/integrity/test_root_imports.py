@@ -14,6 +14,7 @@ import json
 
 import pytest
 
+from tests.helpers import MCP_TEST_PATCH
 from tests.integrity.harness import LEVELS, PYTHON, Launcher
 
 pytestmark = [pytest.mark.docker, pytest.mark.integrity, pytest.mark.slow]
@@ -56,17 +57,6 @@ for where in json.loads(os.environ["WHERE"]):
         except OSError:
             pass
 print(json.dumps(planted))
-"""
-
-
-MCP_TEST_PATCH = """
-import anyio, json
-from mcp import Client
-async def main():
-    async with Client("http://127.0.0.1:3000/mcp") as client:
-        result = await client.call_tool("test_patch", {})
-        print(json.dumps(result.content[0].text))
-anyio.run(main)
 """
 
 

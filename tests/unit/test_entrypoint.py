@@ -32,8 +32,14 @@ class Started:
         return ("served", bound)
 
 
-def _listener() -> socket.socket:
-    return socket.create_server(("127.0.0.1", 0))
+def _on_demand(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+               fail_first: int = 0) -> tuple[Started, int, entrypoint.OnDemand]:
+    """An on-demand server on a loopback port whose starts `Started` stands in for: (it, the port, it)."""
+    started = Started(fail_first)
+    monkeypatch.setattr(entrypoint, "serve", started)
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    return started, port, entrypoint.OnDemand("m", tmp_path / "mcp.log", {}, listener)
 
 
 def _until(condition: Any, seconds: float = 5.0) -> None:
@@ -44,22 +50,14 @@ def _until(condition: Any, seconds: float = 5.0) -> None:
 
 
 def test_no_client_no_server_and_the_socket_closes(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    started = Started()
-    monkeypatch.setattr(entrypoint, "serve", started)
-    listener = _listener()
-    port = listener.getsockname()[1]
-    on_demand = entrypoint.OnDemand("m", tmp_path / "mcp.log", {}, listener)
+    started, port, on_demand = _on_demand(monkeypatch, tmp_path)
     assert on_demand.close() is None and started.calls == []
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection(("127.0.0.1", port), timeout=2)
 
 
 def test_the_first_client_starts_the_server_once(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    started = Started()
-    monkeypatch.setattr(entrypoint, "serve", started)
-    listener = _listener()
-    port = listener.getsockname()[1]
-    on_demand = entrypoint.OnDemand("m", tmp_path / "mcp.log", {}, listener)
+    started, port, on_demand = _on_demand(monkeypatch, tmp_path)
     first = socket.create_connection(("127.0.0.1", port), timeout=2)
     _until(lambda: len(started.calls) == 1)
     [bound] = started.calls
@@ -75,11 +73,7 @@ def test_the_first_client_starts_the_server_once(monkeypatch: pytest.MonkeyPatch
 
 def test_a_failed_start_refuses_that_client_and_the_next_one_starts_it(monkeypatch: pytest.MonkeyPatch,
                                                                        tmp_path: Path) -> None:
-    started = Started(fail_first=1)
-    monkeypatch.setattr(entrypoint, "serve", started)
-    listener = _listener()
-    port = listener.getsockname()[1]
-    on_demand = entrypoint.OnDemand("m", tmp_path / "mcp.log", {}, listener)
+    started, port, on_demand = _on_demand(monkeypatch, tmp_path, fail_first=1)
     refused = socket.create_connection(("127.0.0.1", port), timeout=2)
     refused.settimeout(5)
     try:

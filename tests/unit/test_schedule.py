@@ -95,15 +95,21 @@ def test_with_a_history_the_longest_runs_go_first_and_the_sweep_is_shorter() -> 
     assert xdists_took == 20.0  # collection order: c, c, rust, rust against go, go
 
 
-def first_sent(history: dict[str, float]) -> list[list[str]]:
-    """What each of two workers is sent first."""
+def scheduled(history: dict[str, float], names: list[str]) -> tuple[Any, list[Worker]]:
+    """Our scheduler with two workers that collected `names`, after its first distribution."""
     scheduler = make_scheduler(Options(), None, history)  # type: ignore[arg-type]
     workers = [Worker("gw0"), Worker("gw1")]
     for w in workers:
         scheduler.add_node(w)
     for w in workers:
-        scheduler.add_node_collection(w, list(DEMO))
+        scheduler.add_node_collection(w, names)
     scheduler.schedule()
+    return scheduler, workers
+
+
+def first_sent(history: dict[str, float]) -> list[list[str]]:
+    """What each of two workers is sent first."""
+    _, workers = scheduled(history, list(DEMO))
     return [[list(DEMO)[i] for i in w.queue] for w in workers]
 
 
@@ -116,13 +122,7 @@ def test_items_never_timed_go_first_and_without_a_history_collection_order_holds
 
 def test_each_worker_holds_one_item_beyond_the_one_it_runs() -> None:
     many = {f"t{i}::dummy": float(i % 7 + 1) for i in range(40)}
-    scheduler = make_scheduler(Options(), None, many)  # type: ignore[arg-type]
-    workers = [Worker("gw0"), Worker("gw1")]
-    for w in workers:
-        scheduler.add_node(w)
-    for w in workers:
-        scheduler.add_node_collection(w, list(many))
-    scheduler.schedule()
+    scheduler, workers = scheduled(many, list(many))
     assert [len(w.queue) for w in workers] == [2, 2]
     index = workers[0].queue.pop(0)
     scheduler.mark_test_complete(workers[0], index, 5.0)
