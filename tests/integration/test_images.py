@@ -198,8 +198,20 @@ def _seen(image: str, paths: tuple[str, ...], mask: int = 0) -> tuple[object, ..
             config.get("Shell"), config.get("Healthcheck"), config.get("StopSignal"))
 
 
+def _remove_prefixed(prefix: str) -> None:
+    """Removes the tags under `prefix`, by tag: an image of the same id may carry other names too (a build
+    wholly from the builder's cache gives an image that exists already)."""
+    for img in client().images.list():
+        for tag in img.tags:
+            if tag.startswith(prefix + "/"):
+                client().images.remove(tag, force=True)
+
+
 def _dockers_build(context: Path, buildargs: dict[str, str], tag: str) -> None:
-    client().images.build(path=str(context), buildargs=buildargs, tag=tag, rm=True, forcerm=True, pull=False)
+    """Docker's build of `context`, every step run afresh: the builder's cache keys a COPY by its files'
+    contents, not their times, so a cached step would give the times of an earlier checkout's files."""
+    client().images.build(path=str(context), buildargs=buildargs, tag=tag, rm=True, forcerm=True, pull=False,
+                          nocache=True)
 
 
 @pytest.mark.parametrize("task_id", ["c-demo", "go-demo", "rust-demo"])
@@ -233,9 +245,7 @@ def test_a_demo_tasks_assembled_case_and_agent_layers_match_dockers_build_of_the
         for kind, layer in made.items():
             assert client().api.inspect_image(layer.image)["Config"]["Labels"]["ssebench.layer"] == kind
     finally:
-        for img in client().images.list():
-            if any(t.startswith(prefix + "/") for t in img.tags):
-                client().images.remove(img.id, force=True)
+        _remove_prefixed(prefix)
 
 
 # A parent that holds what COPY must leave as it is: folders of other owners and modes on the way, a
@@ -326,9 +336,7 @@ def test_an_assembled_case_layer_on_a_hostile_parent_matches_dockers_build(
             assert files["/opt/deep:deep"][:3] == (77, 77, 0o700)
             assert config[:4] == [["bash"], ["/bin/true"], "1234", "/var/new/work"] and config[-1] == "SIGINT"
     finally:
-        for img in client().images.list():
-            if any(t.startswith(prefix + "/") for t in img.tags):
-                client().images.remove(img.id, force=True)
+        _remove_prefixed(prefix)
         for volume in client().volumes.list(filters={"dangling": True}):
             if volume.name not in volumes_before and not (volume.attrs.get("Labels") or {}):
                 volume.remove(force=True)
