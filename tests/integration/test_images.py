@@ -207,11 +207,11 @@ def _remove_prefixed(prefix: str) -> None:
                 client().images.remove(tag, force=True)
 
 
-def _dockers_build(context: Path, buildargs: dict[str, str], tag: str) -> None:
-    """Docker's build of `context`, every step run afresh: the builder's cache keys a COPY by its files'
-    contents, not their times, so a cached step would give the times of an earlier checkout's files."""
+def _dockers_build(context: Path, buildargs: dict[str, str], tag: str, cache: bool = False) -> None:
+    """Docker's build of `context`, every step run afresh unless `cache`: the builder's cache keys a COPY by
+    its files' contents, not their times, so a cached step would give the times of an earlier checkout's."""
     client().images.build(path=str(context), buildargs=buildargs, tag=tag, rm=True, forcerm=True, pull=False,
-                          nocache=True)
+                          nocache=not cache)
 
 
 @pytest.mark.parametrize("task_id", ["c-demo", "go-demo", "rust-demo"])
@@ -321,7 +321,10 @@ def test_an_assembled_case_layer_on_a_hostile_parent_matches_dockers_build(
         build_layer(settings, layer)
         log = log_path(settings, ours).read_text()
         assert said in log, log
-        _dockers_build(context, {"SSEBENCH_REGISTRY": prefix}, theirs)
+        # With the builder's cache: the head's RUN, which our split build had Docker make just now, is then the
+        # same layer on both sides (the times of the files it made); its parent was built afresh just now, so
+        # nothing older can be cached on it.
+        _dockers_build(context, {"SSEBENCH_REGISTRY": prefix}, theirs, cache=True)
         paths = ("/data" if variant == "link-on-the-way" else "/srv", "/opt/deep", "/var/new", "/tmp")
         assert _seen(ours, paths) == _seen(theirs, paths)
         files, *config = _seen(ours, paths)
