@@ -79,7 +79,8 @@ def item_times(junit: Path) -> dict[str, float]:
     times = {}
     for case in ElementTree.parse(junit).iter("testcase"):
         props = {p.get("name"): p.get("value") for p in case.iter("property")}
-        times[str(props["ssebench.task"])] = float(case.get("time", "nan"))
+        if "ssebench.task" in props:  # an item that never became a run (a collection error) names no task
+            times[str(props["ssebench.task"])] = float(case.get("time", "nan"))
     return times
 
 
@@ -117,7 +118,8 @@ def measure(name: str, dataset: Path, scratch: Path) -> dict[str, Any]:
         "overhead_per_run_s": (sweeps["n1"]["wall_s"] - total_floor) / len(tasks),
         "speedup": sweeps["n1"]["wall_s"] / sweeps["n2"]["wall_s"],
         # Each task's run at -n 1 against its floor: the ratio the performance issue sets for long tasks.
-        "run_over_floor": {t: sweeps["n1"]["item_s"][t] / f for t, f in floors.items() if f > 0},
+        "run_over_floor": {t: sweeps["n1"]["item_s"][t] / f for t, f in floors.items()
+                           if f > 0 and t in sweeps["n1"]["item_s"]},
     }
 
 
@@ -161,13 +163,13 @@ def print_table(report: dict[str, Any]) -> None:
               f"{d['nothing_to_build_s_per_task']:7.3f}s {d['disk_per_task_bytes'] / 1e6:7.1f}MB "
               f"{d['floor_total_s']:7.1f}s {s['n1']['wall_s']:7.1f}s {d['overhead_per_run_s']:+7.2f}s "
               f"{s['n2']['wall_s']:7.1f}s {d['speedup']:6.2f}x {s['n1']['cpus_busy']:6.2f} / {s['n2']['cpus_busy']:.2f}")
-    long = [(name, task, f, d["sweeps"]["n1"]["item_s"][task]) for name, d in report["datasets"].items()
-            for task, f in d["floor_s"].items() if f >= LONG_FLOOR_S]
+    long = [(name, task, f, d["sweeps"]["n1"]["item_s"][task], ratio) for name, d in report["datasets"].items()
+            for task, ratio in d["run_over_floor"].items() if (f := d["floor_s"][task]) >= LONG_FLOOR_S]
     if long:
         print(f"\ntasks whose floor is at least {LONG_FLOOR_S:.0f} s: the run at -n 1 (its item) against the floor")
         print(f"{'dataset':9} {'task':36} {'floor':>8} {'run':>8} {'ratio':>6}")
-        for name, task, f, run in sorted(long, key=lambda row: -row[2]):
-            print(f"{name:9} {task:36} {f:7.1f}s {run:7.1f}s {run / f:5.2f}x")
+        for name, task, f, run, ratio in sorted(long, key=lambda row: -row[2]):
+            print(f"{name:9} {task:36} {f:7.1f}s {run:7.1f}s {ratio:5.2f}x")
 
 
 if __name__ == "__main__":
