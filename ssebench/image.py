@@ -88,7 +88,7 @@ RUNTIME_PYTHON = f"{RUNTIME_HOME}/venv/bin/python"
 # import): a change to one of them, or to the runtime's pinned packages, rebuilds every tool layer; a
 # change anywhere else in the runtime rebuilds only the runtime image and its volume.
 TOOL_LAYER_SOURCES = tuple(PROJECT_ROOT / "ssebench" / "runtime" / name for name in (
-    "__init__.py", "toollayer.py", "capture.py", "git.py", "layout.py", "process.py", "taskfile.py"))
+    "__init__.py", "toollayer.py", "capture.py", "files.py", "git.py", "layout.py", "process.py", "taskfile.py"))
 # -I: isolated Python, which never imports from the working directory (an
 # image's WORKDIR is usually the source tree, which the agent owns).
 TOOL_ENTRYPOINT = (RUNTIME_PYTHON, "-I", "-m", "ssebench.runtime.entrypoint")

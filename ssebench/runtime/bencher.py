@@ -2,7 +2,8 @@
 
 Every script runs as sse-runner, in its own process group, stdin /dev/null,
 with HOME, TMPDIR and caches inside a per-session runner home, in a copy of
-the tree under /var/lib/ssebench-runner that model cannot enter. After a
+the tree under /var/lib/ssebench-runner (the run's own volume, which the
+entrypoint takes only empty) that model cannot enter. After a
 script exits (or its time limit kills it), every process of sse-runner is
 killed, so code that daemonised cannot outlive the check. Output is captured
 to root-only files and capped, keeping the tail.

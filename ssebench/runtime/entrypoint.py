@@ -55,7 +55,7 @@ from collections.abc import Callable
 from typing import IO
 
 from ssebench.runtime import layout, listeners
-from ssebench.runtime.files import prune_tree, write_atomic
+from ssebench.runtime.files import check_root_path, prune_tree, write_atomic
 from ssebench.runtime.process import NEUTRAL_CWD, User, clear_user, confined, kill_group, python_command, wait
 from ssebench.runtime.settings import RuntimeSettings, SettingsError, load_settings
 
@@ -95,6 +95,32 @@ def prepare_dirs(settings: RuntimeSettings, model: User) -> None:
         LOG_DIR.mkdir(mode=0o755)
     os.chown(LOG_DIR, 0, 0)
     os.chmod(LOG_DIR, 0o755)
+
+
+def prepare_runner_area(runner_gid: int) -> str:
+    """Where grading builds (layout.RUNNER_DIR), made root's and traversable by sse-runner; what it is.
+
+    A run mounts a volume of its own there, which the engine makes empty and root's; without one (a tool
+    image started by hand) it is the image's directory. Either way it is taken only as an empty, real
+    directory reached through no link: nothing in it may have been prepared for root to find (the
+    bencher's names are random, but nothing else is expected there either). Raises RuntimeError.
+    """
+    path = layout.RUNNER_DIR
+    try:
+        check_root_path(path)
+        if os.listdir(path):
+            raise ValueError(f"{path} must be empty when a run starts, but holds "
+                             + ", ".join(sorted(os.listdir(path))[:5]))
+    except (ValueError, OSError) as exc:
+        raise RuntimeError(f"the runner's area: {exc}") from None
+    os.chown(path, 0, runner_gid)
+    os.chmod(path, 0o710)
+    with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as mounts:
+        for line in mounts:
+            fields = line.split()
+            if len(fields) > 4 and fields[4] == path:
+                return f"a volume ({fields[fields.index('-') + 1]})"
+    return "the image's directory"
 
 
 def start(module: str, log: IO[bytes], env: dict[str, str], *, stdin: int = subprocess.DEVNULL) -> subprocess.Popen[bytes]:
@@ -511,6 +537,13 @@ def main(argv: list[str]) -> int:
     say(f"starting ({settings.role})")
     model = User.named(layout.MODEL)
     prepare_dirs(settings, model)
+    if settings.role != "agent":  # the container that grades
+        try:
+            say(f"the runner's area is {prepare_runner_area(User.named(layout.RUNNER).gid)}")
+        except RuntimeError as exc:
+            say(f"refusing to start: {exc}")
+            write_error(settings, f"the runtime failed to start: {exc}")
+            return 1
     results = Path(settings.results)
     env = {**os.environ, "SSE_RESULTS": settings.results}
     if settings.role == "task":

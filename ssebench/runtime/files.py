@@ -35,6 +35,30 @@ def write_atomic(directory: Path, name: str, data: str | bytes, mode: int = 0o64
     return directory / name
 
 
+def check_root_path(path: str) -> None:
+    """Raise ValueError unless every directory from `/` down to `path`'s parent is a real directory of
+    root's that nobody else may write, and `path` itself, if it exists, is a real directory, no link.
+
+    A directory root uses at a fixed path (the runner's area, where a run's volume is mounted) is then
+    reached through no link, and no other user could rename it away or plant one in its place.
+    """
+    parts = Path(path).parts
+    for depth in range(1, len(parts)):
+        above = str(Path(*parts[:depth]))
+        try:
+            st = os.lstat(above)
+        except FileNotFoundError:
+            return  # root makes what is missing
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o022:
+            raise ValueError(f"{above} (above {path}) must be a directory of root's that nobody else may write")
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISDIR(st.st_mode):
+        raise ValueError(f"{path} must be a directory, not a link or a file")
+
+
 def create_exclusive(directory_fd: int, name: str, data: bytes, mode: int) -> None:
     """Create `name` in an open directory; fail if anything, a link included, is already there."""
     fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode,

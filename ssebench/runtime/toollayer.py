@@ -31,6 +31,7 @@ from pathlib import Path
 
 from ssebench.runtime import git, layout
 from ssebench.runtime.capture import make_base
+from ssebench.runtime.files import check_root_path
 from ssebench.runtime.taskfile import TaskFile, load_taskfile
 
 MODEL_UID = 1000
@@ -150,6 +151,12 @@ def make_runtime_dirs(*, checks: bool = True) -> None:
     if checks:
         dirs.append((layout.RUNNER_DIR, runner_gid, 0o710))
     for path, gid, mode in dirs:
+        # Runs mount the runner's volume here, and root works in them: no link of the case image's may send
+        # either elsewhere (into the tree), and no directory above them may be another user's.
+        try:
+            check_root_path(path)
+        except ValueError as exc:
+            raise SystemExit(f"toollayer: {exc}") from None
         Path(path).mkdir(parents=True, exist_ok=True)
         os.chown(path, 0, gid)
         os.chmod(path, mode)

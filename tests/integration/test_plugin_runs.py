@@ -230,6 +230,8 @@ def test_ctrl_c_leaves_nothing_behind(sleeper: pytest.Pytester) -> None:
     process = _start(sleeper)
     try:
         _wait_for_containers(process, 2)
+        volumes = list_volumes({"label": f"ssebench.controller={process.pid}"})
+        assert len(volumes) == 2, volumes  # the positive control: each run's runner area, labelled
         # While they run, `ssebench ps` shows both in their agent phase.
         mine = _listed_in_agent_phase("sleeper", 2)
         assert sorted((r["task"], r["model"], r["difficulty"], r["mode"], r["phase"]) for r in mine) == [
@@ -241,6 +243,7 @@ def test_ctrl_c_leaves_nothing_behind(sleeper: pytest.Pytester) -> None:
     finally:
         process.kill()
     assert _started_by(process) == []
+    assert list_volumes({"label": f"ssebench.controller={process.pid}"}) == []
 
 
 def test_ctrl_c_in_sidecar_mode_leaves_no_container_volume_or_network(sleeper: pytest.Pytester) -> None:
@@ -248,7 +251,8 @@ def test_ctrl_c_in_sidecar_mode_leaves_no_container_volume_or_network(sleeper: p
     try:
         _wait_for_containers(process, 4)  # two runs, two containers each
         volumes = list_volumes({"label": f"ssebench.controller={process.pid}"})
-        assert len(volumes) == 8, volumes  # the positive control: four volumes per run, labelled
+        # The positive control: five volumes per run, labelled (four shared, the task container's runner area).
+        assert len(volumes) == 10, volumes
         roles = sorted(c["Labels"].get("ssebench.role", "") for c in _started_by(process))
         assert roles == ["agent", "agent", "task", "task"], roles
         mine = _listed_in_agent_phase("sleeper", 2)  # each run once (by its agent container)

@@ -163,7 +163,7 @@ class Launcher:
               command: list[str] | None = None, limits: dict[str, str] | None = None, timeout: float = 3600,
               egress: str = "restricted", hold: bool = True, model: str = "none",
               models: ModelLink | None = None, env: dict[str, str] | None = None,
-              grading_timeout: float = 3600) -> HeldRun:
+              grading_timeout: float = 3600, backend: DockerBackend | None = None) -> HeldRun:
         task = self.task(task_id)
         config = RunConfig(task=task, agent=load_agent(self.settings.agents_dir, agent), difficulty=level, model=model,
                            timeout=timeout, egress=egress, limits=limits_for(self.settings, task, limits),
@@ -173,7 +173,7 @@ class Launcher:
         names = image_names(self.settings, task, agent, config.mode)
         own = ExitStack()
         self.stack.callback(own.close)
-        backend = DockerBackend()
+        backend = backend or DockerBackend()
         live = own.enter_context(running(config, backend, self.session, run_id, names["agent"], models=models,
                                          usage=self.usage.setdefault(run_id, {}), env=env, task_image=names["tool"],
                                          command=command if command is not None else SLEEP,
