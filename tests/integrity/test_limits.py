@@ -9,8 +9,10 @@ limit, while a run started beside it still passes, and leave nothing behind.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import subprocess
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -100,6 +102,18 @@ def test_an_attack_on_resources_ends_graded_and_spares_its_neighbour(settings: S
                                                                      tmp_path: Path, attack: str, mode: str) -> None:
     level, command, limits, said = ATTACKS[attack]
     tasks = {t.id: t for t in integrity_images}
+    # One attack at a time on the engine, whichever xdist worker runs it: the disk check below weighs the
+    # engine's whole folder, which another worker's 10 GB fill would swell meanwhile (seen at -n 2).
+    lock = (Path(tempfile.gettempdir()) / "ssebench-resource-attacks.lock").open("a")
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    try:
+        _attack(settings, tasks, tmp_path, attack, mode, level, command, limits, said)
+    finally:
+        lock.close()
+
+
+def _attack(settings: Settings, tasks: dict[str, Task], tmp_path: Path, attack: str, mode: str, level: int,
+            command: list[str], limits: dict[str, str], said: str) -> None:
     session = Session.new()
     held_before = _engine_bytes()
     neighbour: dict[str, Any] = {}
