@@ -108,9 +108,8 @@ def prepare_runner_area(runner_gid: int) -> str:
     path = layout.RUNNER_DIR
     try:
         check_root_path(path)
-        if os.listdir(path):
-            raise ValueError(f"{path} must be empty when a run starts, but holds "
-                             + ", ".join(sorted(os.listdir(path))[:5]))
+        if entries := os.listdir(path):
+            raise ValueError(f"{path} must be empty when a run starts, but holds " + ", ".join(sorted(entries)[:5]))
     except (ValueError, OSError) as exc:
         raise RuntimeError(f"the runner's area: {exc}") from None
     os.chown(path, 0, runner_gid)
