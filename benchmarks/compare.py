@@ -1,6 +1,7 @@
 """One task's dummy run, two checkouts of the harness against one floor, interleaved round by round.
 
-    python benchmarks/compare.py BEFORE_TREE [--before-prefix ssebench-before] [--task c-demo] [--rounds 10]
+    python benchmarks/compare.py BEFORE_TREE [--before-prefix ssebench-before] [--dataset demo] [--task c-demo]
+                                 [--rounds 10] [--as-runner]
 
 Each round runs, in turn, the task's floor (as benchmarks/overhead.py does),
 a dummy run through pytest with the harness of BEFORE_TREE (a worktree of an
@@ -8,7 +9,8 @@ earlier commit, whose images carry `--before-prefix`: build them there first
 with SSEBENCH_PREFIX set), and one with this checkout's. The machine's
 drift over the rounds falls on both sides alike. Prints medians and p95 of
 the three and of each side's overhead, and where each side's container time
-went.
+went. With --as-runner the floor is the same work as sse-runner (the user a
+run's scripts run as), as overhead.py's "floor as sse-runner".
 """
 
 from __future__ import annotations
@@ -44,15 +46,17 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("before", type=Path)
     parser.add_argument("--before-prefix", default="ssebench-before")
+    parser.add_argument("--dataset", default="demo", help="a dataset under datasets/ (demo, pilot)")
     parser.add_argument("--task", default="c-demo")
     parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--as-runner", action="store_true", help="time the floor's work as sse-runner")
     args = parser.parse_args()
 
     from ssebench.dataset import load_dataset
     from ssebench.image import image_names
     from ssebench.settings import get_settings
 
-    task = next(t for t in load_dataset(ROOT / "datasets" / "demo").tasks if t.id == args.task)
+    task = next(t for t in load_dataset(ROOT / "datasets" / args.dataset).tasks if t.id == args.task)
     tool = image_names(get_settings(), task)["tool"]
     before = args.before.resolve()
     env_before = {**os.environ, "PYTHONPATH": f"{before}:{before / 'sdk'}", "SSEBENCH_PREFIX": args.before_prefix}
@@ -61,14 +65,15 @@ def main() -> int:
     parts: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
     with tempfile.TemporaryDirectory(prefix="ssebench-compare-") as scratch:
         for n in range(args.rounds):
-            times["floor"].append(floor(task, tool))
+            times["floor"].append(floor(task, tool, as_runner=args.as_runner))
             for side, (tree, env) in sides.items():
-                elapsed, where = run(tree, tree / "datasets" / "demo" / task.id, Path(scratch) / side, env)
+                elapsed, where = run(tree, tree / "datasets" / args.dataset / task.id, Path(scratch) / side, env)
                 times[side].append(elapsed)
                 parts[side].append(where)
             print(f"round {n + 1}: floor {times['floor'][-1]:.2f} s, before {times['before'][-1]:.2f} s, "
                   f"after {times['after'][-1]:.2f} s", file=sys.stderr)
-    print(f"{task.id}, {args.rounds} rounds interleaved, medians (p95)")
+    print(f"{task.id}, {args.rounds} rounds interleaved, medians (p95)"
+          + (", the floor as sse-runner" if args.as_runner else ""))
     for name, values in times.items():
         over = "" if name == "floor" else \
             f"   overhead {statistics.median(v - f for v, f in zip(values, times['floor'])):+.2f} s"

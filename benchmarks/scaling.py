@@ -8,9 +8,11 @@ copies of each demo task under ids of their own, made in a scratch folder;
 tasks not built yet cost), decides again that nothing needs rebuilding
 (timed, per task), reads the disk each task adds beyond the layers every task
 shares (its case, tool and agent layers: the agent image's size less its
-base's), runs each task's floor once (a plain `docker run` of its tool
-image doing its build, PoCs, tests and hidden tests, as benchmarks/overhead.py
-does), then sweeps every task with the dummy agent through pytest at -n 1
+base's) and what of it the harness adds (its tool and agent layers, beyond
+its case image), runs each task's floor once (a plain `docker run` of its
+tool image doing its build, PoCs, tests and hidden tests, as
+benchmarks/overhead.py does; a floor of 30 s or more also as sse-runner, the
+user a run's scripts run as), then sweeps every task with the dummy agent through pytest at -n 1
 and at -n 2, with the CPUs the machine kept busy. A run's overhead is the
 sweep's wall time less the sum of the floors, over the runs (at -n 1); the
 speedup is -n 1's wall over -n 2's. For each task whose floor is 30 s or
@@ -102,19 +104,26 @@ def measure(name: str, dataset: Path, scratch: Path) -> dict[str, Any]:
     started = time.monotonic()
     build_images(settings, tasks, dummy, say=lambda message: None)
     current_s = time.monotonic() - started
-    disk = {t.id: image_size(image_names(settings, t, "dummy")["agent"]) - image_size(image_names(settings, t)["base"])
-            for t in tasks}
-    floors = {}
+    names = {t.id: image_names(settings, t, "dummy") for t in tasks}
+    disk = {t: image_size(n["agent"]) - image_size(n["base"]) for t, n in names.items()}
+    # What the harness adds to a task (its tool and agent layers), beyond the task's own case image.
+    harness_disk = {t: image_size(n["agent"]) - image_size(n["case"]) for t, n in names.items()}
+    floors, runner_floors = {}, {}
     for task in tasks:
-        floors[task.id] = floor(task, image_names(settings, task)["tool"])
-        print(f"{name}: floor of {task.id} {floors[task.id]:.1f} s", file=sys.stderr)
+        floors[task.id] = floor(task, names[task.id]["tool"])
+        if floors[task.id] >= LONG_FLOOR_S:  # the same work as the user a run's scripts run as
+            runner_floors[task.id] = floor(task, names[task.id]["tool"], as_runner=True)
+        print(f"{name}: floor of {task.id} {floors[task.id]:.1f} s"
+              + (f", as sse-runner {runner_floors[task.id]:.1f} s" if task.id in runner_floors else ""),
+              file=sys.stderr)
     sweeps = {f"n{w}": sweep(dataset, w, scratch / f"{name}-n{w}") for w in (1, 2)}
     total_floor = sum(floors.values())
     return {
         "tasks": len(tasks), "images_built": built, "images_build_s": built_s,
         "nothing_to_build_s_per_task": current_s / len(tasks),
         "disk_per_task_bytes": sum(disk.values()) / len(tasks), "disk_bytes": disk,
-        "floor_s": floors, "floor_total_s": total_floor, "sweeps": sweeps,
+        "harness_disk_per_task_bytes": sum(harness_disk.values()) / len(tasks), "harness_disk_bytes": harness_disk,
+        "floor_s": floors, "floor_total_s": total_floor, "floor_as_runner_s": runner_floors, "sweeps": sweeps,
         "overhead_per_run_s": (sweeps["n1"]["wall_s"] - total_floor) / len(tasks),
         "speedup": sweeps["n1"]["wall_s"] / sweeps["n2"]["wall_s"],
         # Each task's run at -n 1 against its floor: the ratio the performance issue sets for long tasks.
@@ -155,21 +164,25 @@ def remove_copies(dataset: str) -> None:
 
 def print_table(report: dict[str, Any]) -> None:
     print(f"SSEBench scaling, dummy agent, {report['machine']['cpus']} CPUs")
-    print(f"{'dataset':9} {'tasks':>5} {'built':>12} {'current':>9} {'disk/task':>9} {'floors':>8} "
+    print(f"{'dataset':9} {'tasks':>5} {'built':>12} {'current':>9} {'disk/task':>9} {'harness':>8} {'floors':>8} "
           f"{'-n 1':>8} {'over/run':>8} {'-n 2':>8} {'speedup':>7} {'CPUs busy 1/2':>14}")
     for name, d in report["datasets"].items():
         s = d["sweeps"]
+        harness = f"{d['harness_disk_per_task_bytes'] / 1e6:6.1f}MB" if "harness_disk_per_task_bytes" in d else "       -"
         print(f"{name:9} {d['tasks']:5} {d['images_built']:3} in {d['images_build_s']:4.0f}s "
-              f"{d['nothing_to_build_s_per_task']:7.3f}s {d['disk_per_task_bytes'] / 1e6:7.1f}MB "
+              f"{d['nothing_to_build_s_per_task']:7.3f}s {d['disk_per_task_bytes'] / 1e6:7.1f}MB {harness} "
               f"{d['floor_total_s']:7.1f}s {s['n1']['wall_s']:7.1f}s {d['overhead_per_run_s']:+7.2f}s "
               f"{s['n2']['wall_s']:7.1f}s {d['speedup']:6.2f}x {s['n1']['cpus_busy']:6.2f} / {s['n2']['cpus_busy']:.2f}")
     long = [(name, task, f, d["sweeps"]["n1"]["item_s"][task], ratio) for name, d in report["datasets"].items()
             for task, ratio in d["run_over_floor"].items() if (f := d["floor_s"][task]) >= LONG_FLOOR_S]
     if long:
-        print(f"\ntasks whose floor is at least {LONG_FLOOR_S:.0f} s: the run at -n 1 (its item) against the floor")
-        print(f"{'dataset':9} {'task':36} {'floor':>8} {'run':>8} {'ratio':>6}")
+        print(f"\ntasks whose floor is at least {LONG_FLOOR_S:.0f} s: the run at -n 1 (its item) against the floor, "
+              "and against the floor's work done as sse-runner")
+        print(f"{'dataset':9} {'task':36} {'floor':>8} {'run':>8} {'ratio':>6} {'as runner':>10} {'ratio':>6}")
         for name, task, f, run, ratio in sorted(long, key=lambda row: -row[2]):
-            print(f"{name:9} {task:36} {f:7.1f}s {run:7.1f}s {ratio:5.2f}x")
+            runner = report["datasets"][name].get("floor_as_runner_s", {}).get(task)
+            tail = f" {runner:9.1f}s {run / runner:5.2f}x" if runner else ""
+            print(f"{name:9} {task:36} {f:7.1f}s {run:7.1f}s {ratio:5.2f}x{tail}")
 
 
 if __name__ == "__main__":

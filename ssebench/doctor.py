@@ -27,6 +27,19 @@ def _docker_root() -> str:
     return str(client().info().get("DockerRootDir") or "/var/lib/docker")
 
 
+def storage_driver_check() -> Check:
+    """The engine's storage driver: any works; fuse-overlayfs makes the task's scripts slower as sse-runner."""
+    from ssebench.engine import client
+
+    driver = str(client().info().get("Driver") or "unknown")
+    if driver != "fuse-overlayfs":
+        return Check("storage driver", True, driver)
+    return Check("storage driver", True, (
+        "fuse-overlayfs: works, but the task's scripts, which run as sse-runner, take up to 2.4x as long as root's "
+        "there (every permission check of a non-owner asks its daemon for an ACL; benchmarks/unprivileged.py); "
+        "overlay2, where the kernel allows it, has no such cost (docs/performance.md)"))
+
+
 def run_checks(settings: Settings | None = None) -> Iterator[Check]:
     from ssebench.bootstrap import DEBOOTSTRAP_HINT
     from ssebench.engine import engine_version, image_id
@@ -38,6 +51,7 @@ def run_checks(settings: Settings | None = None) -> Iterator[Check]:
         yield Check("docker", False, str(exc))
         return
     yield Check("docker", True, f"engine {version} reachable")
+    yield storage_driver_check()
 
     try:
         where = _docker_root()

@@ -198,25 +198,31 @@ def run_labels(config: RunConfig, session: Session, run_id: str) -> dict[str, st
             "ssebench.trial": str(config.trial)}
 
 
+def tree_volume(config: RunConfig, prefix: str) -> Volume:
+    """The agent's tree: a volume of the run's own at the task's source path, which the container that holds
+    the task fills from its image (the case's tree) and its entrypoint prepares (ssebench.runtime.tree)."""
+    return Volume(f"{prefix}-src", config.task.config.source, fill=True)
+
+
 def sidecar_specs(config: RunConfig, agent: ContainerSpec, task_image: str, run_id: str,
                   session: Session) -> tuple[ContainerSpec, ContainerSpec, list[str]]:
     """Sidecar mode: (task container, agent container, volume names) from the agent's container spec.
 
     The task container (the tool image: daemon, tree, hidden files) and the
     agent container (no task in its image) share four volumes of the run:
-    the source tree (filled from the tool image, owned by model), /run/ssebench
+    the source tree (`tree_volume`, prepared by the task container), /run/ssebench
     with both sockets, the results and the agent's archive. Same network,
     limits and capabilities for both. The agent reaches the daemon through the
     socket volume: the daemon's HTTP port (at the task container's name)
     serves a peer, as in sandbox mode, the public view only, because the
     model gateway is a peer on the same network too.
     """
-    prefix = f"ssebench-{session.id}-{run_id}"
-    shared = {"src": config.task.config.source, "sockets": SOCKETS_IN_CONTAINER,
-              "results": RESULTS_IN_CONTAINER, "archive": ARCHIVE_IN_CONTAINER}
-    volumes = [Volume(f"{prefix}-{key}", path) for key, path in shared.items()]
+    prefix = network_name(session, run_id)
+    shared = {"sockets": SOCKETS_IN_CONTAINER, "results": RESULTS_IN_CONTAINER, "archive": ARCHIVE_IN_CONTAINER}
+    tree = tree_volume(config, prefix)
     # Only the tree comes from an image (the task's); nothing of either image enters the other volumes.
-    filled = [replace(v, fill=v.container == config.task.config.source) for v in volumes]
+    filled = [tree, *(Volume(f"{prefix}-{key}", path) for key, path in shared.items())]
+    volumes = [replace(v, fill=False) for v in filled]
     # Its name is a host name on the run's network: one DNS label (63 characters at most), unique on the engine.
     task_name = "ssebench-task-" + hashlib.sha256(prefix.encode()).hexdigest()[:16]
     sockets = {"SSE_DAEMON_SOCKET": SIDECAR_AGENT_SOCKET}
@@ -314,10 +320,13 @@ def running(config: RunConfig, backend: Backend, session: Session, run_id: str, 
         # sidecar mode's task container): the task's scripts write to the host's file system, not through the
         # image's storage driver (fuse-overlayfs ran them up to 2.9x slower; docs/performance.md). Nothing of
         # the image enters it; the entrypoint takes it only empty and makes it root's (prepare_runner_area).
+        # The agent's tree is one too, filled from the image: no task's image keeps a copy of its own tree for
+        # the agent (sidecar_specs makes it for sidecar mode).
         runner = Volume(f"{network_name(session, run_id)}-runner", RUNNER_DIR)
         if config.mode != "sidecar":
-            spec = replace(spec, volumes=[*spec.volumes, runner])
-            names = [runner.name]
+            tree = tree_volume(config, network_name(session, run_id))
+            spec = replace(spec, volumes=[*spec.volumes, runner, tree])
+            names = [runner.name, tree.name]
         else:
             task_spec, agent_spec, names = sidecar_specs(config, spec, task_image or "", run_id, session)
             task_spec = replace(task_spec, volumes=[*task_spec.volumes, runner])

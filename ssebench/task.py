@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from ssebench.errors import ConfigError, ConfigErrors
+from ssebench.runtime import layout
 from ssebench.schema import Strict, read_yaml, validate
 
 TASK_ID_PATTERN = re.compile(r"^[A-Za-z0-9]+(?:(?:[._]|__|-+)[A-Za-z0-9]+)*$")
@@ -68,6 +69,16 @@ def _required_path(value: Any) -> str:
 # names its index (files.poc[1]).
 RelPath = Annotated[str, BeforeValidator(_required_path)]
 
+
+
+# Paths of a task container the runtime uses (ssebench.runtime.layout), and system directories: no task's tree
+# may be one of them, inside one of the runtime's, or above one.
+RUNTIME_PATHS = tuple(PurePosixPath(p) for p in (
+    layout.TASK_DIR, layout.STATE_DIR, layout.RUNNER_DIR, layout.CAPTURE_DIR, layout.ADMIN_DIR, layout.ARCHIVE,
+    layout.AGENT_SOCKET, layout.MCP_LOG_DIR, layout.RUNTIME_HOME, str(PurePosixPath(layout.REFERENCE_PATCH).parent)))
+SYSTEM_PATHS = tuple(PurePosixPath(p) for p in (
+    "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib64", "/opt", "/proc", "/root", "/run", "/sbin", "/srv",
+    "/sys", "/tmp", "/usr", "/var"))
 
 class TaskDescription(Strict):
     """What the agent is told. At least one field must be non-empty."""
@@ -198,6 +209,13 @@ class TaskConfig(Strict):
         path = PurePosixPath(value.strip())
         if not path.is_absolute() or len(path.parts) < 2 or ".." in path.parts:
             raise ValueError(f"'{value}' must be the absolute path of the source tree in the image, e.g. /src/gjson")
+        # A run mounts a volume of its own there: it must not hide, or sit inside, what the runtime uses.
+        for fixed in RUNTIME_PATHS:
+            if path == fixed or fixed in path.parents or path in fixed.parents:
+                raise ValueError(f"'{value}' overlaps {fixed}, which the runtime uses; put the tree elsewhere, "
+                                 "e.g. /src/<project>")
+        if path in SYSTEM_PATHS:
+            raise ValueError(f"'{value}' is a system directory; put the tree elsewhere, e.g. /src/<project>")
         return str(path)
 
     @field_validator("sanitizer", "type", "binary", "trigger_commit", "patch_commit", "originality", mode="before")

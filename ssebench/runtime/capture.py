@@ -1,8 +1,7 @@
 """Patch capture: the agent's change against a copy of its base commit that only root can change.
 
-The base commit lives in a bare repository owned by root (`make_base`, run
-when the tool image is built), which model
-may read but not change. Each capture works in a fresh scratch directory
+The base commit lives in a repository owned by root (`make_base`, run
+when the tool image is built), which model may read but not change. Each capture works in a fresh scratch directory
 that root makes: a private index and an object directory of its own (the
 base's objects as alternates). git runs as the tree's owner, never as root,
 from that scratch directory, with a cleared environment and every
@@ -51,40 +50,43 @@ class FileChange:
     deletions: int | None
 
 
-def make_base(source: Path, root: Path) -> None:
-    """Root's bare copy of the tree's one commit, and an index of it, under `root`.
+# The one commit's author and date: a tree's `buggy commit` is the same commit every build.
+_IDENTITY = {"GIT_AUTHOR_NAME": "ssebench", "GIT_AUTHOR_EMAIL": "ssebench@localhost",
+             "GIT_COMMITTER_NAME": "ssebench", "GIT_COMMITTER_EMAIL": "ssebench@localhost",
+             "GIT_AUTHOR_DATE": "2000-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2000-01-01T00:00:00Z"}
 
-    Runs as root before any agent exists (the tool image's build). Root owns
-    everything here; model may read and traverse, never write. The index is
-    refreshed against the tree as it is now, so that a capture hashes only
-    the files the agent changed (it compares sizes and modification times).
+
+def make_base(source: Path, root: Path) -> None:
+    """The tree's one commit, `buggy commit`, in root's repository under `root`, and an index of it.
+
+    Runs as root when the tool image is built, before any agent exists, on the
+    case image's tree (which has no `.git` by then). The repository is both
+    capture's base and what every run gives the agent as its tree's `.git`
+    (`ssebench.runtime.tree`): its objects are one pack, kept once per task.
+    Root owns everything here; model may read and traverse, never write. The
+    index records the tree as it is now, so that a capture hashes only the
+    files the agent changed (it compares sizes and modification times).
     """
     root.mkdir(mode=0o711, parents=True, exist_ok=True)
     repo = root / BASE_REPO
     if repo.exists():
         shutil.rmtree(repo)
-    environ = git.env("/nonexistent")
+    environ = git.env("/nonexistent", GIT_DIR=str(repo), GIT_WORK_TREE=str(source), **_IDENTITY)
 
-    def run(*args: str, **extra: str) -> str:
-        done = subprocess.run(git.argv(*_STAT, *args), cwd="/", env={**environ, **extra}, capture_output=True,
-                              timeout=600, check=False)
+    def run(*args: str) -> None:
+        done = subprocess.run(git.argv(*_STAT, *args), cwd="/", env=environ, capture_output=True, timeout=1800,
+                              check=False)
         if done.returncode != 0:
             raise CaptureError(f"git {args[0]} for capture's base failed: {done.stderr.decode(errors='replace')}")
-        return done.stdout.decode().strip()
 
-    # Not a clone: git 2.39's local clone refuses a repository of another
-    # user whatever safe.directory says on the command line. The objects are
-    # copied and the one commit named; root owns the result.
-    commit = run("rev-parse", "HEAD", GIT_DIR=str(source / ".git"))
-    run("init", "--quiet", "--bare", str(repo))
-    shutil.copytree(source / ".git" / "objects", repo / "objects", dirs_exist_ok=True, symlinks=True)
-    run("update-ref", "HEAD", commit, GIT_DIR=str(repo))
-    in_repo = {**environ, "GIT_DIR": str(repo), "GIT_INDEX_FILE": str(root / BASE_INDEX),
-               "GIT_WORK_TREE": str(source)}
-    subprocess.run(git.argv(*_STAT, "read-tree", "HEAD"), cwd="/", env=in_repo, check=True, capture_output=True,
-                   timeout=600)
-    subprocess.run(git.argv(*_STAT, "update-index", "-q", "--refresh"), cwd="/", env=in_repo, check=False,
-                   capture_output=True, timeout=600)
+    run("init", "--quiet", "--initial-branch=main")
+    run("config", "--unset", "core.worktree")  # init records the tree's path; a run's copy sits in the tree
+    run("add", "--all")
+    run("commit", "--quiet", "--allow-empty", "--no-verify", "-m", "buggy commit")
+    # One pack, compressed as well as git can: the one copy of the tree's objects in the image.
+    run("-c", "pack.compression=9", "repack", "-a", "-d", "-q")
+    run("prune-packed")
+    shutil.copyfile(repo / "index", root / BASE_INDEX)
     (root / SCRATCH).mkdir(mode=0o711, exist_ok=True)
     for dirpath, dirnames, filenames in os.walk(root):
         for name in [*dirnames, *filenames, "."]:

@@ -1,6 +1,9 @@
 """The task container's entrypoint (sandbox mode), as root.
 
-1. results (0755 in its 0700 parent) and archive (model's) prepared;
+1. results (0755 in its 0700 parent) and archive (model's) prepared; the
+   runner's area taken empty, and the agent's tree prepared in its volume:
+   grading's original kept, its `.git` written, given to model
+   (`ssebench.runtime.tree`);
 2. the daemon started on its three listeners, bound here first, and awaited:
    it says on a pipe once it serves (SSE_DAEMON_TIMEOUT); nothing of the agent
    runs while it starts, so nothing the agent does can starve its start-up;
@@ -28,8 +31,9 @@ CPU throttling) goes to limits.json.
 Sidecar mode (SSE_ROLE) splits this between two containers that share the
 source tree, the results, the archive and /run/ssebench (both sockets):
 
-- the task container (`task`) runs only the daemon, until it is stopped, then
-  writes what its own cgroup counted to task-limits.json;
+- the task container (`task`) prepares the shared tree (step 1) and runs only
+  the daemon, until it is stopped, then writes what its own cgroup counted
+  to task-limits.json;
 - the agent container (`agent`) waits until that daemon answers on the
   shared sockets, then runs steps 3 to 7 against it, and,
   as it shares no processes with the daemon, ends every process of model
@@ -114,6 +118,11 @@ def prepare_runner_area(runner_gid: int) -> str:
         raise RuntimeError(f"the runner's area: {exc}") from None
     os.chown(path, 0, runner_gid)
     os.chmod(path, 0o710)
+    return mounted(path)
+
+
+def mounted(path: str) -> str:
+    """What is at `path`: a volume (with its file system's type), or the image's own directory."""
     with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as mounts:
         for line in mounts:
             fields = line.split()
@@ -536,23 +545,27 @@ def main(argv: list[str]) -> int:
     say(f"starting ({settings.role})")
     model = User.named(layout.MODEL)
     prepare_dirs(settings, model)
-    if settings.role != "agent":  # the container that grades
+    if settings.role != "agent":  # the container that grades, and where the task is
+        from ssebench.runtime.taskfile import load_taskfile
+        from ssebench.runtime.tree import prepare_tree
+
         try:
             say(f"the runner's area is {prepare_runner_area(User.named(layout.RUNNER).gid)}")
-        except RuntimeError as exc:
+            source = load_taskfile(Path(layout.TASK_DIR) / "config.yaml").source
+            started = time.monotonic()
+            entries = prepare_tree(Path(source), model)
+            say(f"the agent's tree is {mounted(source)}, model's: {entries} entries, its original kept for "
+                f"grading, in {time.monotonic() - started:.2f} s")
+        except (RuntimeError, OSError, ValueError) as exc:  # OSError, ValueError: no readable config.yaml
             say(f"refusing to start: {exc}")
             write_error(settings, f"the runtime failed to start: {exc}")
             return 1
+    else:
+        source = settings.source  # there is no /ssebench here: the task container prepared the shared tree
     results = Path(settings.results)
     env = {**os.environ, "SSE_RESULTS": settings.results}
     if settings.role == "task":
         return serve_task(settings, env)
-    if settings.role == "agent":
-        source = settings.source  # there is no /ssebench here
-    else:
-        from ssebench.runtime.taskfile import load_taskfile
-
-        source = load_taskfile(Path(layout.TASK_DIR) / "config.yaml").source
     daemon: Served | None = None
     try:
         if settings.role == "sandbox":

@@ -6,10 +6,13 @@ MODEL = "model"
 RUNNER = "sse-runner"
 
 TASK_DIR = "/ssebench"
-REPO = "/ssebench-repo"
 STATE_DIR = "/var/lib/ssebench"
 RESULTS = "/var/lib/ssebench/results"
+# Where grading builds: a volume of the run's own in the container that grades.
 RUNNER_DIR = "/var/lib/ssebench-runner"
+# The tree as the case image made it, which grading applies the agent's patch to: root's copy, made in the
+# runner's area when a run starts (ssebench.runtime.tree), which sse-runner may traverse but not enter.
+REPO = "/var/lib/ssebench-runner/repo"
 ADMIN_DIR = "/run/ssebench"
 ADMIN_SOCKET = "/run/ssebench/admin.sock"
 AGENT_SOCKET = "/tmp/sse.sock"

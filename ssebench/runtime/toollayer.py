@@ -4,13 +4,13 @@ committed as the tool image: `ssebench.image`, with the runtime volume read-only
 It turns a case image into a task image whose answer the agent cannot reach:
 
 1. users `model` (uid 1000, no supplementary groups) and `sse-runner`;
-2. the source tree moved to /ssebench-repo (root, 0700) and copied back,
-   owned by model, with every `.git` removed and one commit, `buggy commit`;
+2. the source tree left where the case put it, once, with every `.git`
+   removed, and its one commit, `buggy commit`, made in capture's base
+   (each run gives model a copy of the tree in a volume of its own);
 3. /ssebench root-only, except the build and test scripts and their support
    directories, which sse-runner's group may read and execute;
 4. no world-writable path that is not sticky, no setuid or setgid program;
-5. the run-time directories with their owners and modes, and capture's
-   root-owned copy of the buggy commit.
+5. the run-time directories with their owners and modes.
 
 It reads only /ssebench/config.yaml and imports nothing of the host side.
 With `--agent-base` it makes sidecar mode's agent image instead, from a
@@ -29,14 +29,12 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from ssebench.runtime import git, layout
+from ssebench.runtime import layout
 from ssebench.runtime.capture import make_base
 from ssebench.runtime.files import check_root_path
 from ssebench.runtime.taskfile import TaskFile, load_taskfile
 
 MODEL_UID = 1000
-# A fixed date makes the `buggy commit` of a tree the same commit every build.
-_COMMIT_DATE = "2000-01-01T00:00:00Z"
 
 
 def _run(*argv: str, **kwargs: object) -> None:
@@ -61,37 +59,33 @@ def _remove_git_dirs(tree: Path) -> None:
     for dirpath, dirnames, filenames in os.walk(tree):
         for name in list(dirnames):
             if name == ".git":
-                shutil.rmtree(Path(dirpath) / name)
+                path = Path(dirpath) / name
+                path.unlink() if path.is_symlink() else shutil.rmtree(path)
                 dirnames.remove(name)
         if ".git" in filenames:  # a submodule's gitdir link
             (Path(dirpath) / ".git").unlink()
 
 
-def replace_source(task: TaskFile) -> None:
-    """Keep the original in /ssebench-repo; give model a copy with one commit."""
-    source, repo = Path(task.source), Path(layout.REPO)
+def prepare_source(task: TaskFile) -> None:
+    """The case's tree stays where it is, as the case image made it, once: no copy of it is made here.
+
+    Each run mounts a volume of its own at the tree's path, which the engine
+    fills from this image, and the entrypoint gives it to model and keeps a
+    root-only copy for grading (`ssebench.runtime.tree`). Here every `.git`
+    goes (the project's history would give the fix away), and capture's base
+    is made: the tree's one commit, which each run also gives the agent as
+    its `.git`. The path must be a real directory reached through directories
+    of root's alone, so that the volume is mounted where the task says.
+    """
+    source = Path(task.source)
+    try:
+        check_root_path(task.source)
+    except ValueError as exc:
+        raise SystemExit(f"toollayer: config.yaml: source: {exc}") from None
     if not source.is_dir():
         raise SystemExit(f"toollayer: config.yaml: source: {source} is not a directory in the case image")
-    if repo.exists():
-        shutil.rmtree(repo)
-    shutil.move(str(source), repo)
-    os.chmod(repo, 0o700)
-    shutil.copytree(repo, source, symlinks=True)
     _remove_git_dirs(source)
-    model = pwd.getpwnam(layout.MODEL)
-    for dirpath, dirnames, filenames in os.walk(source):
-        for name in [*dirnames, *filenames, "."]:
-            os.lchown(os.path.join(dirpath, name), model.pw_uid, model.pw_gid)
-    env = git.env(model.pw_dir, GIT_AUTHOR_NAME="ssebench", GIT_AUTHOR_EMAIL="ssebench@localhost",
-                  GIT_COMMITTER_NAME="ssebench", GIT_COMMITTER_EMAIL="ssebench@localhost",
-                  GIT_AUTHOR_DATE=_COMMIT_DATE, GIT_COMMITTER_DATE=_COMMIT_DATE)
-    as_model = ["runuser", "-u", layout.MODEL, "--"]
-    for argv in (
-        ["git", "init", "--quiet", "--initial-branch=main"],
-        ["git", "add", "--all"],
-        ["git", "commit", "--quiet", "--allow-empty", "--no-verify", "-m", "buggy commit"],
-    ):
-        _run(*as_model, *argv, cwd=source, env=env)
+    make_base(source, Path(layout.CAPTURE_DIR))
 
 
 def _chmod_tree(path: Path, *, group_readable: bool, runner_gid: int) -> None:
@@ -215,7 +209,7 @@ def check_runtime_locked() -> None:
 
 def agent_base() -> None:
     """Sidecar mode's agent image (no task in it): the same users, run-time directories and locks."""
-    if Path(layout.TASK_DIR).exists() or Path(layout.REPO).exists():
+    if Path(layout.TASK_DIR).exists():
         raise SystemExit(f"toollayer: an agent image must hold nothing of a task, but {layout.TASK_DIR} exists")
     create_users()
     make_runtime_dirs(checks=False)
@@ -231,14 +225,13 @@ def main() -> None:
         return
     task = load_taskfile(Path(layout.TASK_DIR) / "config.yaml")
     create_users()
-    replace_source(task)
+    prepare_source(task)
     protect_task_files(task)
     make_runtime_dirs()
-    make_base(Path(task.source), Path(layout.CAPTURE_DIR))
     check_runtime_locked()
     strip_world_writable()
     strip_set_id_bits()
-    print(f"toollayer: {task.id} ready: source {task.source}, original in {layout.REPO}", file=sys.stderr)
+    print(f"toollayer: {task.id} ready: source {task.source}, its one commit in {layout.CAPTURE_DIR}", file=sys.stderr)
 
 
 if __name__ == "__main__":

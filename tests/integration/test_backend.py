@@ -255,3 +255,15 @@ def test_a_runtime_that_is_not_roots_alone_makes_no_volume(backend: Backend, lab
             assert not list_volumes({"name": f"ssebench-runtime-{digest[:32]}"})
         finally:
             client().images.remove(runtime, force=True)
+
+
+def test_doctor_names_the_engines_storage_driver_and_what_fuse_overlayfs_costs() -> None:
+    import subprocess
+
+    from ssebench.doctor import run_checks
+
+    driver = subprocess.run(["docker", "info", "--format", "{{.Driver}}"], capture_output=True, text=True,
+                            check=True).stdout.strip()
+    [check] = [c for c in run_checks(get_settings()) if c.name == "storage driver"]
+    assert check.ok and check.detail.startswith(driver)
+    assert ("sse-runner" in check.detail) == (driver == "fuse-overlayfs")

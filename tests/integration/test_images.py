@@ -72,9 +72,10 @@ def test_changing_run_sh_rebuilds_that_tasks_case_tool_agent_only(
 
 PROTECTION_CHECKS = r"""
 cd "$1"
-echo "commits=$(git log --oneline | wc -l) $(git log --format=%s)"
+echo "gitdirs=$(find . -name .git | wc -l)"
+echo "commits=$(git --git-dir=/var/lib/ssebench-capture/base.git log --oneline | wc -l) $(git --git-dir=/var/lib/ssebench-capture/base.git log --format=%s)"
 echo "id=$(id)"
-for p in /ssebench /ssebench-repo /var/lib/ssebench; do
+for p in /ssebench /var/lib/ssebench; do
   ls "$p" >/dev/null 2>&1 && echo "listable=$p"
   cat "$p"/* >/dev/null 2>&1 && echo "readable=$p"
 done
@@ -90,7 +91,6 @@ echo "runner_venvwritable=$(find /opt/ssebench -writable 2>/dev/null | wc -l)"
 cat /ssebench/scripts/build.sh >/dev/null 2>&1 && echo "runner_reads_build=yes"
 cat /ssebench/config.yaml >/dev/null 2>&1 && echo "runner_reads_config=yes"
 cat /ssebench/diffs/patch.diff >/dev/null 2>&1 && echo "runner_reads_patch=yes"
-ls /ssebench-repo >/dev/null 2>&1 && echo "runner_lists_repo=yes"
 echo "runner_id=$(id)"
 """
 
@@ -107,19 +107,21 @@ def test_tool_image_keeps_the_answer_from_model(settings: Settings, demo_images:
     tool = image_names(settings, task)["tool"]
     runtime = runtime_of(settings, task)
     out = _as("1000", tool, PROTECTION_CHECKS, task.config.source, runtime=runtime)
+    # The image keeps the case's tree once, with no history; its one commit is capture's base, which each run
+    # gives the agent as its tree's .git (a run's tree is tested in tests/integrity).
+    assert "gitdirs=0" in out
     assert "commits=1 buggy commit" in out
     assert "id=uid=1000(model) gid=1000(model) groups=1000(model)" in out
     assert "listable=" not in out and "readable=" not in out
     assert "worldwritable=0" in out
     assert "venvwritable=0" in out
     assert int(out.split("venvfiles=")[1].split()[0]) > 1000  # the runtime is there, as in a run
-    assert "source_owner=model" in out
+    assert "source_owner=root" in out  # the case's, as it made it: a run gives its copy to model
 
     runner = _as("sse-runner", tool, RUNNER_CHECKS, runtime=runtime)
     assert "runner_venvwritable=0" in runner
     assert "runner_reads_build=yes" in runner  # it must run the build script in place
     assert "runner_reads_config" not in runner and "runner_reads_patch" not in runner
-    assert "runner_lists_repo" not in runner
     assert "groups=" in runner and "model" not in runner
 
 

@@ -231,7 +231,7 @@ def test_ctrl_c_leaves_nothing_behind(sleeper: pytest.Pytester) -> None:
     try:
         _wait_for_containers(process, 2)
         volumes = list_volumes({"label": f"ssebench.controller={process.pid}"})
-        assert len(volumes) == 2, volumes  # the positive control: each run's runner area, labelled
+        assert len(volumes) == 4, volumes  # the positive control: each run's runner area and tree, labelled
         # While they run, `ssebench ps` shows both in their agent phase.
         mine = _listed_in_agent_phase("sleeper", 2)
         assert sorted((r["task"], r["model"], r["difficulty"], r["mode"], r["phase"]) for r in mine) == [

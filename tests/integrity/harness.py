@@ -163,7 +163,9 @@ class Launcher:
               command: list[str] | None = None, limits: dict[str, str] | None = None, timeout: float = 3600,
               egress: str = "restricted", hold: bool = True, model: str = "none",
               models: ModelLink | None = None, env: dict[str, str] | None = None,
-              grading_timeout: float = 3600, backend: DockerBackend | None = None) -> HeldRun:
+              grading_timeout: float = 3600, backend: DockerBackend | None = None,
+              image: str | None = None) -> HeldRun:
+        """A run of `task_id`, held in its agent phase unless `hold` is false; `image` stands for the agent's."""
         task = self.task(task_id)
         config = RunConfig(task=task, agent=load_agent(self.settings.agents_dir, agent), difficulty=level, model=model,
                            timeout=timeout, egress=egress, limits=limits_for(self.settings, task, limits),
@@ -174,7 +176,7 @@ class Launcher:
         own = ExitStack()
         self.stack.callback(own.close)
         backend = backend or DockerBackend()
-        live = own.enter_context(running(config, backend, self.session, run_id, names["agent"], models=models,
+        live = own.enter_context(running(config, backend, self.session, run_id, image or names["agent"], models=models,
                                          usage=self.usage.setdefault(run_id, {}), env=env, task_image=names["tool"],
                                          command=command if command is not None else SLEEP,
                                          runtime=backend.runtime_volume(self.settings, names["runtime"])))

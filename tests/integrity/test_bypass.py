@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from ssebench.runtime.layout import REPO
 from tests.integrity.harness import LEVELS, HeldRun, Launcher
 
 pytestmark = [pytest.mark.docker, pytest.mark.integrity, pytest.mark.slow]
@@ -114,7 +115,7 @@ def test_admin_socket_cannot_be_reached_nor_sockets_moved(run: Any, where: str) 
 
 
 SECRETS = ["/ssebench/diffs/patch.diff", "/ssebench/diffs/test.diff", "/ssebench/pocs/long_value.tlv",
-           "/ssebench/config.yaml", "/ssebench/scripts/run.sh", "/ssebench-repo/tlv.c", "/reference/patch.diff",
+           "/ssebench/config.yaml", "/ssebench/scripts/run.sh", f"{REPO}/tlv.c", "/reference/patch.diff",
            "/var/lib/ssebench/results/result.json"]
 
 
@@ -157,13 +158,13 @@ def test_nothing_the_runner_writes_can_reach_model(run: Any) -> None:
 
 
 def test_the_agent_container_holds_nothing_of_the_task(run: Any) -> None:
-    """Sidecar mode: /ssebench, /ssebench-repo and the case image's files do not exist where the agent runs,
+    """Sidecar mode: /ssebench, grading's original and the case image's files do not exist where the agent runs,
     for uid 1000 nor for root; they do where the task is (the positive control)."""
     if run.mode != "sidecar":
         pytest.skip("sandbox mode: the agent shares the task's container (the other tests cover it)")
     # The case image's own files: what it added to the base (its tree's original, the build it made).
     case_only = ["/ssebench", "/ssebench/config.yaml", "/ssebench/diffs/patch.diff", "/ssebench/pocs/long_value.tlv",
-                 "/ssebench-repo", "/ssebench-repo/tlv.c", "/var/lib/ssebench-capture", "/var/lib/ssebench-runner"]
+                 "/var/lib/ssebench-capture", "/var/lib/ssebench-runner", REPO, f"{REPO}/tlv.c"]
     probe = "for p in " + " ".join(case_only) + "; do [ -e \"$p\" ] || [ -L \"$p\" ] && echo \"$p\"; done; true"
     for user in ("1000", "root"):
         assert run.sh(user, probe).split() == [], user

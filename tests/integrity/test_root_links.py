@@ -6,7 +6,8 @@ a link to /ssebench, or a directory of its own; and the build code a check
 runs (as sse-runner) plants links beside its copy in the session directory.
 Then every check the level allows runs, and the run is graded with the
 plants carried by the final patch. Nothing may land in a trap, /ssebench
-and /ssebench-repo keep their owners and modes, and every check still runs.
+and grading's original (layout.REPO) keep their owners and modes, and every
+check still runs.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from ssebench.runtime.layout import REPO
 from tests.integrity.harness import LEVELS, HeldRun, Launcher
 
 pytestmark = [pytest.mark.docker, pytest.mark.integrity, pytest.mark.slow]
@@ -41,7 +43,7 @@ done
 cat > .plant-runner.sh <<'EOF'
 for name in {names}; do
   ln -sfn /ssebench "../$name" 2>/dev/null
-  ln -sfn /ssebench-repo "../$name.repo" 2>/dev/null
+  ln -sfn {repo} "../$name.repo" 2>/dev/null
 done
 true
 EOF
@@ -63,12 +65,12 @@ except Exception as exc:
 """
 
 STATE = r"""
-stat -c '%n %U %G %a' /ssebench /ssebench/diffs /ssebench/diffs/patch.diff /ssebench/pocs/long_value.tlv /ssebench-repo
+stat -c '%n %U %G %a' /ssebench /ssebench/diffs /ssebench/diffs/patch.diff /ssebench/pocs/long_value.tlv {repo}
 echo trapped: $(find /tmp/sse-archive/trap -mindepth 1 -not -type d 2>/dev/null | wc -l)
 echo runner links beside copies: $(find /var/lib/ssebench-runner -mindepth 2 -maxdepth 2 -type l | wc -l)
-"""
+""".replace("{repo}", REPO)
 PROTECTED = {"ssebench": (0, 0o710), "ssebench/diffs": (0, 0o700), "ssebench/diffs/patch.diff": (0, 0o600),
-             "ssebench-repo": (0, 0o700)}
+             REPO.lstrip("/"): (0, 0o700)}
 
 
 def _state(run: HeldRun) -> str:
@@ -86,7 +88,7 @@ def test_links_planted_at_every_name_lead_root_nowhere(launcher: Launcher, level
     run = launcher.start(level=level)
     before = _state(run)
     assert "trapped: 0" in before and "/ssebench root sse-runner 710" in before
-    run.sh("1000", PLANT.format(names=" ".join(NAMES)))
+    run.sh("1000", PLANT.format(names=" ".join(NAMES), repo=REPO))
     outcomes: dict[str, Any] = {}
     for action in CHECKS[level]:
         outcomes[action] = run.py("1000", RUN_CHECK.format(action=action))

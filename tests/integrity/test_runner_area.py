@@ -9,11 +9,19 @@ stages hidden files there, so nothing may be there before it: the
 entrypoint refuses an area that holds anything, whatever its name or kind,
 and makes the area root's; the tool layer refuses a case image whose area,
 or a directory above it, is a link or another user's. The volume goes with
-the run.
+the run. Grading's original of the tree is copied there when a run starts
+(ssebench.runtime.tree), from the tree's own volume, before anything of
+model's or sse-runner's runs; the tool layer refuses a case image whose
+tree is a link or reached through another user's directory.
 """
 
 from __future__ import annotations
 
+import json
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,10 +31,10 @@ from ssebench.engine import client
 from ssebench.image import image_names
 from ssebench.result import read_result
 from ssebench.run import ContainerDied, collect
-from ssebench.runtime.layout import RUNNER_DIR
+from ssebench.runtime.layout import REPO, RUNNER_DIR
 from ssebench.settings import Settings
 from ssebench.task import Task
-from tests.integrity.harness import Launcher, leftovers
+from tests.integrity.harness import Launcher, launching, leftovers
 
 pytestmark = [pytest.mark.docker, pytest.mark.integrity]
 
@@ -34,6 +42,8 @@ MOUNT = f"awk '$5 == \"{RUNNER_DIR}\" {{ for (i = 6; $i != \"-\"; i++); print $(
 
 
 def test_grading_builds_on_a_volume_of_the_runs_own_that_model_cannot_enter(launcher: Launcher) -> None:
+    """And the tree the agent works on is one, prepared when the run starts: model's, with one commit, and
+    grading's original kept where only root reaches."""
     run = launcher.start()
     volume = f"{run.live.network.name}-runner"
     try:
@@ -49,6 +59,16 @@ def test_grading_builds_on_a_volume_of_the_runs_own_that_model_cannot_enter(laun
         assert run.status("root", f"touch {RUNNER_DIR}/probe && rm {RUNNER_DIR}/probe", task=True) == 0
         if run.mode == "sidecar":  # the agent's container has no area, and never this volume
             assert run.sh("root", MOUNT).split() == []
+        # Grading's original, copied there when the run started: root's alone. Root reads it (the control).
+        assert run.sh("root", f"stat -c '%U %G %a' {REPO}", task=True).split() == ["root", "root", "700"]
+        for user in ("model", "sse-runner"):
+            assert run.status(user, f"ls {REPO} || cat {REPO}/tlv.c", task=True) != 0, user
+        assert "TLV_VALUE_MAX" in run.sh("root", f"cat {REPO}/tlv.c", task=True)
+        # The agent's tree: a volume of the run's own too, model's, its history the one commit.
+        tree = MOUNT.replace(RUNNER_DIR, run.source)
+        assert run.sh("root", tree, task=True).split() == ["ext4"] == run.sh("root", tree).split()
+        assert run.sh("root", f"find {run.source} ! -user model | wc -l", task=True).split() == ["0"]
+        assert run.sh("1000", "git log --format=%s").split() == ["buggy", "commit"]
         assert volume in leftovers(f"ssebench.run={run.live.run_id}")
         result = run.finish()
         assert result["patch_result"]["status"] == "failed", result  # graded there: the dummy's patch fails
@@ -59,7 +79,9 @@ def test_grading_builds_on_a_volume_of_the_runs_own_that_model_cannot_enter(laun
 
 # What an area might hold before the entrypoint: each name and kind root could meet there.
 PLANTS = {
-    "link to the original": "ln -s /ssebench-repo session-1-00000000",
+    "link at a session's name": "ln -s /ssebench session-1-00000000",
+    "link at the original's name": "ln -s /src/tlvkit repo",
+    "directory of uid 1000 at the original's name": "mkdir repo && chown 1000:1000 repo",
     "directory of uid 1000": "mkdir session-1-planted && chown 1000:1000 session-1-planted",
     "fifo": "mkfifo build-000000000000",
     "hidden file": "echo x > .keep",
@@ -71,6 +93,7 @@ class PlantingBackend(DockerBackend):
     """Plants `script` (as root, in the area's volume) as soon as the run's runner volume exists."""
 
     def __init__(self, image: str, script: str) -> None:
+        super().__init__()
         self.image, self.script = image, script
 
     def create_volume(self, name: str, *, labels: dict[str, str]) -> None:
@@ -117,32 +140,110 @@ def test_an_empty_area_of_another_users_is_made_roots_and_the_run_grades(fresh_l
     assert result is not None and result["patch_result"]["status"] == "failed", result
 
 
-TOOL_LAYER = "/opt/ssebench/venv/bin/python -I -c 'from ssebench.runtime import toollayer; toollayer.make_runtime_dirs()'"
+# Sandbox mode's agent image is the agent's own Dockerfile on the tool image, built by Docker (RUN steps
+# included): there, not the tool layer's check, the entrypoint's is what guards the paths each run mounts.
+AGENT_PLANTS = {
+    "area a link to the task's files": f"rm -rf {RUNNER_DIR} && ln -s /ssebench {RUNNER_DIR}",
+    "tree a link to the task's files": "mv /src/tlvkit /src/tlvkit.real && ln -s /ssebench /src/tlvkit",
+    "directory above the tree uid 1000's": "chown 1000 /src",
+    "a .git in the tree": "mkdir /src/tlvkit/.git",
+}
+
+
+@contextmanager
+def _agent_image_after(settings: Settings, task: Task, plant: str) -> Iterator[str]:
+    """c-demo's dummy agent image with `plant` run in it as root, as an agent's Dockerfile could: its name."""
+    agent = image_names(settings, task, "dummy", "sandbox")["agent"]
+    config = client().images.get(agent).attrs["Config"]
+    container = client().containers.run(agent, ["-c", f"set -e; {plant}"], entrypoint="bash", user="root",
+                                        network_mode="none", detach=True)
+    name = f"ssebench-test/planted-agent:{uuid.uuid4().hex[:12]}"
+    try:
+        assert container.wait(timeout=60)["StatusCode"] == 0, container.logs()
+        repository, tag = name.split(":")
+        container.commit(repository=repository, tag=tag, changes=[
+            f"ENTRYPOINT {json.dumps(config['Entrypoint'])}", f"CMD {json.dumps(config['Cmd'])}"])
+    finally:
+        container.remove(force=True)
+    try:
+        yield name
+    finally:
+        client().images.remove(name, force=True)
+
+
+@pytest.mark.parametrize("plant", [None, *AGENT_PLANTS])
+def test_an_agent_image_that_links_the_area_or_the_tree_elsewhere_does_not_start(
+        settings: Settings, integrity_images: list[Task], tmp_path: Path, plant: str | None) -> None:
+    with launching(settings, integrity_images, tmp_path, "sandbox") as launcher:
+        task = launcher.task("c-demo")
+        with _agent_image_after(settings, task, AGENT_PLANTS[plant] if plant else "true") as image:
+            run = launcher.start(command=["true"], hold=False, image=image)
+            try:
+                status = run.live.wait(300)
+                collect(run.live.handle, run.run_dir)
+                logs, result = run.logs(), read_result(run.run_dir)
+            finally:
+                run.close()
+    if plant is None:  # the positive control: the same image, unplanted, is graded
+        assert "the agent's tree is a volume (ext4)" in logs, logs[-3000:]
+        assert result is not None and result["patch_result"]["status"] == "failed", result
+        return
+    assert "refusing to start:" in logs and ("must be" in logs or "must not exist" in logs), logs[-3000:]
+    assert "daemon ready" not in logs and status != 0
+    assert result is not None and result["patch_result"]["status"] == "error", result
+
+
+TOOL_LAYER = "/opt/ssebench/venv/bin/python -I -c 'from ssebench.runtime import toollayer; toollayer.{step}'"
 CASE_PLANTS = {
-    "area a link into the tree": f"rm -rf {RUNNER_DIR} && ln -s /ssebench-repo {RUNNER_DIR}",
+    "area a link into the tree": f"rm -rf {RUNNER_DIR} && ln -s /src/tlvkit {RUNNER_DIR}",
     "area a file": f"rm -rf {RUNNER_DIR} && touch {RUNNER_DIR}",
     "directory above it uid 1000's": "chown 1000 /var/lib",
     "directory above it writable by all": "chmod 0777 /var",
     "directory above it a link": "mv /var/lib /var/lib.real && ln -s /var/lib.real /var/lib",
 }
+# Each run mounts the agent's tree as a volume at config.yaml's source: a link on the way would send it elsewhere.
+TREE_PLANTS = {
+    "tree a link": "mv /src/tlvkit /src/tlvkit.real && ln -s /src/tlvkit.real /src/tlvkit",
+    "tree a link to the task's files": "mv /src/tlvkit /src/tlvkit.real && ln -s /ssebench /src/tlvkit",
+    "directory above it uid 1000's": "chown 1000 /src",
+    "directory above it writable by all": "chmod 0777 /src",
+    "directory above it a link": "mv /src /src.real && ln -s /src.real /src",
+}
 
 
-@pytest.mark.parametrize("plant", [None, *CASE_PLANTS])
-def test_the_tool_layer_refuses_a_case_image_whose_area_is_a_link_or_another_users(
-        settings: Settings, integrity_images: list[Task], plant: str | None) -> None:
-    task = next(t for t in integrity_images if t.id == "c-demo")
+def _tool_layer_after(settings: Settings, images: list[Task], plant: str, step: str) -> tuple[int, str]:
+    """Run `plant`, then a step of the tool layer, as root in c-demo's tool image: its status and log."""
+    task = next(t for t in images if t.id == "c-demo")
     names = image_names(settings, task, "dummy", "sandbox")
     runtime = DockerBackend().runtime_volume(settings, names["runtime"])
-    script = f"set -e; {CASE_PLANTS[plant] if plant else 'true'}; {TOOL_LAYER}"
+    script = f"set -e; {plant}; {TOOL_LAYER.format(step=step)}"
     container = client().containers.run(names["tool"], ["-c", script], entrypoint="bash", user="root",
                                         network_mode="none", detach=True,
                                         volumes={runtime: {"bind": "/opt/ssebench", "mode": "ro"}})
     try:
         status = container.wait(timeout=120)["StatusCode"]
-        logs = container.logs().decode(errors="replace")
+        return status, container.logs().decode(errors="replace")
     finally:
         container.remove(force=True)
+
+
+@pytest.mark.parametrize("plant", [None, *CASE_PLANTS])
+def test_the_tool_layer_refuses_a_case_image_whose_area_is_a_link_or_another_users(
+        settings: Settings, integrity_images: list[Task], plant: str | None) -> None:
+    status, logs = _tool_layer_after(settings, integrity_images, CASE_PLANTS[plant] if plant else "true",
+                                     "make_runtime_dirs()")
     if plant is None:  # the positive control: the image as it is passes
         assert status == 0, logs
     else:
         assert status != 0 and "toollayer:" in logs and "must be" in logs, logs
+
+
+@pytest.mark.parametrize("plant", [None, *TREE_PLANTS])
+def test_the_tool_layer_refuses_a_case_image_whose_tree_is_a_link_or_reached_through_another_users(
+        settings: Settings, integrity_images: list[Task], plant: str | None) -> None:
+    step = "prepare_source(toollayer.load_taskfile(toollayer.Path(\"/ssebench/config.yaml\")))"
+    status, logs = _tool_layer_after(settings, integrity_images, TREE_PLANTS[plant] if plant else "true", step)
+    if plant is None:  # the positive control: the image as it is passes
+        assert status == 0, logs
+    else:
+        assert status != 0 and "toollayer: config.yaml: source:" in logs and "must be" in logs, logs

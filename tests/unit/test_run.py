@@ -235,6 +235,25 @@ def test_engine_errors_anywhere_in_a_run_are_recorded_and_cleanup_still_happens(
     assert "engine hiccup" in summary["files"]["results"]["error"]
 
 
+@pytest.mark.parametrize("mode", ["sandbox", "sidecar"])
+def test_the_container_that_grades_gets_the_tree_and_the_runners_area_as_volumes_of_the_run(
+        mode: str, tmp_path: Path) -> None:
+    """The tree is filled from the task's image (the case's tree, kept once in it), the area never is; both
+    are the run's own, created before the containers and removed with them."""
+    task = load_task(DEMO / "c-demo")
+    config = RunConfig(task=task, agent=load_agent(get_settings().agents_dir, "dummy"), mode=mode)
+    backend = _Backend()
+    created: list[str] = []
+    backend.create_volume = lambda name, *, labels: (created.append(name), backend.volumes.append(name))  # type: ignore[method-assign]
+    execute(config, get_settings(), backend, Session.new(), tmp_path, build=False)
+    grading = backend.specs[0]  # sandbox mode's one container; sidecar mode's task container, started first
+    own = {v.container: v for v in grading.volumes if v.name in created}
+    assert own["/src/tlvkit"].fill and not own["/src/tlvkit"].read_only
+    assert not own["/var/lib/ssebench-runner"].fill
+    assert own["/src/tlvkit"].name.endswith("-src") and own["/var/lib/ssebench-runner"].name.endswith("-runner")
+    assert backend.volumes == []
+
+
 class _Container(_BrokenHandle):
     """A container that runs until `ends` polls, then exits with `status`; its engine works."""
 

@@ -70,6 +70,33 @@ def test_absolute_path_is_refused(tmp_path: Path) -> None:
     assert "scripts.build: '/ssebench/scripts/build.sh' is absolute" in line
 
 
+@pytest.mark.parametrize("source, named", [
+    ("/var/lib/ssebench-runner", "/var/lib/ssebench-runner"),          # the runner's area itself
+    ("/var/lib/ssebench-runner/repo", "/var/lib/ssebench-runner"),     # inside it: grading's original
+    ("/var/lib", "/var/lib/ssebench"),                                 # above the run's state and results
+    ("/ssebench/src", "/ssebench"),                                    # inside the task's hidden files
+    ("/opt/ssebench/venv", "/opt/ssebench"),                           # inside the runtime
+    ("/tmp/sse-archive", "/tmp/sse-archive"),                          # the agent's archive
+    ("/run/ssebench/x", "/run/ssebench"),                              # beside the admin socket
+    ("/reference", "/reference"),                                      # where the reference patch is mounted
+    ("/usr", "system directory"),
+    ("/tmp", "/tmp/sse-archive"),
+])
+def test_a_source_that_overlaps_the_runtimes_paths_is_refused(tmp_path: Path, source: str, named: str) -> None:
+    """A run mounts the agent's tree there: it must hide nothing of the runtime's, nor sit inside it."""
+    folder = write_task(tmp_path)
+    _rewrite(folder, source=source)
+    [line] = _errors(folder)
+    assert line.split(": ")[1] == "source" and named in line and "put the tree elsewhere" in line, line
+
+
+@pytest.mark.parametrize("source", ["/src/gjson", "/usr/src/linux", "/var/src/x", "/work/project", "/opt/proj"])
+def test_a_source_beside_the_runtimes_paths_loads(tmp_path: Path, source: str) -> None:
+    folder = write_task(tmp_path)
+    _rewrite(folder, source=source)
+    assert load_task(folder).config.source == source
+
+
 def test_path_leaving_the_task_folder_is_refused(tmp_path: Path) -> None:
     folder = write_task(tmp_path)
     _rewrite(folder, files__poc=["../../etc/passwd"])
