@@ -80,11 +80,12 @@ ATTACKS = {
 
 
 def _engine_bytes() -> int:
-    """What the engine's data folder holds, in bytes."""
+    """The disk the engine's data folder takes, in bytes: blocks, not sizes (another worker's run may hold a
+    5 GB sparse file, test_host_files's, which takes next to nothing)."""
     root = client().info()["DockerRootDir"]
     # du says 1 when a file it listed is gone before it is counted (other runs' containers come and go); it
     # still prints its total.
-    done = subprocess.run(["du", "-sxb", root], capture_output=True, text=True, check=False)
+    done = subprocess.run(["du", "-sx", "--block-size=1", root], capture_output=True, text=True, check=False)
     assert done.stdout.strip(), done.stderr
     return int(done.stdout.split()[0])
 
