@@ -52,7 +52,7 @@ def _free_port() -> int:
 
 @contextmanager
 def running_registry(root: Path) -> Iterator[Registry]:
-    """A registry on 127.0.0.1 storing under `root`, stopped on exit."""
+    """A registry on 127.0.0.1 storing under `root`, stopped on exit, with the engine's names under it untagged."""
     root.mkdir(parents=True, exist_ok=True)
     address = f"127.0.0.1:{_free_port()}"
     config = root / "config.yml"
@@ -80,3 +80,13 @@ def running_registry(root: Path) -> Iterator[Registry]:
             process.wait(10)
         except subprocess.TimeoutExpired:
             process.kill()
+        _untag(address)
+
+
+def _untag(address: str) -> None:
+    """Remove the engine's names under `address` (pushed or pulled through it): the port dies with the registry."""
+    names = subprocess.run(["docker", "images", "--format", "{{.Repository}}:{{.Tag}}"], capture_output=True,
+                           text=True, check=False).stdout.split()
+    ours = [name for name in names if name.startswith(f"{address}/")]
+    if ours:
+        subprocess.run(["docker", "rmi", *ours], capture_output=True, check=False)
