@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -64,7 +65,7 @@ def _parse(line: str) -> dict[str, float]:
 def in_container(image: str, user: str) -> dict[str, float]:
     """One probe in a container of `image` as `user`, its work in a fresh volume (as a run's checks are)."""
     volume = f"ssebench-benchmark-unprivileged-{os.getpid()}"
-    script = f"mkdir -p /work/w && chmod 1777 /work/w && {USERS[user]}bash -c {json.dumps(PROBE)} probe /work/w"
+    script = f"mkdir -p /work/w && chmod 1777 /work/w && {USERS[user]}bash -c {shlex.quote(PROBE)} probe /work/w"
     try:
         done = subprocess.run(["docker", "run", "--rm", "--network", "none", "--label", "ssebench.session=benchmark",
                                "-v", f"{volume}:/work", "--entrypoint", "bash", image, "-c", script],
@@ -111,7 +112,7 @@ class KernelOverlay:
         work.mkdir(parents=True)
         work.chmod(0o1777)
         done = subprocess.run(["chroot", str(self.root), "bash", "-c",
-                               f"{USERS[user]}bash -c {json.dumps(PROBE)} probe /tmp/probe-{user}"],
+                               f"{USERS[user]}bash -c {shlex.quote(PROBE)} probe /tmp/probe-{user}"],
                               capture_output=True, text=True, check=False)
         if done.returncode != 0:
             raise SystemExit(f"the probe failed on the kernel's overlay as {user}: {done.stderr[-2000:]}")
@@ -132,7 +133,7 @@ def driver_requests(image: str) -> dict[str, dict[str, int]] | None:
     for user, prefix in USERS.items():
         container = subprocess.run(["docker", "run", "-d", "--rm", "--network", "none", "--label",
                                     "ssebench.session=benchmark", "--entrypoint", "bash", image, "-c",
-                                    f"sleep 1; {prefix}{loop}; sleep 1"], capture_output=True, text=True,
+                                    f"sleep 2; {prefix}{loop}; sleep 1"], capture_output=True, text=True,
                                    check=True).stdout.strip()
         try:
             merged = json.loads(subprocess.run(["docker", "inspect", "--format", "{{json .GraphDriver}}", container],
