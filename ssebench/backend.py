@@ -68,6 +68,8 @@ class ContainerSpec:
     name: str | None = None
     labels: dict[str, str] = field(default_factory=dict)
     network: str | None = None
+    # resolv.conf's options (`timeout:1`); () leaves the engine's.
+    dns_options: tuple[str, ...] = ()
     command: list[str] | None = None
     # None: the engine's defaults (only for helper containers that are not runs).
     limits: Limits | None = None
@@ -264,6 +266,8 @@ class DockerBackend(Backend):
         if spec.command is not None:
             tc.with_command(spec.command)
         kwargs: dict[str, Any] = {"labels": spec.labels, "init": True, "network": spec.network or "bridge"}
+        if spec.dns_options:
+            kwargs["dns_opt"] = list(spec.dns_options)
         if spec.limits is not None:
             kwargs.update(_docker_limits(spec.limits))
         if spec.capabilities is not None:

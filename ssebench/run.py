@@ -180,7 +180,15 @@ def container_spec(config: RunConfig, image: str, session: Session, run_id: str,
         env.update(model_env or {})
     return ContainerSpec(image=image, env=env, mounts=mounts, labels=run_labels(config, session, run_id),
                          network=network, command=command, limits=config.limits,
+                         dns_options=RESTRICTED_DNS_OPTIONS if config.egress == "restricted" else (),
                          volumes=[Volume(runtime, RUNTIME_HOME, read_only=True)])
+
+
+# On an internal network the engine's resolver answers for the network's own names and never for any other:
+# each lookup of one would wait out the resolver's timeouts (20 s for getent, 75 s for one of c-ares's tests)
+# where a machine without a network fails it at once. One try of one second instead, in the words of glibc,
+# musl and Go (timeout, attempts) and of older c-ares (retrans in ms, retry); each ignores the others'.
+RESTRICTED_DNS_OPTIONS = ("timeout:1", "attempts:1", "retrans:1000", "retry:1")
 
 
 def run_env(config: RunConfig) -> dict[str, str]:

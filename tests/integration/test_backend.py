@@ -14,6 +14,7 @@ from ssebench.backend import Backend, ContainerSpec, DockerBackend, Mount, RunTi
 from ssebench.engine import client, list_containers, list_volumes, remove_container
 from ssebench.errors import SSEBenchError
 from ssebench.limits import Limits
+from ssebench.run import RESTRICTED_DNS_OPTIONS
 from ssebench.settings import Settings, get_settings
 
 pytestmark = [pytest.mark.docker]
@@ -88,6 +89,30 @@ def test_failed_start_raises_and_leaves_nothing(backend: Backend, labels: dict[s
 
 
 PROBE = "timeout 5 bash -c 'exec 3<>/dev/tcp/deb.debian.org/80' && echo reached || echo unreachable"
+
+
+def test_on_an_internal_network_a_name_outside_fails_at_once_and_a_name_inside_resolves(
+        backend: Backend, labels: dict[str, str]) -> None:
+    """The engine's resolver never answers for a name outside an internal network: a task's lookup (c-ares's
+    tests make some) waited out its resolver's timeouts, 20 s for getent, 75 s for one c-ares test."""
+    name = f"ssebench-conformance-{uuid.uuid4().hex[:8]}"
+    backend.create_network(name, internal=True, labels=labels)
+    peer = backend.start(ContainerSpec(image=_image(), labels=labels, network=name, name=f"{name}-peer",
+                                       capabilities=None, command=["sleep", "60"]))
+    probe = ("s=$(date +%s%N); getent hosts deb.debian.org; echo outside=$? $(( ($(date +%s%N) - s) / 1000000 )); "
+             f"getent hosts {name}-peer >/dev/null; echo inside=$?")
+    handle = backend.start(ContainerSpec(image=_image(), labels=labels, network=name, capabilities=None,
+                                         dns_options=RESTRICTED_DNS_OPTIONS, command=["bash", "-c", probe]))
+    try:
+        handle.wait(60)
+        said = dict(word.split("=") for word in handle.logs().split() if "=" in word)
+        assert said["outside"] != "0" and said["inside"] == "0", handle.logs()
+        elapsed_ms = int(handle.logs().split("outside=")[1].split()[1])
+        assert elapsed_ms < 3000, f"an outside name took {elapsed_ms} ms to fail"
+    finally:
+        handle.remove()
+        peer.remove()
+    backend.remove_network(name)
 
 
 @pytest.mark.parametrize("internal", [True, False], ids=["internal", "open"])

@@ -19,6 +19,7 @@ from ssebench.reaper import Session
 from ssebench.result import make_run_dir, name_of, path_component, point_latest, read_result, read_safely
 from ssebench.run import (
     REFERENCE_IN_CONTAINER,
+    RESTRICTED_DNS_OPTIONS,
     LiveRun,
     RunConfig,
     RunRecord,
@@ -51,6 +52,11 @@ def test_only_the_reference_agent_gets_the_reference_patch(agent_name: str, tmp_
     assert spec.limits == Limits() and spec.capabilities and "NET_RAW" not in spec.capabilities
     # The runtime is a volume that every run shares: read-only, and never filled from the agent's image.
     assert spec.volumes == [Volume("rt", "/opt/ssebench", fill=False, read_only=True)]
+    # No egress: a name outside the run's network fails after one short try (test_backend shows why).
+    assert spec.dns_options == RESTRICTED_DNS_OPTIONS == ("timeout:1", "attempts:1", "retrans:1000", "retry:1")
+    open_run = container_spec(RunConfig(task=task, agent=agent, egress="open"), "img", Session.new(), "r1", "net",
+                              runtime="rt")
+    assert open_run.dns_options == ()
 
 
 @pytest.mark.parametrize("agent_name", available_agents(get_settings().agents_dir))
