@@ -91,6 +91,11 @@ class RunConfig:
     def reference_run(self) -> bool:
         return self.agent.gets_reference_patch
 
+    @property
+    def internal_network(self) -> bool:
+        """Whether the run's network is internal: no route out (egress restricted, the default)."""
+        return self.egress == "restricted"
+
     def describe(self) -> dict[str, Any]:
         return {
             "agent": self.agent.name, "agent_version": self.agent.config.version, "model": self.model,
@@ -180,7 +185,7 @@ def container_spec(config: RunConfig, image: str, session: Session, run_id: str,
         env.update(model_env or {})
     return ContainerSpec(image=image, env=env, mounts=mounts, labels=run_labels(config, session, run_id),
                          network=network, command=command, limits=config.limits,
-                         dns_options=RESTRICTED_DNS_OPTIONS if config.egress == "restricted" else (),
+                         dns_options=RESTRICTED_DNS_OPTIONS if config.internal_network else (),
                          volumes=[Volume(runtime, RUNTIME_HOME, read_only=True)])
 
 
@@ -310,7 +315,7 @@ def running(config: RunConfig, backend: Backend, session: Session, run_id: str, 
     settings (SSE_*) to the container's environment.
     """
     labels = {**session.labels(), "ssebench.run": run_id}
-    network = backend.create_network(network_name(session, run_id), internal=config.egress == "restricted",
+    network = backend.create_network(network_name(session, run_id), internal=config.internal_network,
                                       labels=labels)
     handles: list[Handle] = []
     volumes: list[str] = []

@@ -16,6 +16,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import docker.errors
+
+from ssebench.engine import client
 from ssebench.settings import get_settings
 
 
@@ -85,8 +88,10 @@ def running_registry(root: Path) -> Iterator[Registry]:
 
 def _untag(address: str) -> None:
     """Remove the engine's names under `address` (pushed or pulled through it): the port dies with the registry."""
-    names = subprocess.run(["docker", "images", "--format", "{{.Repository}}:{{.Tag}}"], capture_output=True,
-                           text=True, check=False).stdout.split()
-    ours = [name for name in names if name.startswith(f"{address}/")]
-    if ours:
-        subprocess.run(["docker", "rmi", *ours], capture_output=True, check=False)
+    for image in client().images.list():
+        for tag in image.tags:
+            if tag.startswith(f"{address}/"):
+                try:
+                    client().api.remove_image(tag, noprune=True)
+                except docker.errors.APIError:
+                    pass  # in use by a container: it goes with that container's test
