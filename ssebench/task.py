@@ -70,6 +70,23 @@ def _required_path(value: Any) -> str:
 RelPath = Annotated[str, BeforeValidator(_required_path)]
 
 
+def _tree_pattern(value: Any) -> str:
+    """A path pattern in the source tree (git's pathspec glob: `**/`, `*`, `?`, `[...]`), relative to its root."""
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError("must be a path pattern (a non-empty string), e.g. tests/** or src/main.rs")
+    pattern = value.strip()
+    if pattern.startswith("/") or pattern.startswith(":"):
+        raise ValueError(f"'{value}' must be relative to the source tree's root, with no pathspec magic "
+                         "(e.g. tests/** rather than /src/x/tests/**)")
+    if ".." in PurePosixPath(pattern).parts:
+        raise ValueError(f"'{value}' leaves the source tree ('..' is not allowed)")
+    return pattern
+
+
+# A pattern of paths in the tree (protected_files, fix_may_change), checked one item at a time.
+TreePattern = Annotated[str, BeforeValidator(_tree_pattern)]
+
+
 
 # Paths of a task container the runtime uses (ssebench.runtime.layout), and system directories: no task's tree
 # may be one of them, inside one of the runtime's, or above one.
@@ -182,6 +199,10 @@ class TaskConfig(Strict):
     reference: list[str] = Field(default_factory=list)
     originality: Literal["public", "crafted"] | None = None
     limits: TaskLimits | None = None
+    # SSEBench extensions: paths grading takes from the original beyond the language's defaults (a PoC
+    # harness or test script in the tree), and paths beyond code the fix may change (ssebench.runtime.protection).
+    protected_files: list[TreePattern] = Field(default_factory=list)
+    fix_may_change: list[TreePattern] = Field(default_factory=list)
 
     @field_validator("id")
     @classmethod
@@ -222,6 +243,11 @@ class TaskConfig(Strict):
     @classmethod
     def _optional_text(cls, value: Any) -> Any:
         return None if _is_none(value) else value
+
+    @field_validator("protected_files", "fix_may_change", mode="before")
+    @classmethod
+    def _patterns(cls, value: Any) -> list[Any]:
+        return _as_list(value)
 
     @field_validator("reference", mode="before")
     @classmethod

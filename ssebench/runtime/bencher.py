@@ -19,12 +19,23 @@ Root never writes into a place sse-runner or model could have prepared:
   staged in a root-made directory beside the copies, never inside one, and
   written with exclusive, no-follow creates.
 
+Every check runs on a copy of the original tree with the graded part of the
+agent's change applied to it as sse-runner: the code under repair, never a
+file that decides a check (a Makefile, a build script, a test, a harness;
+`ssebench.runtime.protection`). So a check the agent asks for sees what
+grading will see, and what the agent changed beyond its code is set aside,
+said in the check's output and, for grading, in result.json.
+
+A PoC still reproduces when its output holds the sanitizer's or the
+language runtime's own report of a crash (`CRASH_REPORTS`), whatever the
+exit status: a report written is not taken back by the process that goes on.
+
 Copies are capped in size (`copy_limit`): a tree the agent filled cannot make
 the harness fill the disk with copies of it.
 
-Grading builds once: the graded build's tree is also where its PoCs run, then
-the function test, then the hidden tests (applied to it), as a person would
-check a patch in one checkout. The agent's code runs as sse-runner with that
+Grading builds once: the graded tree (`prepare_graded`) is where the build,
+its PoCs, then the function test, then the hidden tests (applied to it) run,
+as a person would check a patch in one checkout. The agent's code runs as sse-runner with that
 tree in every check either way, so sharing it gives that code nothing a fresh
 copy would not; the checks' scripts and hidden files stay root's and staged.
 An agent's own checks (without grading) each get a fresh copy of its tree,
@@ -35,6 +46,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -50,7 +62,8 @@ from pathlib import Path
 from sse.helper import ScriptResult
 
 from ssebench.runtime import git, layout
-from ssebench.runtime.files import create_exclusive
+from ssebench.runtime.capture import Change
+from ssebench.runtime.files import create_exclusive, remove_tree
 from ssebench.runtime.process import (
     NEUTRAL_CWD,
     ROOT_PATH,
@@ -66,9 +79,58 @@ from ssebench.runtime.taskfile import TaskFile
 
 TIMED_OUT = 124
 NO_BUILD = -1
-APPLY_TIMEOUT = 300  # seconds for the hidden tests' `git apply`
+# A check whose tree could not be made from the agent's change (it could not be captured or applied).
+NO_TREE = -2
+# A PoC whose script exited 0 though the output holds a crash report.
+CRASH_REPORTED = 125
+APPLY_TIMEOUT = 300  # seconds for a `git apply` of the agent's change or of the hidden tests
 
 Guard = Callable[[], None]
+
+# The reports a crash leaves in a PoC's output, written by the sanitizer or the language's runtime before
+# the process ends: each group of patterns must all be found (a Go panic is its headline and its goroutine).
+_SANITIZERS = (re.compile(rb"==\d+==ERROR: (?:Address|Memory|Leak|Thread|HWAddress)Sanitizer"),
+               re.compile(rb"\S+:\d+:\d+: runtime error: "),
+               re.compile(rb"SUMMARY: (?:Address|Memory|Leak|Thread|UndefinedBehavior)Sanitizer"))
+CRASH_REPORTS: dict[str, tuple[tuple[re.Pattern[bytes], ...], ...]] = {
+    "c": tuple((p,) for p in _SANITIZERS),
+    "go": (*((p,) for p in _SANITIZERS),
+           (re.compile(rb"(?m)^(?:panic|fatal error): "), re.compile(rb"(?m)^goroutine \d+ \["))),
+    "rust": (*((p,) for p in _SANITIZERS),
+             (re.compile(rb"thread '[^'\n]*' (?:panicked at|has overflowed its stack)"),)),
+}
+_SCAN_CHUNK, _SCAN_OVERLAP = 1 << 20, 1 << 16
+
+
+def crash_report(paths: list[Path], language: str) -> str | None:
+    """The first crash report found in the files (read whole, in overlapping chunks), as its text; None."""
+    groups = CRASH_REPORTS.get(language, CRASH_REPORTS["c"])
+    for group in groups:
+        found: list[bytes] = []
+        for pattern in group:
+            match = _search(paths, pattern)
+            if match is None:
+                break
+            found.append(match)
+        else:
+            return " / ".join(m.decode("utf-8", errors="replace") for m in found)
+    return None
+
+
+def _search(paths: list[Path], pattern: re.Pattern[bytes]) -> bytes | None:
+    for path in paths:
+        with path.open("rb") as f:
+            tail = b""
+            while chunk := f.read(_SCAN_CHUNK):
+                window = tail + chunk
+                if match := pattern.search(window):
+                    return match.group(0)[:200]
+                tail = window[-_SCAN_OVERLAP:]
+    return None
+
+
+class ChangeFailed(Exception):
+    """The tree of a check could not be made from the agent's change: the message says why."""
 
 
 class BencherError(Exception):
@@ -114,14 +176,15 @@ class Bencher:
     """
 
     def __init__(self, task: TaskFile, limits: Limits, results: Path, environ: dict[str, str],
-                 runner: User, tree_owner: User | None = None, task_dir: Path = Path(layout.TASK_DIR),
+                 runner: User, changes: Callable[[], Change], task_dir: Path = Path(layout.TASK_DIR),
                  runner_dir: Path = Path(layout.RUNNER_DIR), state_dir: Path = Path(layout.STATE_DIR),
                  repo: Path = Path(layout.REPO)) -> None:
         self.task = task
         self.limits = limits
         self.results = results
         self.runner = runner
-        self.tree_owner = tree_owner
+        # The agent's change now (a capture of its tree): what an agent's own check applies to the original.
+        self.changes = changes
         self.task_dir = task_dir
         self.runner_dir = runner_dir
         self.repo = repo
@@ -130,8 +193,10 @@ class Bencher:
         self.lock = threading.Lock()
         self.session: Path | None = None
         self.last_build: Path | None = None
-        # The graded build's tree, which the grading checks after it share; None once the hidden tests used it.
+        # The graded tree (`prepare_graded`), which the grading checks share; None once the hidden tests used it.
         self.graded_tree: Path | None = None
+        # The part of the agent's change grading applies, once grading is prepared.
+        self.graded_change: bytes | None = None
         self._sessions = 0
 
     # -- sessions and copies --------------------------------------------------
@@ -144,7 +209,7 @@ class Bencher:
     def _new_session(self) -> Path:
         clear_user(self.runner)
         for old in self.runner_dir.glob("session-*"):
-            shutil.rmtree(old, ignore_errors=True)
+            remove_tree(old)
         self._sessions += 1
         session = self.runner_dir / f"session-{self._sessions}-{secrets.token_hex(4)}"
         session.mkdir(mode=0o710)
@@ -152,7 +217,7 @@ class Bencher:
         for sub in ("home", "tmp"):
             (session / sub).mkdir(mode=0o700)
             os.chown(session / sub, self.runner.uid, self.runner.gid)
-        self.session, self.last_build, self.graded_tree = session, None, None
+        self.session, self.last_build, self.graded_tree, self.graded_change = session, None, None, None
         return session
 
     def _ensure_session(self) -> Path:
@@ -169,17 +234,20 @@ class Bencher:
             os.chown(path, 0, self.runner.gid)
         return path
 
-    def _copy(self, grading: bool, kind: str) -> Path:
-        """A copy of the tree owned by sse-runner, without any .git, at most `copy_limit` bytes of tar."""
-        tree = self.repo if grading else Path(self.task.source)
-        reader = None if grading else self.tree_owner
+    def _copy(self, kind: str) -> Path:
+        """A copy of the original tree owned by sse-runner, without any .git, at most `copy_limit` bytes of tar.
+
+        The original is root's (the tree as the case image made it, kept when the run started); its copy is
+        written by sse-runner, so nothing in it reaches beyond sse-runner's own reach.
+        """
+        tree = self.repo
         dst = self._fresh_dir(kind, self.runner, 0o755)
         # Errors go to unnamed files: an unread pipe could fill up and stall the copy.
         with tempfile.TemporaryFile() as pack_err, tempfile.TemporaryFile() as unpack_err:
             pack = subprocess.Popen(
                 ["tar", "-C", str(tree), "--exclude=.git", "--warning=no-file-changed", "-cf", "-", "."],
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=pack_err, cwd=NEUTRAL_CWD,
-                env={"PATH": ROOT_PATH, "LC_ALL": "C"}, **(reader.popen_kwargs() if reader else AsUser()),
+                env={"PATH": ROOT_PATH, "LC_ALL": "C"}, **AsUser(),
             )
             unpack = subprocess.Popen(
                 confined(["tar", "-C", str(dst), "--no-same-owner", "--no-same-permissions", "-xf", "-"],
@@ -208,7 +276,7 @@ class Bencher:
                 errors.seek(0)
                 problems += errors.read()[-4096:].decode(errors="replace")
         if over:
-            shutil.rmtree(dst, ignore_errors=True)
+            remove_tree(dst)
             raise BencherError(507, f"the source tree is larger than the copy limit of {self.limits.copy_limit} "
                                     "bytes (limit: copy size); remove large files from it")
         # GNU tar exits 1 when a file changed while it was read: the copy is still made.
@@ -219,39 +287,83 @@ class Bencher:
             raise BencherError(500, f"copying {tree} for the check failed: {problems.strip()[-500:]}")
         return dst
 
+    def _patched(self, kind: str, change: bytes) -> Path:
+        """A copy of the original with `change` applied as sse-runner. Raises ChangeFailed."""
+        tree = self._copy(kind)
+        if change.strip():
+            try:
+                with self._staged({"change.diff": change}) as stage:
+                    self._apply(stage / "change.diff", tree, binary=True)
+            except BencherError as exc:
+                remove_tree(tree)
+                raise ChangeFailed(exc.message) from None
+        return tree
+
+    def _agent_tree(self, kind: str) -> tuple[Path, str]:
+        """A check's tree for the agent: the original with the graded part of its change now, and a note of
+        what of its change was set aside. Raises ChangeFailed."""
+        from ssebench.runtime.capture import CaptureError
+
+        try:
+            change = self.changes()
+        except CaptureError as exc:
+            raise ChangeFailed(f"capturing your change failed: {exc}") from None
+        tree = self._patched(kind, change.graded)
+        return tree, set_aside_note(change.set_aside)
+
+    def prepare_graded(self, change: bytes) -> None:
+        """Make the graded tree: the original with the graded part of the change. Raises ChangeFailed when
+        the change does not apply."""
+        with self.lock:
+            self._ensure_session()
+            self.graded_change = change
+            self.graded_tree = self._patched("graded", change)
+
     @contextmanager
-    def _tree(self, grading: bool, kind: str, spend: bool = False) -> Iterator[Path]:
-        """Where a check runs: the graded build's tree when grading has one, else a fresh copy, removed after.
+    def _tree(self, grading: bool, kind: str, spend: bool = False) -> Iterator[tuple[Path, str]]:
+        """Where a check runs, and a note for its output: for grading, the graded tree (made again from the
+        graded change once the hidden tests spent it); for the agent, a fresh tree of its change now.
+        Removed after, but for the graded tree until it is spent. Raises ChangeFailed.
 
         `spend`: the check changes the tree for good (the hidden tests), so the tree is removed after it and
         nothing later runs there.
         """
-        shared = self.graded_tree if grading and self.graded_tree and self.graded_tree.is_dir() else None
-        tree = shared or self._copy(grading, kind)
+        if grading:
+            if self.graded_change is None:
+                raise BencherError(409, "grading was not prepared: POST /prepare_grading first")
+            shared = self.graded_tree if self.graded_tree and self.graded_tree.is_dir() else None
+            tree, note = shared or self._patched(kind, self.graded_change), ""
+        else:
+            shared = None
+            tree, note = self._agent_tree(kind)
         try:
-            yield tree
+            yield tree, note
         finally:
             if shared is None or spend:
-                shutil.rmtree(tree, ignore_errors=True)
+                remove_tree(tree)
                 if shared is not None:
                     self.graded_tree = self.last_build = None
 
     @contextmanager
-    def _staged(self, files: dict[str, Path]) -> Iterator[Path]:
-        """Hidden files for one check, in a root-made directory beside the copies, readable by the runner."""
+    def _staged(self, files: dict[str, Path | bytes]) -> Iterator[Path]:
+        """Files for one check (hidden ones, the agent's change), in a root-made directory beside the copies,
+        readable by the runner; a file of the task's keeps its execute bit, bytes are data."""
         stage = self._fresh_dir("stage", None, 0o750)
         try:
             fd = os.open(stage, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
             try:
                 for name, src in files.items():
-                    mode = 0o750 if os.access(src, os.X_OK) else 0o640
-                    create_exclusive(fd, name, src.read_bytes(), mode)
+                    if isinstance(src, bytes):
+                        data, mode = src, 0o640
+                    else:
+                        data, mode = src.read_bytes(), 0o750 if os.access(src, os.X_OK) else 0o640
+                    create_exclusive(fd, name, data, mode)
                     os.chown(name, 0, self.runner.gid, dir_fd=fd, follow_symlinks=False)
             finally:
                 os.close(fd)
             yield stage
         finally:
-            shutil.rmtree(stage, ignore_errors=True)
+            remove_tree(stage)
 
     # -- running ----------------------------------------------------------------
 
@@ -267,7 +379,10 @@ class Bencher:
         )
         return env
 
-    def _run(self, label: str, argv: list[str], cwd: Path) -> ScriptResult:
+    def _run(self, label: str, argv: list[str], cwd: Path, *, note: str = "",
+             reports: bool = False) -> ScriptResult:
+        """Run one script as sse-runner in `cwd`; `note` goes at the head of its stderr; with `reports`, a
+        crash report in its output (`crash_report`) fails it whatever its exit status."""
         self.scratch.mkdir(mode=0o700, parents=True, exist_ok=True)
         stamp = f"{time.time_ns() // 1_000_000}-{secrets.token_hex(2)}"
         out_path, err_path = self.scratch / f"{stamp}.out", self.scratch / f"{stamp}.err"
@@ -288,12 +403,17 @@ class Bencher:
                 # Whatever the script started, in its group or not, ends here.
                 kill_user(self.runner)
         duration = time.monotonic() - started
+        reported = crash_report([out_path, err_path], self.task.language) if reports else None
         stdout = read_tail(out_path, self.limits.output_cap)
-        stderr = read_tail(err_path, self.limits.output_cap)
+        stderr = note + read_tail(err_path, self.limits.output_cap)
         out_path.unlink()
         err_path.unlink()
         if timed_out:
             stderr += f"\n[ssebench: {label} killed after its time limit of {self.limits.script_timeout:.0f} s]\n"
+        if reported is not None and code == 0:
+            code = CRASH_REPORTED
+            stderr += (f"\n[ssebench: the output holds a crash report ({reported}): the PoC still reproduces, "
+                       "whatever the exit status]\n")
         self._log(stamp, label, argv, cwd, code, duration, stdout, stderr)
         return ScriptResult(code=code, stdout=stdout, stderr=stderr)
 
@@ -322,8 +442,18 @@ class Bencher:
     def build(self, grading: bool = False, guard: Guard = _no_guard) -> ScriptResult:
         script = self._script("build", self.task.build_script)
         with self._turn(guard):
-            copy = self._copy(grading, "build")
-            result = self._run("build", ["bash", str(script)], copy)
+            if grading:
+                if self.graded_change is None:
+                    raise BencherError(409, "grading was not prepared: POST /prepare_grading first")
+                copy = self.graded_tree if self.graded_tree and self.graded_tree.is_dir() else \
+                    self._patched("graded", self.graded_change)
+                note = ""
+            else:
+                try:
+                    copy, note = self._agent_tree("build")
+                except ChangeFailed as exc:
+                    return _no_tree(str(exc))
+            result = self._run("build", ["bash", str(script)], copy, note=note)
             self.last_build = copy
             self.graded_tree = copy if grading else None
             return result
@@ -344,33 +474,45 @@ class Bencher:
             if build is None or not build.exists():
                 return ScriptResult(code=NO_BUILD, stdout="", stderr="no build yet: run the build first")
             with self._staged({"run.sh": script, name: self.task_dir / entry}) as stage:
-                return self._run("run_poc", ["bash", str(stage / "run.sh"), str(stage / name)], build)
+                return self._run("run_poc", ["bash", str(stage / "run.sh"), str(stage / name)], build,
+                                 reports=True)
 
     def function_test(self, grading: bool = False, guard: Guard = _no_guard) -> ScriptResult:
         script = self._script("test", self.task.test_script)
-        with self._turn(guard), self._tree(grading, "test") as tree:
-            return self._run("function_test", ["bash", str(script)], tree)
+        with self._turn(guard):
+            try:
+                with self._tree(grading, "test") as (tree, note):
+                    return self._run("function_test", ["bash", str(script)], tree, note=note)
+            except ChangeFailed as exc:
+                return _no_tree(str(exc))
 
     def intent_test(self, grading: bool = False, guard: Guard = _no_guard) -> ScriptResult:
         script = self._script("test", self.task.test_script)
         if self.task.future_test is None:
             raise BencherError(404, "this task has no hidden tests")
-        with self._turn(guard), self._tree(grading, "intent", spend=True) as tree:
-            with self._staged({"hidden.diff": self.task_dir / self.task.future_test}) as stage:
-                self._apply(stage / "hidden.diff", tree)
-            return self._run("intent_test", ["bash", str(script)], tree)
+        with self._turn(guard):
+            try:
+                with self._tree(grading, "intent", spend=True) as (tree, note):
+                    with self._staged({"hidden.diff": self.task_dir / self.task.future_test}) as stage:
+                        self._apply(stage / "hidden.diff", tree)
+                    return self._run("intent_test", ["bash", str(script)], tree, note=note)
+            except ChangeFailed as exc:
+                return _no_tree(str(exc))
 
-    def _apply(self, diff: Path, tree: Path) -> None:
+    def _apply(self, diff: Path, tree: Path, *, binary: bool = False) -> None:
         """Apply `diff` to `tree` as sse-runner, as a plain patch: never through a repository of the tree's.
 
-        Code of the agent's ran in the graded tree before this and could leave a `.git` there whose
-        configuration runs a filter on every file; so git starts in the session directory (root's, where
-        nobody else can make a `.git`), looks no higher (git ignores a ceiling that is its working directory,
-        so the ceiling is the session's parent) and reaches the tree by `--directory`.
-        Whatever goes wrong is a failed apply, which fails the intent test: never an ungraded error.
+        Code of the agent's ran in the graded tree before the hidden tests and could leave a `.git` there
+        whose configuration runs a filter on every file; so git starts in the session directory (root's,
+        where nobody else can make a `.git`), looks no higher (git ignores a ceiling that is its working
+        directory, so the ceiling is the session's parent) and reaches the tree by `--directory`.
+        Whatever goes wrong raises BencherError `git apply failed: ...`, which grading counts as the
+        patch's failure (the hidden tests' intent test fails; the agent's change does not apply), never as
+        an ungraded error.
         """
         session = self._ensure_session()
-        argv = git.argv("apply", "-p1", "--whitespace=nowarn", f"--directory={tree.relative_to(session)}", str(diff))
+        argv = git.argv("apply", "-p1", "--whitespace=nowarn", *(["--binary"] if binary else []),
+                        f"--directory={tree.relative_to(session)}", str(diff))
         try:
             applied = subprocess.run(
                 confined(argv, self.limits.file_size), cwd=session, capture_output=True, check=False,
@@ -384,3 +526,16 @@ class Bencher:
         if applied.returncode != 0:
             raise BencherError(500, "git apply failed: "
                                     + applied.stderr.decode("utf-8", errors="replace").strip()[-2000:])
+
+
+def set_aside_note(paths: tuple[str, ...] | list[str], shown: int = 10) -> str:
+    """What a check says of the changes it set aside (files outside the code under repair); "" for none."""
+    if not paths:
+        return ""
+    named = ", ".join(paths[:shown]) + (f" and {len(paths) - shown} more" if len(paths) > shown else "")
+    return (f"[ssebench: set aside, as grading sets them aside: your changes to {len(paths)} file(s) outside "
+            f"the code under repair (build files, tests, harnesses, data): {named}]\n")
+
+
+def _no_tree(message: str) -> ScriptResult:
+    return ScriptResult(code=NO_TREE, stdout="", stderr=f"[ssebench: no tree to check: {message}]\n")

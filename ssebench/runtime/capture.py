@@ -12,6 +12,11 @@ for the diff.
 
 A change larger than the patch limit fails the capture with a message that
 names the limit; the objects git writes are under the same file-size limit.
+
+`change()` also gives the part of the change grading applies (the code
+under repair, `ssebench.runtime.protection`), selected by git with the
+protection's pathspecs from the same staging, and the changed paths it sets
+aside.
 """
 
 from __future__ import annotations
@@ -26,9 +31,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ssebench.runtime import git
+from ssebench.runtime.files import remove_tree
 from ssebench.runtime.process import User, confined
+
+if TYPE_CHECKING:  # the tool layer imports capture (make_base); the protection is only a run's
+    from ssebench.runtime.protection import Protection
 
 BASE_REPO = "base.git"
 BASE_INDEX = "base.index"
@@ -40,6 +50,21 @@ _STAT = ("-c", "core.checkStat=minimal", "-c", "core.trustctime=false")
 
 class CaptureError(Exception):
     """git failed while capturing, or the change is over a limit; the message says which."""
+
+
+# How a capture shows a change: binary-safe, every byte, no program of the repository's (external diff,
+# textconv), no renames (each path is its own entry, as the protection reads paths).
+_DIFF = ("diff", "--cached", "--binary", "--full-index", "--no-ext-diff", "--no-textconv", "--no-color",
+         "--no-renames")
+
+
+@dataclass(frozen=True)
+class Change:
+    """The agent's change: all of it, the part grading applies, and the changed paths grading sets aside."""
+
+    patch: bytes
+    graded: bytes
+    set_aside: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -133,7 +158,7 @@ class Capture:
                 os.chown(path, self.owner.uid, self.owner.gid, follow_symlinks=False)
             yield scratch
         finally:
-            shutil.rmtree(scratch, ignore_errors=True)
+            remove_tree(scratch)  # model's, and may be as deep as model made it during the capture
 
     def _env(self, scratch: Path) -> dict[str, str]:
         return git.env(str(scratch), GIT_DIR=str(self.repo), GIT_WORK_TREE=str(self.source),
@@ -198,8 +223,25 @@ class Capture:
         """Every change against the initial commit, as a binary-safe unified diff, byte for byte."""
         with self._scratch() as scratch:
             base = self._stage_all(scratch)
-            return self._git(scratch, "diff", "--cached", "--binary", "--full-index", "--no-ext-diff",
-                             "--no-textconv", "--no-color", "--no-renames", base)
+            return self._git(scratch, *_DIFF, base)
+
+    def change(self, protection: Protection) -> Change:
+        """The whole change, and the part of it grading applies (each pathspec set of `protection` selects
+        paths apart from the others, so their diffs join into one patch)."""
+        with self._scratch() as scratch:
+            base = self._stage_all(scratch)
+            patch = self._git(scratch, *_DIFF, base)
+            changed = self._names(scratch, base)
+            parts, graded = [], set()
+            for pathspecs in protection.graded():
+                parts.append(self._git(scratch, *_DIFF, base, "--", *pathspecs))
+                graded |= self._names(scratch, base, pathspecs)
+        return Change(patch=patch, graded=b"".join(parts), set_aside=tuple(sorted(changed - graded)))
+
+    def _names(self, scratch: Path, base: str, pathspecs: list[str] | None = None) -> set[str]:
+        listed = self._git(scratch, "diff", "--cached", "--name-only", "--no-renames", "-z", base,
+                           *(["--", *pathspecs] if pathspecs else []))
+        return {name for name in _text(listed).split("\0") if name}
 
     def diff(self) -> str:
         """The patch, for reading (bytes that are not UTF-8 shown as replacement characters)."""

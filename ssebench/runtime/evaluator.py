@@ -77,6 +77,24 @@ def grade_with_limit(limit: float, results: Path | None = None) -> tuple[dict[st
     return outcome["result"], False
 
 
+# The most paths a signal names (the count says how many there were).
+SIGNAL_PATHS = 200
+
+
+def grading_signals() -> dict[str, Any]:
+    """What grading noticed of the change beyond the checks, under result.json's `signals`: the changed files
+    it set aside (outside the code under repair: build files, tests, harnesses). Read from the daemon's
+    (kept) preparation of grading; empty when grading was never prepared."""
+    from sse import daemon
+
+    try:
+        prepared = daemon._default().prepare_grading()
+    except Exception:  # the grade stands without its signals
+        return {}
+    set_aside = [str(path) for path in prepared.get("set_aside") or []]
+    return {"protected_files": set_aside[:SIGNAL_PATHS], "protected_files_count": len(set_aside)}
+
+
 def agent_figures(stream: IO[bytes]) -> dict[str, str] | None:
     """The agent phase's figures (AGENT_DURATION, AGENT_EXIT_STATUS, SSE_METRIC_AGENT_TIMEOUT), one JSON
     line the entrypoint writes once the phase is over; None when it closes the pipe with nothing (no
@@ -105,7 +123,9 @@ def main() -> int:
         print("ssebench-evaluator: not graded (the entrypoint gave no agent figures)", file=sys.stderr)
         return 0
     patch_result, timed_out = grade_with_limit(settings.grading_timeout, Path(settings.results))
-    result = {"patch_result": patch_result, "runtime_result": runtime_result(figures, timed_out)}
+    signals = grading_signals() if not timed_out else {}
+    result = {"patch_result": patch_result, "runtime_result": runtime_result(figures, timed_out),
+              "signals": signals}
     path = write_atomic(Path(settings.results), "result.json", json.dumps(result, indent=2) + "\n")
     print(f"ssebench-evaluator: {patch_result['status']}"
           + (f": {patch_result['error_msg']}" if patch_result.get("error_msg") else "") + f" ({path})",

@@ -10,13 +10,45 @@ a renamed directory leads it nowhere.
 
 from __future__ import annotations
 
+import logging
 import os
 import stat
+import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ssebench.runtime.process import NEUTRAL_CWD, ROOT_PATH
+
 _NOFOLLOW = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+REMOVE_TIMEOUT = 600.0
+
+log = logging.getLogger("ssebench.runtime.files")
+
+
+def remove_tree(path: Path | str, timeout: float = REMOVE_TIMEOUT) -> bool:
+    """Remove a tree another user may have filled (any depth, any names, links never followed); whether it is
+    gone. Never raises: a tree left behind is logged, and changes no outcome.
+
+    The tree may be deeper than Python's recursion (shutil.rmtree recurses, and a directory 1,100 levels deep
+    raised RecursionError, which no `ignore_errors` catches). GNU rm walks iteratively, through directory
+    descriptors, never following a link and never leaving the file system; a time limit bounds a tree of
+    millions of entries.
+    """
+    if not os.path.lexists(path):
+        return True
+    try:
+        done = subprocess.run(["rm", "-rf", "--one-file-system", "--", str(path)], cwd=NEUTRAL_CWD,
+                              env={"PATH": ROOT_PATH, "LC_ALL": "C"}, stdin=subprocess.DEVNULL,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        log.warning("removing %s failed: %s", path, exc)
+        return False
+    if done.returncode != 0 or os.path.lexists(path):
+        log.warning("removing %s failed (rm exit %d): %s", path, done.returncode,
+                    done.stderr.decode(errors="replace").strip()[-500:])
+        return False
+    return True
 
 
 def write_atomic(directory: Path, name: str, data: str | bytes, mode: int = 0o644) -> Path:
@@ -119,13 +151,32 @@ def _kind(mode: int) -> str:
     return "special file"
 
 
-def prune_tree(root: Path, *, file_cap: int, total_cap: int, max_entries: int = 100_000) -> Pruned:
+def remove_at(dir_fd: int, name: str, timeout: float = REMOVE_TIMEOUT) -> bool:
+    """Remove `name` (a tree, any depth) in an open directory, as `remove_tree` does: the directory is reached
+    through its descriptor (rm inherits it), never through a path another user could change."""
+    try:
+        done = subprocess.run(["rm", "-rf", "--one-file-system", "--", f"/proc/self/fd/{dir_fd}/{name}"],
+                              cwd=NEUTRAL_CWD, env={"PATH": ROOT_PATH, "LC_ALL": "C"}, pass_fds=(dir_fd,),
+                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        log.warning("removing %s failed: %s", name, exc)
+        return False
+    if done.returncode != 0:
+        log.warning("removing %s failed (rm exit %d): %s", name, done.returncode,
+                    done.stderr.decode(errors="replace").strip()[-500:])
+        return False
+    return True
+
+
+def prune_tree(root: Path, *, file_cap: int, total_cap: int, max_entries: int = 100_000,
+               max_depth: int = 64) -> Pruned:
     """Leave only regular files (each at most `file_cap` bytes, `total_cap` in all) and directories.
 
-    Walks through directory descriptors without following links; removes
-    links, fifos, sockets and devices, files with several names, files over
-    the caps, and anything beyond `max_entries`. Call it only when no process
-    of the tree's owner runs any more.
+    Walks through directory descriptors without following links, iteratively (one descriptor per level,
+    at most `max_depth` levels: a directory deeper than that goes whole); removes links, fifos, sockets
+    and devices, files with several names, files over the caps, and anything beyond `max_entries`. Call it
+    only when no process of the tree's owner runs any more.
     """
     pruned = Pruned()
     seen = 0
@@ -139,17 +190,33 @@ def prune_tree(root: Path, *, file_cap: int, total_cap: int, max_entries: int = 
         if size is not None:
             entry["size"] = size
         pruned.dropped.append(entry)
-        try:
-            if is_dir:
-                _remove_dir(dir_fd, name)
-            else:
+        if is_dir:
+            remove_at(dir_fd, name)
+        else:
+            try:
                 os.unlink(name, dir_fd=dir_fd)
-        except OSError:
-            pass
+            except OSError:
+                pass
 
-    def walk(dir_fd: int, prefix: str) -> None:
-        nonlocal seen
-        for name in sorted(os.listdir(dir_fd)):
+    # One frame per open directory: its descriptor, its path, and the names left to look at.
+    stack: list[tuple[int, str, list[str]]] = []
+
+    def enter(fd: int, prefix: str) -> None:
+        try:
+            names = sorted(os.listdir(fd), reverse=True)
+        except OSError:
+            names = []
+        stack.append((fd, prefix, names))
+
+    enter(top, "")
+    try:
+        while stack:
+            dir_fd, prefix, names = stack[-1]
+            if not names:
+                stack.pop()
+                os.close(dir_fd)
+                continue
+            name = names.pop()
             relative = f"{prefix}{name}"
             try:
                 info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
@@ -160,16 +227,14 @@ def prune_tree(root: Path, *, file_cap: int, total_cap: int, max_entries: int = 
             if seen > max_entries:
                 drop(dir_fd, relative, name, "directory" if is_dir else "file", f"more than {max_entries} entries",
                      None, is_dir)
-                continue
-            if is_dir:
+            elif is_dir and len(stack) >= max_depth:
+                drop(dir_fd, relative, name, "directory", f"deeper than {max_depth} levels", None, True)
+            elif is_dir:
                 try:
                     child = os.open(name, os.O_RDONLY | os.O_DIRECTORY | _NOFOLLOW, dir_fd=dir_fd)
                 except OSError:
                     continue
-                try:
-                    walk(child, relative + "/")
-                finally:
-                    os.close(child)
+                enter(child, relative + "/")
             elif not stat.S_ISREG(info.st_mode):
                 drop(dir_fd, relative, name, _kind(info.st_mode), "not a regular file", None, False)
             elif info.st_nlink != 1:
@@ -183,23 +248,7 @@ def prune_tree(root: Path, *, file_cap: int, total_cap: int, max_entries: int = 
             else:
                 pruned.kept_bytes += info.st_size
                 pruned.kept_files += 1
-
-    try:
-        walk(top, "")
     finally:
-        os.close(top)
+        for dir_fd, _, _ in stack:
+            os.close(dir_fd)
     return pruned
-
-
-def _remove_dir(parent_fd: int, name: str) -> None:
-    fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | _NOFOLLOW, dir_fd=parent_fd)
-    try:
-        for child in os.listdir(fd):
-            info = os.stat(child, dir_fd=fd, follow_symlinks=False)
-            if stat.S_ISDIR(info.st_mode):
-                _remove_dir(fd, child)
-            else:
-                os.unlink(child, dir_fd=fd)
-    finally:
-        os.close(fd)
-    os.rmdir(name, dir_fd=parent_fd)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import threading
 from collections.abc import Callable
 from dataclasses import asdict
@@ -26,11 +25,10 @@ from typing import Any, Protocol
 
 from sse.helper import ScriptResult
 
-from ssebench.runtime import git
-from ssebench.runtime.bencher import BencherError, Guard
-from ssebench.runtime.capture import CaptureError, FileChange
+from ssebench.runtime.bencher import BencherError, ChangeFailed, Guard, set_aside_note
+from ssebench.runtime.capture import Change, CaptureError, FileChange
 from ssebench.runtime.files import read_no_follow, write_atomic
-from ssebench.runtime.process import confined
+from ssebench.runtime.protection import Protection
 from ssebench.runtime.settings import RuntimeSettings
 from ssebench.runtime.taskfile import TaskFile
 
@@ -40,6 +38,7 @@ PHASE_OVER = "the agent phase is over: tools are closed on this listener"
 
 class BencherLike(Protocol):
     def new_session(self) -> Path: ...
+    def prepare_graded(self, change: bytes) -> None: ...
     def build(self, grading: bool = False, guard: Guard = ...) -> ScriptResult: ...
     def run_poc(self, poc: str, guard: Guard = ...) -> ScriptResult: ...
     def function_test(self, grading: bool = False, guard: Guard = ...) -> ScriptResult: ...
@@ -53,6 +52,7 @@ class BashLike(Protocol):
 
 class CaptureLike(Protocol):
     def patch(self) -> bytes: ...
+    def change(self, protection: Protection) -> Change: ...
     def diff(self) -> str: ...
     def files(self) -> list[FileChange]: ...
     def commits_log(self, limit: int = 500) -> str: ...
@@ -61,12 +61,11 @@ class CaptureLike(Protocol):
 class TaskService:
     """The daemon's state and actions for one task container."""
 
-    def __init__(self, task: TaskFile, *, task_dir: Path, repo: Path, results: Path, archive: Path,
+    def __init__(self, task: TaskFile, *, task_dir: Path, results: Path, archive: Path,
                  bencher: BencherLike, bash: BashLike, capture: CaptureLike,
                  end_agent: Callable[[], object], version: str, file_size: int | None = None) -> None:
         self.task = task
         self.task_dir = task_dir
-        self.repo = repo
         self.results = results
         self.archive = archive
         self.bencher = bencher
@@ -75,6 +74,7 @@ class TaskService:
         self.end_agent = end_agent
         self.version = version
         self.file_size = file_size
+        self.protection = task.protection()
         self.agent_running = True
         self.prepared: dict[str, Any] | None = None
         self._grading = threading.Lock()
@@ -180,7 +180,7 @@ class TaskService:
         self.agent_running = False
         self.bencher.new_session()
         try:
-            diff = self.capture.patch()
+            change = self.capture.change(self.protection)
             changes = [asdict(change) for change in self.capture.files()]
             commits = self.capture.commits_log()
         except CaptureError as exc:
@@ -188,25 +188,25 @@ class TaskService:
             # cannot read, a change over the patch limit), that is its
             # failure, not the harness's. An "error" would drop the run.
             write_atomic(self.results, "final.patch", "")
-            return {"applied": False, "files": 0, "reason": "Patch capture failed", "log": str(exc), "changes": []}
+            return {"applied": False, "files": 0, "reason": "Patch capture failed", "log": str(exc), "changes": [],
+                    "set_aside": []}
         finally:
             self.end_agent()  # whatever the capture ran as model is gone before grading starts
-        write_atomic(self.results, "final.patch", diff)
+        write_atomic(self.results, "final.patch", change.patch)
+        write_atomic(self.results, "graded.patch", change.graded)
         write_atomic(self.results, "commits.log", commits)
-        if not diff.strip():
-            return {"applied": True, "files": 0, "log": "the agent changed nothing", "changes": []}
-        applied = subprocess.run(
-            confined(git.argv("apply", "--binary", "--whitespace=nowarn", "-p1", str(self.results / "final.patch")),
-                     self.file_size),
-            cwd=self.repo, capture_output=True, check=False, timeout=600,
-            env=git.env("/nonexistent", GIT_CEILING_DIRECTORIES=str(self.repo.parent)),
-        )
-        return {
-            "applied": applied.returncode == 0,
-            "files": len(changes),
-            "log": (applied.stdout + applied.stderr).decode("utf-8", errors="replace").strip()[-4000:],
-            "changes": changes,
-        }
+        prepared: dict[str, Any] = {"applied": True, "files": len(changes), "changes": changes,
+                                    "set_aside": list(change.set_aside)}
+        if not change.patch.strip():
+            prepared["log"] = "the agent changed nothing"
+        elif change.set_aside:
+            prepared["log"] = set_aside_note(change.set_aside).strip()
+        try:
+            # The original with the graded part of the change, applied as sse-runner: what every check grades.
+            self.bencher.prepare_graded(change.graded)
+        except ChangeFailed as exc:
+            return {**prepared, "applied": False, "log": str(exc)[-4000:]}
+        return prepared
 
     def reference_patch(self) -> str:
         return self._text(self.task.patch) or ""
@@ -237,11 +237,12 @@ def container_service(settings: RuntimeSettings) -> TaskService:
     environ = dict(os.environ)
     limits = Limits(settings.script_timeout, settings.output_cap, copy_limit=settings.copy_limit,
                     file_size=settings.file_size)
-    bencher = Bencher(task, limits, results, environ, runner, tree_owner=model)
-    bencher.new_session()
     capture = Capture(Path(task.source), Path(layout.CAPTURE_DIR), model, patch_limit=settings.patch_limit,
                       time_limit=settings.capture_timeout)
     capture.prepare()
+    protection = task.protection()
+    bencher = Bencher(task, limits, results, environ, runner, changes=lambda: capture.change(protection))
+    bencher.new_session()
     shell_env = {k: v for k, v in environ.items() if k not in ("SSE_ADMIN_SOCKET", "SSE_RESULTS")}
     shell_env.update(HOME=model.home, USER=model.name, LOGNAME=model.name, SHELL="/bin/bash")
     bash = BashTool(model, Path(task.source), shell_env, settings.bash_timeout, settings.output_cap,
@@ -252,7 +253,7 @@ def container_service(settings: RuntimeSettings) -> TaskService:
         clear_user(runner)
 
     return TaskService(
-        task, task_dir=Path(layout.TASK_DIR), repo=Path(layout.REPO), results=results,
+        task, task_dir=Path(layout.TASK_DIR), results=results,
         archive=Path(settings.archive), bencher=bencher, bash=bash, capture=capture,
         end_agent=end_agent, version=__version__, file_size=settings.file_size,
     )

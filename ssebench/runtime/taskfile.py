@@ -8,9 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
+
+if TYPE_CHECKING:  # the tool layer imports this module; the protection is a run's, not the image's
+    from ssebench.runtime.protection import Protection
 
 
 def _text(value: Any) -> str | None:
@@ -40,6 +43,15 @@ class TaskFile:
     patch: str | None = None
     poc: list[str] = field(default_factory=list)
     future_test: str | None = None
+    # Paths grading takes from the original beyond the language's defaults, and those the fix may change
+    # (`ssebench.runtime.protection`).
+    protected_files: list[str] = field(default_factory=list)
+    fix_may_change: list[str] = field(default_factory=list)
+
+    def protection(self) -> Protection:
+        from ssebench.runtime.protection import Protection
+
+        return Protection.of(self.language, self.protected_files, self.fix_may_change)
 
     def secret_paths(self) -> list[str]:
         """Paths under /ssebench that only root may read."""
@@ -65,6 +77,8 @@ def parse_taskfile(data: dict[str, Any]) -> TaskFile:
         patch=_text(files.get("patch")),
         poc=_paths(files.get("poc")),
         future_test=_text(files.get("future_test")),
+        protected_files=_paths(data.get("protected_files")),
+        fix_may_change=_paths(data.get("fix_may_change")),
     )
 
 

@@ -61,7 +61,7 @@ def test_reference_passes_and_dummy_fails_on_the_poc(pytester: pytest.Pytester, 
     assert len(summaries) == 6
     for summary in summaries:
         task = summary["task"]
-        assert task["dataset_version"] == "pilot-v1" and any(a in task["id"] for a in task["advisories"]), task
+        assert task["dataset_version"] == "pilot-v1.1" and any(a in task["id"] for a in task["advisories"]), task
         assert summary["grade"] == ("passed" if summary["config"]["agent"] == "reference" else "failed")
     text = rendered_text(pytester.path / "report.html")
     for shown in ("CVE-2023-43641, GHSA-5982-x7hv-r9cj · libcue", "CVE-2020-26160 · jwt-go", "CVE-2026-25727, RUSTSEC-2026-0009 · time"):

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import textwrap
 import uuid
 from collections.abc import Iterator
@@ -41,6 +42,17 @@ PYTHON = "/opt/ssebench/venv/bin/python"
 LEVELS = [0, 2, 4]
 MODES = ["sandbox", "sidecar"]
 SLEEP = ["sleep", "3600"]
+# Ends the held agent (model's `sleep`), as its own exit would.
+KILL_SLEEP = """
+import os, signal
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        mine = os.stat(f"/proc/{pid}").st_uid == 1000
+        if mine and open(f"/proc/{pid}/comm").read().strip() == "sleep":
+            os.kill(int(pid), signal.SIGKILL)
+    except OSError:
+        pass
+"""
 
 
 @dataclass
@@ -115,7 +127,8 @@ class HeldRun:
 
     def finish(self, timeout: float = 600) -> dict[str, Any]:
         """End the agent as its own exit would, wait for grading, and copy the run's files out."""
-        self.sh("root", "pkill -KILL -u model -x sleep || true")
+        # Not pkill: only the C base image has procps.
+        self.sh("root", f"{PYTHON} -I -c {shlex.quote(KILL_SLEEP)}")
         status = self.live.wait(timeout)
         self.summary["exit_code"] = status
         self.summary["files"] = collect(self.live.handle, self.run_dir)

@@ -17,8 +17,9 @@ from sse.helper import ScriptResult
 
 from ssebench.runtime.bash import ToolClosed
 from ssebench.runtime.bencher import BencherError
-from ssebench.runtime.capture import FileChange
+from ssebench.runtime.capture import Change, FileChange
 from ssebench.runtime.daemon import ADMIN, AGENT, HTTP, MAX_LEVEL, create_app, listener_app
+from ssebench.runtime.protection import Protection
 from ssebench.runtime.service import TaskService
 from ssebench.runtime.settings import SettingsError, load_settings
 from ssebench.runtime.taskfile import parse_taskfile
@@ -35,6 +36,9 @@ class FakeBencher:
     def new_session(self) -> Path:
         self.calls.append(("new_session", None))
         return Path("/nowhere")
+
+    def prepare_graded(self, change: bytes) -> None:
+        self.calls.append(("prepare_graded", change))
 
     def _ran(self, name: str, arg: Any) -> ScriptResult:
         self.calls.append((name, arg))
@@ -74,6 +78,10 @@ class FakeCapture:
     def patch(self) -> bytes:
         return b""
 
+    def change(self, protection: Protection) -> Change:
+        patch = self.patch()
+        return Change(patch=patch, graded=patch, set_aside=())
+
     def diff(self) -> str:
         return ""
 
@@ -101,13 +109,13 @@ def service(tmp_path: Path) -> TaskService:
                             ("reports", "issue.md", "It crashes on long input.\n")]:
         (task_dir / sub).mkdir(parents=True, exist_ok=True)
         (task_dir / sub / name).write_text(text)
-    results, archive, repo = tmp_path / "results", tmp_path / "archive", tmp_path / "repo"
-    for d in (results, archive, repo):
+    results, archive = tmp_path / "results", tmp_path / "archive"
+    for d in (results, archive):
         d.mkdir()
     (results / "result.json").write_text(json.dumps({"patch_result": {"status": "failed"}}))
     (results / "final.patch").write_text("")
     (archive / "dialog.jsonl").write_text('{"seq": 0, "type": "init"}\n{"seq": 1, "type": "complete"}\n')
-    return TaskService(parse_taskfile(CONFIG), task_dir=task_dir, repo=repo, results=results, archive=archive,
+    return TaskService(parse_taskfile(CONFIG), task_dir=task_dir, results=results, archive=archive,
                        bencher=FakeBencher(), bash=FakeBash(), capture=FakeCapture(), end_agent=lambda: None,
                        version=VERSION)
 
