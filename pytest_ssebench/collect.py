@@ -19,7 +19,7 @@ import pytest
 from pytest_ssebench.report import identity, outcome
 from sse.grading import PatchResult
 from ssebench.errors import ConfigError, ConfigErrors
-from ssebench.logs import last_lines
+from ssebench.logs import for_terminal, last_lines
 from ssebench.result import read_safely
 from ssebench.run import RunConfig, RunRecord
 from ssebench.task import Task
@@ -51,7 +51,7 @@ class GradeFailed(Exception):
     """The run was graded `failed`."""
 
     def __init__(self, record: RunRecord) -> None:
-        super().__init__(record.patch_result.error_msg or "failed")
+        super().__init__(for_terminal(record.patch_result.error_msg or "failed"))
         self.record = record
 
 
@@ -66,7 +66,7 @@ def checks_line(patch: PatchResult) -> str:
 
 
 def failure_text(record: RunRecord) -> str:
-    """A sentence naming the first failed check, the checks, then the tail of its log."""
+    """A sentence naming the first failed check, the checks, then the tail of its log; for a terminal."""
     patch = record.patch_result
     message = patch.error_msg or "The run was graded failed."
     sentence = message
@@ -74,7 +74,8 @@ def failure_text(record: RunRecord) -> str:
         if message.startswith(prefix):
             sentence = template.format(rest=message[len(prefix):])
             break
-    log = last_lines(patch.error_log or "", LOG_LINES).splitlines()
+    # Written out before it is split, so that a carriage return shows as one, not as a line break.
+    log = last_lines(for_terminal(patch.error_log or ""), LOG_LINES).splitlines()
     lines = [sentence, f"Checks: {checks_line(patch)}."]
     if record.limits_hit:
         lines.append(f"Limits hit: {'; '.join(record.limits_hit)}.")
@@ -83,15 +84,16 @@ def failure_text(record: RunRecord) -> str:
     lines.append(f"Run directory: {record.run_dir}")
     if log:
         lines += ["", f"Last {len(log)} lines of its log:", *log]
-    return "\n".join(lines)
+    return for_terminal("\n".join(lines))
 
 
 def error_text(record: RunRecord) -> str:
+    """The infrastructure error, then the tail of the container's log; for a terminal."""
     lines = [f"Infrastructure error, not a grade: {record.infra_error}", f"Run directory: {record.run_dir}"]
     tail = read_safely(record.run_dir, "container.log", limit=8 * 1024)
     if tail:
-        lines += ["", "Last lines of the container's log:", *last_lines(tail, LOG_LINES).splitlines()]
-    return "\n".join(lines)
+        lines += ["", "Last lines of the container's log:", *last_lines(for_terminal(tail), LOG_LINES).splitlines()]
+    return for_terminal("\n".join(lines))
 
 
 class RunItem(pytest.Item):
@@ -159,5 +161,5 @@ class TaskDirectory(pytest.Directory):
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException]) -> Any:  # type: ignore[override]
         if isinstance(excinfo.value, self.CollectError):
-            return str(excinfo.value)
+            return for_terminal(str(excinfo.value))
         return super().repr_failure(excinfo)

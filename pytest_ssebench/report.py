@@ -18,6 +18,7 @@ import pytest
 from pytest_ssebench.transcript import render_transcript
 from sse.dialog import parse
 
+from ssebench.logs import for_terminal
 from ssebench.result import read_safely, recorded_status
 from ssebench.run import RunConfig, RunRecord
 
@@ -262,7 +263,7 @@ class ScoreTable:
         return table
 
     def lines(self) -> list[str]:
-        table = self.cells()
+        table = [tuple(for_terminal(cell) for cell in row) for row in self.cells()]
         widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
         return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table]
 

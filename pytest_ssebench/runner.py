@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ssebench.errors import SSEBenchError
+from ssebench.logs import for_terminal
 from ssebench.reaper import Session
 from ssebench.run import ModelLink, RunConfig, RunRecord, execute, finished_run
 from ssebench.settings import Settings
@@ -63,5 +64,5 @@ class Runner:
                 return record
             # Shown in the item's captured stderr; not a warning, which the
             # project's warnings-as-errors setting would turn into an error.
-            print(f"ssebench: attempt {attempt} of {attempts} hit an infrastructure error, retrying: "
-                  f"{record.infra_error}", file=sys.stderr)
+            print(for_terminal(f"ssebench: attempt {attempt} of {attempts} hit an infrastructure error, retrying: "
+                               f"{record.infra_error}"), file=sys.stderr)

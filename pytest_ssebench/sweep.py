@@ -31,6 +31,7 @@ from pytest_ssebench.schedule import DurationHooks, make_scheduler, read_history
 from ssebench.agent import Agent, load_agent
 from ssebench.dataset import TaskLoader, looks_like_task
 from ssebench.errors import ConfigError, ConfigErrors, SSEBenchError
+from ssebench.logs import for_terminal
 from ssebench.reaper import Session
 from ssebench.run import RunConfig, limits_for
 from ssebench.settings import Settings, get_settings
@@ -154,7 +155,7 @@ class Sweep:
             self.dispatch = RayDispatch(self.settings, self.session, self.options.results, self.options.ray_address,
                                         models=models, provider_env=env)
         except SSEBenchError as exc:
-            raise pytest.UsageError(str(exc)) from None
+            raise pytest.UsageError(for_terminal(str(exc))) from None
         self.runner.dispatch = self.dispatch
 
     @pytest.hookimpl(tryfirst=True)
@@ -258,7 +259,7 @@ class Sweep:
         try:
             reap_orphans()
         except SSEBenchError as exc:
-            print(f"ssebench: could not remove what dead sessions left: {exc}", file=sys.stderr)
+            print(for_terminal(f"ssebench: could not remove what dead sessions left: {exc}"), file=sys.stderr)
         if self.options.rebuild:
             self._rebuild()
         if self.options.dispatch == "ray" and not self.config.option.collectonly:
@@ -273,7 +274,7 @@ class Sweep:
         for agent in self.agents:
             outcome = build_images(self.settings, tasks, agent, modes=self.options.modes, force=True)
             for failure in outcome.failures.values():
-                print(f"ssebench: --rebuild: {str(failure).splitlines()[0]}", file=sys.stderr)
+                print(for_terminal(f"ssebench: --rebuild: {str(failure).splitlines()[0]}"), file=sys.stderr)
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if self.dispatch is not None:

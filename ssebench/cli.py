@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from ssebench.defaults import AGENT_TIMEOUT, EGRESS, MODES, parse_dispatch, parse_modes, parse_registry
 from ssebench.errors import ConfigError, ConfigErrors, SSEBenchError
+from ssebench.logs import for_terminal
 from ssebench.version import __version__
 
 if TYPE_CHECKING:
@@ -46,8 +47,8 @@ def cmd_tasks_list(args: argparse.Namespace) -> int:
     adv = max((len(", ".join(t.advisories())) for t in tasks), default=8)
     print(f"{'TASK':<{width}}  {'DATASET':<10} {'LANG':<5} {'PROJECT':<18} {'ADVISORY':<{adv}}  CHECKS")
     for t in tasks:
-        print(f"{t.id:<{width}}  {t.dataset:<10} {t.language:<5} {t.config.project:<18} "
-              f"{', '.join(t.advisories()) or '-':<{adv}}  {','.join(t.checks())}")
+        print(for_terminal(f"{t.id:<{width}}  {t.dataset:<10} {t.language:<5} {t.config.project:<18} "
+                           f"{', '.join(t.advisories()) or '-':<{adv}}  {','.join(t.checks())}"))
     print(f"{len(tasks)} task(s)")
     return 0
 
@@ -60,7 +61,7 @@ def cmd_dataset_validate(args: argparse.Namespace) -> int:
     except (ConfigError, ConfigErrors) as exc:
         problems = _problems(exc)
         for line in problems:
-            print(line)
+            print(for_terminal(line))
         print(f"{len(problems)} problem(s) found", file=sys.stderr)
         return 1
     print(f"{len(tasks)} task(s): config.yaml and files OK")
@@ -72,7 +73,8 @@ def cmd_dataset_validate(args: argparse.Namespace) -> int:
     outcome = build_images(get_settings(), tasks)
     for task_id, failure in outcome.failures.items():
         last = failure.tail.strip().splitlines()[-1] if failure.tail.strip() else "no output"
-        print(f"{task_id}: the {failure.layer} layer does not build: {last} (full log: {failure.log_path})")
+        print(for_terminal(f"{task_id}: the {failure.layer} layer does not build: {last} "
+                           f"(full log: {failure.log_path})"))
     if outcome.failures:
         print(f"{len(outcome.failures)} of {len(tasks)} task(s) do not build", file=sys.stderr)
         return 1
@@ -92,12 +94,12 @@ def cmd_dataset_verify(args: argparse.Namespace) -> int:
     version = ",".join(load_dataset_config(d).version for d in datasets) or None
     results = args.results.resolve()
     verdicts = verify(get_settings(), tasks, results, jobs=args.jobs,
-                      say=lambda m: print(m, file=sys.stderr, flush=True))
+                      say=lambda m: print(for_terminal(m), file=sys.stderr, flush=True))
     report = summary(verdicts, name, version, time.monotonic() - started)
     md, js = write_reports(report, results)
     for verdict in verdicts:
         for problem in verdict.problems:
-            print(f"INVALID {problem}")
+            print(for_terminal(f"INVALID {problem}"))
     valid = sum(v.valid for v in verdicts)
     print(f"{valid} of {len(verdicts)} task(s) valid in {report['seconds']:.0f} s; summary: {md} and {js}")
     return 0 if valid == len(verdicts) else 1
@@ -134,7 +136,7 @@ def cmd_images_build(args: argparse.Namespace) -> int:
         reused |= set(outcome.report.reused) | set(outcome.report.pulled)
         pushed |= set(outcome.report.pushed)
         for failure in outcome.failures.values():
-            print(f"error: {failure}", file=sys.stderr)
+            print(for_terminal(f"error: {failure}"), file=sys.stderr)
         failures += len(outcome.failures)
     elapsed = time.monotonic() - started
     if failures:
@@ -233,11 +235,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _report_run(record: RunRecord, require_pass: bool) -> int:
     patch = record.patch_result
     if record.infra_error:
-        print(f"grade: error ({record.infra_error})")
+        print(for_terminal(f"grade: error ({record.infra_error})"))
     else:
         detail = f" ({patch.error_msg})" if patch.error_msg else ""
-        print(f"grade: {record.grade}{detail}")
-    print(f"run directory: {record.run_dir}" + (f" (ran on {record.node})" if record.node else ""))
+        print(for_terminal(f"grade: {record.grade}{detail}"))
+    print(for_terminal(f"run directory: {record.run_dir}" + (f" (ran on {record.node})" if record.node else "")))
     if require_pass:
         return 0 if record.grade == "passed" else 1
     return 0 if record.infra_error is None else 1
@@ -252,7 +254,7 @@ def cmd_ps(args: argparse.Namespace) -> int:
     elif not runs:
         print("no runs in flight")
     else:
-        print("\n".join(as_rows(runs)))
+        print(for_terminal("\n".join(as_rows(runs))))
     return 0
 
 
@@ -376,10 +378,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args))
     except (ConfigError, ConfigErrors) as exc:
         for line in _problems(exc):
-            print(f"error: {line}", file=sys.stderr)
+            print(for_terminal(f"error: {line}"), file=sys.stderr)
         return 1
     except SSEBenchError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(for_terminal(f"error: {exc}"), file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import ipaddress
 import os
 import re
 import socket
@@ -42,6 +43,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from ssebench.archive import extract
 from ssebench.errors import SSEBenchError
@@ -69,6 +71,10 @@ RECORD_FIELDS = ("run_id", "started_at", "grade", "result", "infra_error", "exit
 # The form of `ssebench.result.new_run_id`'s ids: a node sends nothing else as one.
 RUN_ID = re.compile(r"[0-9]{8}T[0-9]{6}-d[0-4]-[a-z]+-[0-9a-f]{6}")
 RAY_HINT = "start one with `ray start --head` (docs/scale-out.md), or give --ray-address HOST:PORT"
+# The one node address at which Ray binds its servers (GCS, raylets, workers, agents) to loopback alone; at any
+# other, 127.0.1.1 (its fallback where the hostname names it, as on Debian) among them, they listen on every
+# interface (tests/raycluster.py starts both).
+RAY_LOOPBACK = "127.0.0.1"
 
 
 # -- on the node --------------------------------------------------------------------------------------
@@ -289,16 +295,80 @@ def lost_run(config: RunConfig, results: Path, session: Session, error: str) -> 
     return record
 
 
+def token_configured() -> bool:
+    """Whether this controller speaks Ray's token authentication (and so only to a cluster that has it)."""
+    return os.environ.get("RAY_AUTH_MODE") == "token"
+
+
 def check_cluster_access(address: str) -> None:
-    """Refuse a cluster that a run's container could command: one beyond loopback without Ray's token
-    authentication (a run's container reaches every address of its node, Ray's ports among them, and
-    Ray's workers hold the node's Docker engine)."""
+    """Refuse, before connecting, a cluster that a run's container could command: one beyond loopback
+    without Ray's token authentication (a run's container reaches every address of its node, Ray's ports
+    among them, and Ray's workers hold the node's Docker engine). A loopback address proves nothing yet:
+    Ray connects to the machine's outward address in its place; `beyond_loopback` judges what it reached."""
     host = address.rpartition(":")[0].strip("[]") if ":" in address else address
     loopback = host in ("localhost", "::1") or host.startswith("127.")
-    if not loopback and os.environ.get("RAY_AUTH_MODE") != "token":
+    if not loopback and not token_configured():
         raise SSEBenchError(f"--ray-address {address}: start the cluster with token authentication and export "
                             f"RAY_AUTH_MODE=token and its token here (docs/scale-out.md#security): a run's "
                             f"container can reach its node's addresses, Ray's ports among them")
+
+
+def listening(net: Path = Path("/proc/net")) -> list[tuple[str, int]] | None:
+    """The TCP sockets listening in this process's network namespace, as (address, port), from the kernel's
+    tables; None when they cannot be read (then nothing is known about them)."""
+    found: list[tuple[str, int]] = []
+    for name in ("tcp", "tcp6"):
+        try:
+            rows = (net / name).read_text(encoding="ascii").splitlines()[1:]
+        except OSError:
+            if name == "tcp":
+                return None
+            continue  # a kernel without IPv6 has no IPv6 sockets
+        for row in rows:
+            fields = row.split()
+            if len(fields) < 4 or fields[3] != "0A":  # TCP_LISTEN
+                continue
+            address, _, port = fields[1].partition(":")
+            # The kernel prints the address as 32-bit words in this machine's byte order.
+            packed = b"".join(int(address[i:i + 8], 16).to_bytes(4, sys.byteorder)
+                              for i in range(0, len(address), 8))
+            found.append((str(ipaddress.ip_address(packed)), int(port, 16)))
+    return found
+
+
+def _loopback(address: str) -> bool:
+    ip = ipaddress.ip_address(address)
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_loopback
+
+
+def beyond_loopback(gcs_address: str, nodes: list[dict[str, Any]], dashboard_url: str,
+                    listeners: list[tuple[str, int]] | None) -> list[str]:
+    """What of a connected cluster may answer beyond loopback, in words; empty only when nothing can.
+
+    The GCS the driver reached (Ray's rewrite of a loopback address shows here) and every node must be at
+    127.0.0.1, where Ray binds loopback alone. The whole cluster is then in this network namespace, so the
+    kernel's table of its listeners must show none of the cluster's ports (the GCS's, every node's, the
+    dashboard's, whose host is its own option) on another address.
+    """
+    found = []
+    host, _, port = gcs_address.rpartition(":")
+    if host.strip("[]") != RAY_LOOPBACK:
+        found.append(f"its GCS answered at {gcs_address}")
+    found += [f"node {str(node.get('NodeID'))[:8]} is at {node.get('NodeManagerAddress')}" for node in nodes
+              if node.get("NodeManagerAddress") != RAY_LOOPBACK]
+    if found:
+        return found
+    ports = {value for node in nodes for key, value in node.items()
+             if key.endswith("Port") and isinstance(value, int) and value > 0}
+    ports.add(int(port))
+    if dashboard_url:
+        ports.add(urlsplit(dashboard_url if "//" in dashboard_url else f"//{dashboard_url}").port or 0)
+    if listeners is None:
+        return ["this machine's listening sockets (/proc/net/tcp) cannot be read to show otherwise"]
+    return [f"port {number} listens on {address}" for address, number in sorted(set(listeners))
+            if number in ports and not _loopback(address)]
 
 
 def _first_line(exc: BaseException) -> str:
@@ -328,11 +398,14 @@ class RayDispatch:
         try:
             # Never a cluster of its own: ray.init without an address would start one on this machine's
             # addresses; connecting to a running one only.
-            ray.init(address=self.address, namespace="ssebench", log_to_driver=False, configure_logging=False)
+            context = ray.init(address=self.address, namespace="ssebench", log_to_driver=False,
+                               configure_logging=False)
         except (ConnectionError, RuntimeError, ValueError) as exc:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise SSEBenchError(f"--ray-address {self.address}: no Ray cluster answers ({first}); "
                                 f"{RAY_HINT}") from None
+        if not token_configured():
+            self._refuse_beyond_loopback(ray, context)
         self._ray = ray
         self._run: Any = ray.remote(run_on_node)
         self._reap = ray.remote(reap_node)
@@ -342,6 +415,21 @@ class RayDispatch:
         self.misfits: dict[int, str] = {}
         self.in_flight: Any = None  # the reference `run` is waiting on
         self._checked = time.monotonic()
+
+    def _refuse_beyond_loopback(self, ray: Any, context: Any) -> None:
+        """Disconnect and raise unless the cluster just reached is wholly on loopback (`beyond_loopback`)."""
+        try:
+            found = beyond_loopback(ray.get_runtime_context().gcs_address, ray.nodes(),
+                                    str(getattr(context, "dashboard_url", "") or ""), listening())
+        except Exception as exc:  # noqa: BLE001 - what cannot be read proves nothing
+            found = [f"the cluster could not be read ({type(exc).__name__}: {_first_line(exc)})"]
+        if found:
+            ray.shutdown()
+            raise SSEBenchError(
+                f"--ray-address {self.address}: without token authentication only a cluster wholly on loopback "
+                f"is taken, and this one is not ({'; '.join(found[:3])}): start it with token authentication and "
+                f"export RAY_AUTH_MODE=token and its token here, or run it and ssebench in a loopback-only "
+                f"network namespace with every node at {RAY_LOOPBACK} (docs/scale-out.md#security)")
 
     def _fits(self, config: RunConfig) -> str | None:
         cpus, memory = resources(config)

@@ -1,8 +1,30 @@
-"""Log tails for messages: the last lines of a text or of a log file, never the whole of it."""
+"""Log tails for messages, and text made safe for a terminal: never the whole of a log, never its controls."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+
+# What a terminal acts on instead of showing: the C0 controls but newline and tab (ESC starts every escape
+# sequence: titles, clearing, cursor moves, colours; a lone carriage return overwrites the line), DEL, the C1
+# controls (0x9b is an 8-bit CSI), the bidirectional marks, embeddings, overrides and isolates that reorder
+# what follows them on the screen, and lone surrogates, which no terminal encoding can write. A CR LF is a
+# line end, kept as one.
+_CONTROLS = re.compile("\r\n|[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def _written_out(match: re.Match[str]) -> str:
+    char = match.group()
+    if char == "\r\n":
+        return "\n"
+    return f"\\x{ord(char):02x}" if ord(char) <= 0xFF else f"\\u{ord(char):04x}"
+
+
+def for_terminal(text: str) -> str:
+    """`text` as a terminal may show it: what the terminal would act on written out as visible escapes
+    (`\\x1b`, `\\x0d`, `\\x9b`, `\\u202e`), everything else kept. Whatever an agent, a task's build, a
+    container or a node wrote passes here before a terminal shows it, as the HTML report escapes it."""
+    return _CONTROLS.sub(_written_out, text)
 
 
 def last_lines(text: str, lines: int) -> str:

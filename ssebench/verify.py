@@ -26,6 +26,7 @@ from ssebench.backend import DockerBackend
 from ssebench.build import build_images
 from ssebench.engine import client, docker_errors
 from ssebench.image import image_names
+from ssebench.logs import for_terminal
 from ssebench.reaper import SESSION, Session, reap_orphans, reap_session
 from ssebench.run import RunConfig, RunRecord, execute, limits_for
 from ssebench.settings import Settings
@@ -111,7 +112,7 @@ def visible_mentions(image: str, terms: list[str], session: Session) -> list[str
 
 
 def verify(settings: Settings, tasks: list[Task], results: Path, *, jobs: int = 1,
-           say: Callable[[str], None] = print) -> list[TaskVerdict]:
+           say: Callable[[str], None] = lambda message: print(for_terminal(message))) -> list[TaskVerdict]:
     """Build every image, run reference and dummy on every task, judge each run."""
     verdicts = {t.id: TaskVerdict(t) for t in tasks}
     agents = {name: load_agent(settings.agents_dir, name) for name in AGENTS}
@@ -174,6 +175,7 @@ def summary(verdicts: list[TaskVerdict], dataset: str, version: str | None, seco
 
 
 def markdown(report: dict[str, Any]) -> str:
+    """The summary as markdown, as often read with cat as rendered: what the runs said, written out."""
     lines = [f"# Verification of {report['dataset']} ({report['version']})", "",
              f"{report['verified_at']}, {report['seconds']:.0f} s: "
              f"{sum(r['valid'] for r in report['tasks'])} of {len(report['tasks'])} tasks valid.", "",
@@ -186,7 +188,7 @@ def markdown(report: dict[str, Any]) -> str:
     problems = [p for row in report["tasks"] for p in row["problems"]]
     if problems:
         lines += ["", "## Problems", ""] + [f"- {p}" for p in problems]
-    return "\n".join(lines) + "\n"
+    return for_terminal("\n".join(lines) + "\n")
 
 
 def write_reports(report: dict[str, Any], out: Path) -> tuple[Path, Path]:

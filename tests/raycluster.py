@@ -1,8 +1,9 @@
 """A Ray cluster of several nodes on this machine, for the scale-out tests; every listener on 127.0.0.1.
 
-`python -m tests.raycluster WORKERS` starts a head node (no CPUs: the
-driver's home, where no run is placed) and WORKERS worker nodes of 2 CPUs
-and 5 GiB each, prints one JSON line
+`python -m tests.raycluster WORKERS [NODE_IP]` starts a head node (no CPUs:
+the driver's home, where no run is placed) and WORKERS worker nodes of 2
+CPUs and 5 GiB each, every node at NODE_IP (127.0.0.1 unless given), prints
+one JSON line
 
     {"address": "127.0.0.1:PORT", "nodes": [{"id": ..., "raylet": PID}, ...]}
 
@@ -14,7 +15,9 @@ It is meant to run inside a network namespace that holds only loopback
 machine's outward address whenever it can find one, and would listen there.
 In such a namespace there is none, so nothing of the cluster can be reached
 from outside this machine. The Docker engine is reached through its Unix
-socket all the same.
+socket all the same. Any other NODE_IP (127.0.1.1, say) makes Ray listen on
+every interface: a cluster the controller must refuse without a token, and
+which only such a namespace makes safe to start.
 """
 
 from __future__ import annotations
@@ -26,8 +29,12 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
-NODE = {"node_ip_address": "127.0.0.1", "include_dashboard": False, "dashboard_host": "127.0.0.1"}
+
+def node_args(ip: str = "127.0.0.1") -> dict[str, Any]:
+    """What every node starts with: its address, and no dashboard."""
+    return {"node_ip_address": ip, "include_dashboard": False, "dashboard_host": "127.0.0.1"}
 
 
 def in_loopback_netns(name: str) -> list[str]:
@@ -47,14 +54,15 @@ def listeners() -> list[str]:
     return [line.split()[3] for line in out.splitlines()]
 
 
-def main(workers: int) -> None:
+def main(workers: int, node_ip: str = "127.0.0.1") -> None:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     from ray.cluster_utils import Cluster
 
     Path(tempfile.gettempdir(), "ray").mkdir(exist_ok=True)
     temp = tempfile.mkdtemp(prefix="sse-ray-")
-    cluster = Cluster(initialize_head=True, head_node_args={**NODE, "num_cpus": 0, "temp_dir": temp})
-    nodes = [cluster.add_node(**NODE, num_cpus=2, memory=5 << 30) for _ in range(workers)]
+    node = node_args(node_ip)
+    cluster = Cluster(initialize_head=True, head_node_args={**node, "num_cpus": 0, "temp_dir": temp})
+    nodes = [cluster.add_node(**node, num_cpus=2, memory=5 << 30) for _ in range(workers)]
 
     def raylet(node: object) -> int:
         return int(node.all_processes["raylet"][0].process.pid)  # type: ignore[attr-defined]
@@ -76,4 +84,4 @@ def main(workers: int) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 2)
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 2, *sys.argv[2:3])

@@ -4,13 +4,19 @@ test_scale_out.py runs a real one)."""
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import io
+import ipaddress
 import json
 import os
+import shutil
 import subprocess
+import sys
 import tarfile
+import types
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -240,3 +246,180 @@ def test_a_cluster_beyond_loopback_needs_token_authentication(address: str, refu
             check_cluster_access(address)
         monkeypatch.setenv("RAY_AUTH_MODE", "token")
     check_cluster_access(address)
+
+
+# -- a cluster without Ray's token: accepted only where every part of it is provably on loopback ------------
+
+
+class FakeRay(types.ModuleType):
+    """What RayDispatch reads of Ray, for a cluster described here: the GCS address the driver reached, the
+    nodes' addresses and ports, the dashboard's address. No cluster runs."""
+
+    def __init__(self, gcs: str, nodes: list[str], dashboard: str = "") -> None:
+        super().__init__("ray")
+        self.gcs, self.dashboard, self.connected = gcs, dashboard, False
+        self.node_table = [{"NodeID": f"{i:056x}", "Alive": True, "NodeManagerAddress": address,
+                            "NodeManagerPort": 40000 + i, "ObjectManagerPort": 41000 + i,
+                            "RuntimeEnvAgentPort": 42000 + i, "MetricsExportPort": -1}
+                           for i, address in enumerate(nodes)]
+
+    def init(self, address: str, **options: object) -> SimpleNamespace:
+        self.connected = True
+        return SimpleNamespace(dashboard_url=self.dashboard)
+
+    def nodes(self) -> list[dict[str, object]]:
+        return self.node_table
+
+    def get_runtime_context(self) -> SimpleNamespace:
+        return SimpleNamespace(gcs_address=self.gcs)
+
+    def shutdown(self) -> None:
+        self.connected = False
+
+    def remote(self, function: object) -> object:
+        return function
+
+
+LOOPBACK_LISTENERS = [("127.0.0.1", 6379), ("::ffff:127.0.0.1", 40000), ("127.0.0.1", 41000), ("::1", 42000),
+                      ("0.0.0.0", 22)]  # sshd's, not the cluster's
+# (what --ray-address says, the GCS address the driver reached, the nodes' addresses, the dashboard, listeners)
+EXPOSED = {
+    # `ray start --head` takes the machine's outward address and listens on every interface; Ray turns
+    # 127.0.0.1 given to the driver into that address, and the connection succeeds.
+    "loopback given, outward reached": ("127.0.0.1:6379", "10.0.0.5:6379", ["10.0.0.5"], "", LOOPBACK_LISTENERS),
+    # Debian's hostname resolves to 127.0.1.1, Ray's fallback node address: for any node address but
+    # 127.0.0.1 Ray binds every interface (tests/raycluster.py shows it on a real cluster).
+    "127.0.1.1": ("127.0.1.1:6379", "127.0.1.1:6379", ["127.0.1.1"], "", LOOPBACK_LISTENERS),
+    "one node beyond loopback": ("127.0.0.1:6379", "127.0.0.1:6379", ["127.0.0.1", "10.0.0.7"], "",
+                                 LOOPBACK_LISTENERS),
+    # --dashboard-host 0.0.0.0 on a loopback head: the job API (code execution) on every interface, which
+    # no node address shows; this namespace's listeners do.
+    "dashboard on every interface": ("127.0.0.1:6379", "127.0.0.1:6379", ["127.0.0.1"], "127.0.0.1:8265",
+                                     [*LOOPBACK_LISTENERS, ("0.0.0.0", 8265)]),
+    "a node's port on every interface": ("localhost:6379", "127.0.0.1:6379", ["127.0.0.1"], "",
+                                         [("127.0.0.1", 6379), ("::", 40000)]),
+    # Listeners that cannot be read prove nothing.
+    "listeners unknown": ("127.0.0.1:6379", "127.0.0.1:6379", ["127.0.0.1"], "", None),
+}
+
+
+def _dispatch_to(fake: FakeRay, address: str, listeners: list[tuple[str, int]] | None, monkeypatch: pytest.MonkeyPatch,
+                 tmp_path: Path) -> dispatch.RayDispatch:
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    monkeypatch.setattr(dispatch, "listening", lambda: listeners, raising=False)
+    return dispatch.RayDispatch(get_settings(), Session.new(), tmp_path, address)
+
+
+@pytest.mark.parametrize("address, gcs, nodes, dashboard, listeners", EXPOSED.values(), ids=EXPOSED.keys())
+def test_a_cluster_that_answers_beyond_loopback_is_refused_without_a_token_and_disconnected(
+        address: str, gcs: str, nodes: list[str], dashboard: str, listeners: list[tuple[str, int]] | None,
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    fake = FakeRay(gcs, nodes, dashboard)
+    with pytest.raises(SSEBenchError) as refused:
+        _dispatch_to(fake, address, listeners, monkeypatch, tmp_path)
+    message = str(refused.value)
+    assert "\n" not in message and message.startswith(f"--ray-address {address}: ")
+    assert "RAY_AUTH_MODE=token" in message and "loopback-only network namespace" in message
+    assert not fake.connected
+    # The token is what guards such a cluster: with it the same cluster is taken.
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")
+    assert _dispatch_to(FakeRay(gcs, nodes, dashboard), address, listeners, monkeypatch, tmp_path)._ray.connected
+
+
+def test_a_cluster_wholly_on_loopback_is_taken_without_a_token(monkeypatch: pytest.MonkeyPatch,
+                                                               tmp_path: Path) -> None:
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    fake = FakeRay("127.0.0.1:6379", ["127.0.0.1", "127.0.0.1"], "127.0.0.1:8265")
+    taken = _dispatch_to(fake, "127.0.0.1:6379", [*LOOPBACK_LISTENERS, ("127.0.0.1", 8265)], monkeypatch, tmp_path)
+    assert taken._ray is fake and fake.connected
+
+
+def test_the_listening_sockets_are_read_from_the_kernel_s_tables(tmp_path: Path) -> None:
+    head = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+    (tmp_path / "tcp").write_text(
+        head + "   0: 0100007F:18EB 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1 1\n"
+        "   1: 00000000:20C9 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 2 1\n"
+        "   2: 0500000A:9C40 0100000A:D431 01 00000000:00000000 00:00000000 00000000     0        0 3 1\n")
+    (tmp_path / "tcp6").write_text(
+        head + "   0: 0000000000000000FFFF00000100007F:9C40 00000000000000000000000000000000:0000 0A 0 0 0 0 0 4 1\n"
+        "   1: 00000000000000000000000001000000:A410 00000000000000000000000000000000:0000 0A 0 0 0 0 0 5 1\n"
+        "   2: 00000000000000000000000000000000:2328 00000000000000000000000000000000:0000 0A 0 0 0 0 0 6 1\n")
+    # Established connections (st 01) are not listeners.
+    found = dispatch.listening(tmp_path)
+    assert found is not None
+    assert {(ipaddress.ip_address(a), port) for a, port in found} == {
+        (ipaddress.ip_address(a), port) for a, port in [("127.0.0.1", 6379), ("0.0.0.0", 8393),
+                                                         ("::ffff:127.0.0.1", 40000), ("::1", 42000), ("::", 9000)]}
+    # Tables that cannot be read show nothing, which is not "no listener".
+    assert dispatch.listening(tmp_path / "absent") is None
+
+
+def _ray_ready() -> str | None:
+    """Why a real cluster cannot run here (it needs root for a network namespace, `ip`, and Ray), or None."""
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        return "a loopback-only network namespace needs root and `ip`"
+    if importlib.util.find_spec("ray") is None:
+        return "Ray is not installed (pip install 'ssebench[ray]')"
+    return None
+
+
+DRIVER = """
+import sys
+from pathlib import Path
+from ssebench.dispatch import RayDispatch
+from ssebench.errors import SSEBenchError
+from ssebench.reaper import Session
+from ssebench.settings import get_settings
+try:
+    RayDispatch(get_settings(), Session.new(), Path(sys.argv[2]), sys.argv[1]).close(reap=False)
+    print("taken")
+except SSEBenchError as exc:
+    print(f"refused: {exc}")
+"""
+
+
+@pytest.mark.ray
+@pytest.mark.skipif(_ray_ready() is not None, reason=str(_ray_ready()))
+@pytest.mark.parametrize("node_ip, taken", [("127.0.0.1", True), ("127.0.1.1", False)])
+def test_a_real_cluster_is_taken_without_a_token_only_with_every_node_at_127_0_0_1(
+        node_ip: str, taken: bool, tmp_path: Path) -> None:
+    """A head and a worker node (tests/raycluster.py) in a network namespace holding only loopback, so
+    nothing listens beyond this machine whatever Ray binds; the controller connects from inside it."""
+    from tests.raycluster import delete_netns, in_loopback_netns
+
+    root = Path(__file__).resolve().parents[2]
+    name = f"ssebench-ray-check-{os.getpid()}"
+    delete_netns(name)
+    inside = in_loopback_netns(name)
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_AUTH_MODE", "RAY_ADDRESS")}
+    cluster = subprocess.Popen([*inside, sys.executable, "-m", "tests.raycluster", "1", node_ip], cwd=root,
+                               env=env, text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert cluster.stdin is not None and cluster.stdout is not None
+    try:
+        address = json.loads(cluster.stdout.readline())["address"]
+        cluster.stdin.write("listeners\n")
+        cluster.stdin.flush()
+        listeners = json.loads(cluster.stdout.readline())["listeners"]
+        driver = subprocess.run([*inside, sys.executable, "-c", DRIVER, address, str(tmp_path)], cwd=root, env=env,
+                                capture_output=True, text=True, timeout=300, check=False)
+    finally:
+        cluster.stdin.write("quit\n")
+        cluster.stdin.flush()
+        try:
+            cluster.wait(120)
+        except subprocess.TimeoutExpired:
+            cluster.kill()
+            cluster.wait()
+        cluster.stdin.close()
+        cluster.stdout.close()
+        delete_netns(name)
+    said = driver.stdout.strip().splitlines()[-1:] or [driver.stderr[-2000:]]
+    loopback = all(a.startswith(("127.0.0.1:", "[::ffff:127.0.0.1]:")) for a in listeners)
+    if taken:
+        assert loopback, listeners
+        assert said == ["taken"], driver.stderr[-2000:]
+    else:
+        # What the check stands on: at 127.0.1.1, Ray's own listeners are on every interface.
+        assert any(a.startswith(("*:", "0.0.0.0:", "[::]:")) for a in listeners), listeners
+        assert said[0].startswith(f"refused: --ray-address {address}: "), said
