@@ -282,14 +282,20 @@ class OnDemand:
             time.sleep(0.1)  # a client left in the queue (the refusal failed too) is not retried in a loop
 
     def close(self) -> Served | None:
-        """No start from now on; the server if one was started (else the listener is closed unserved)."""
-        os.write(self._stop, b"x")
+        """No start from now on; the server if one was started (else the listener is closed unserved).
+
+        The watcher selects on the listener outside the lock: the listener is closed only once the watcher
+        has returned (or never, if it does not), or its select would be on a closed descriptor, one the
+        kernel may already have given to another file.
+        """
         with self._lock:
             self._closed = True
-            if self.server is None:
-                self._listener.close()
-            server = self.server
+        os.write(self._stop, b"x")
         self._thread.join(5)
+        with self._lock:
+            server = self.server
+            if server is None and not self._thread.is_alive():
+                self._listener.close()
         if not self._thread.is_alive():
             os.close(self._wake)
             os.close(self._stop)
