@@ -65,6 +65,12 @@ def checks_line(patch: PatchResult) -> str:
             f"{_mark(patch.func_test_success)}; intent test {_mark(patch.intent_test_success)}")
 
 
+def set_aside_list(named: list[str], count: int, shown: int = 10) -> str:
+    """`count` file(s): the first of `named`, and how many more."""
+    more = count - min(len(named), shown)
+    return f"{count} changed file(s): " + ", ".join(named[:shown]) + (f" and {more} more" if more else "")
+
+
 def failure_text(record: RunRecord) -> str:
     """A sentence naming the first failed check, the checks, then the tail of its log; for a terminal."""
     patch = record.patch_result
@@ -77,6 +83,9 @@ def failure_text(record: RunRecord) -> str:
     # Written out before it is split, so that a carriage return shows as one, not as a line break.
     log = last_lines(for_terminal(patch.error_log or ""), LOG_LINES).splitlines()
     lines = [sentence, f"Checks: {checks_line(patch)}."]
+    set_aside, count = record.set_aside
+    if count:
+        lines.append(f"Set aside by grading (outside the code under repair): {set_aside_list(set_aside, count)}.")
     if record.limits_hit:
         lines.append(f"Limits hit: {'; '.join(record.limits_hit)}.")
     if record.usage and record.usage.get("stopped"):

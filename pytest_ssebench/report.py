@@ -71,6 +71,9 @@ def outcome(record: RunRecord) -> list[tuple[str, object]]:
         props += [(f"usage_{name}", record.usage.get(name)) for name in USAGE_FIELDS]
     if record.limits_hit:
         props.append(("limits_hit", "; ".join(record.limits_hit)))
+    set_aside, count = record.set_aside
+    if count:  # a signal, never a grade: the patch changed files that decide a check
+        props += [("signal.protected_files", ", ".join(set_aside)), ("signal.protected_files_count", count)]
     return _prefixed(props)
 
 
@@ -112,6 +115,11 @@ def grade_card(record: RunRecord) -> str:
                                   f"{stopped}"))
     if record.limits_hit:
         rows.append(("limits hit", html.escape("; ".join(record.limits_hit))))
+    set_aside, count = record.set_aside
+    if count:
+        rows.append(("set aside", html.escape(f"the patch's changes to {count} file(s) outside the code under "
+                                              f"repair, which grading took from the original: "
+                                              + ", ".join(set_aside[:50]))))
     rows.append(("run", html.escape(str(record.run_dir))))
     body = "".join(f"<tr><th style='text-align:left;padding-right:1em'>{k}</th><td>{v}</td></tr>" for k, v in rows)
     return f"<div><table>{body}</table></div>"

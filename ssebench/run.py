@@ -152,6 +152,17 @@ class RunRecord:
     def runtime_result(self) -> RuntimeResult:
         return RuntimeResult.of((self.result or {}).get("runtime_result"))
 
+    @property
+    def set_aside(self) -> tuple[list[str], int]:
+        """The changed files grading set aside (outside the code under repair; result.json's
+        signals.protected_files, at most 200 named) and how many there were."""
+        signals = (self.result or {}).get("signals")
+        if not isinstance(signals, dict):
+            return [], 0
+        named = [str(p) for p in signals.get("protected_files") or [] if isinstance(p, str)]
+        count = signals.get("protected_files_count")
+        return named, count if isinstance(count, int) and count >= len(named) else len(named)
+
 
 def limits_for(settings: Settings, task: Task, overrides: dict[str, str] | None = None) -> Limits:
     """A run's limits: the settings' defaults, then the task's config.yaml, then the run's own option."""

@@ -1,10 +1,15 @@
-"""Verifying a dataset: every task valid, shown by running the reference and dummy agents on it.
+"""Verifying a dataset: every task valid, shown by running the reference, dummy and hollow agents on it.
 
 A task is valid when the reference agent passes every check it supports,
 and the dummy agent (no change) builds, passes the function test and fails
-every proof of concept (SPEC §3). `verify` runs both agents on every task,
-N runs at a time, through the same code as a pytest item, and says for each
-task which check, if any, disagrees.
+every proof of concept (SPEC §3). Grading must also rest on nothing the
+agent's files decide: the hollow agent leaves the bug and edits only build
+files, tests and harnesses, the ways that once forged a pass, so on a valid
+task it is graded failed with those files set aside; and the reference fix
+changes nothing grading sets aside (else it is not graded whole: the task
+names such files in `fix_may_change`). `verify` runs the three agents on
+every task, N runs at a time, through the same code as a pytest item, and
+says for each task which check, if any, disagrees.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from ssebench.run import RunConfig, RunRecord, execute, limits_for
 from ssebench.settings import Settings
 from ssebench.task import Task
 
-AGENTS = ("reference", "dummy")
+AGENTS = ("reference", "dummy", "hollow")
 
 
 @dataclass
@@ -65,6 +70,17 @@ def judge(task: Task, agent: str, record: RunRecord) -> list[str]:
                 problems.append(f"{where}: {check} did not pass")
         if "poc" in checks and (patch.pov_total is None or patch.pov_passed != patch.pov_total):
             problems.append(f"{where}: poc: {patch.pov_passed} of {patch.pov_total} fixed, expected all")
+        set_aside, count = record.set_aside
+        if count:
+            problems.append(f"{where}: grading set aside {count} file(s) of the fix ({', '.join(set_aside[:5])}): "
+                            "list those the fix needs under fix_may_change in config.yaml")
+        return problems
+    if agent == "hollow":
+        if record.grade != "failed":
+            problems.append(f"{where}: graded {record.grade}, expected failed: its build, test and harness "
+                            "edits decided a check; protect the files its scripts go through (protected_files)")
+        if not record.set_aside[1]:
+            problems.append(f"{where}: grading set none of its edits aside (result.json signals.protected_files)")
         return problems
     if "build" in checks and patch.build_success is not True:
         problems.append(f"{where}: build failed without any change")
@@ -179,12 +195,12 @@ def markdown(report: dict[str, Any]) -> str:
     lines = [f"# Verification of {report['dataset']} ({report['version']})", "",
              f"{report['verified_at']}, {report['seconds']:.0f} s: "
              f"{sum(r['valid'] for r in report['tasks'])} of {len(report['tasks'])} tasks valid.", "",
-             "| task | language | advisories | reference | dummy | valid |", "|---|---|---|---|---|---|"]
+             "| task | language | advisories | " + " | ".join(AGENTS) + " | valid |",
+             "|---|---|---|" + "---|" * len(AGENTS) + "---|"]
     for row in report["tasks"]:
-        ref = (row.get("reference") or {}).get("grade", "-")
-        dummy = (row.get("dummy") or {}).get("grade", "-")
-        lines.append(f"| {row['task']} | {row['language']} | {', '.join(row['advisories']) or '-'} | {ref} | "
-                     f"{dummy} | {'yes' if row['valid'] else 'NO'} |")
+        grades = " | ".join((row.get(agent) or {}).get("grade", "-") for agent in AGENTS)
+        lines.append(f"| {row['task']} | {row['language']} | {', '.join(row['advisories']) or '-'} | {grades} | "
+                     f"{'yes' if row['valid'] else 'NO'} |")
     problems = [p for row in report["tasks"] for p in row["problems"]]
     if problems:
         lines += ["", "## Problems", ""] + [f"- {p}" for p in problems]

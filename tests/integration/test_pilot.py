@@ -33,7 +33,7 @@ def pilot_subset(settings: Settings) -> list[Task]:
     """The subset's images with both agents, built or reused."""
     tasks = [t for t in load_tasks(PILOT) if t.id in SUBSET]
     assert sorted(t.id for t in tasks) == sorted(SUBSET)
-    for agent in ("reference", "dummy"):
+    for agent in ("reference", "dummy", "hollow"):
         outcome = build_images(settings, tasks, load_agent(settings.agents_dir, agent))
         assert not outcome.failures, {k: str(v) for k, v in outcome.failures.items()}
     return tasks
@@ -46,23 +46,30 @@ def session() -> Iterator[Session]:
     reap_session(session.id)
 
 
-def test_reference_passes_and_dummy_fails_on_the_poc(pytester: pytest.Pytester, pilot_subset: list[Task]) -> None:
+def test_reference_passes_and_dummy_and_hollow_fail_on_the_poc(pytester: pytest.Pytester,
+                                                               pilot_subset: list[Task]) -> None:
+    """The reference fix passes; no change, and a change of build files, tests and harnesses alone (the hollow
+    agent, which forged a pass on jwt-go and time before grading set such files aside), fail on the PoC."""
     (pytester.path / "datasets" / "pilot").mkdir(parents=True)
     shutil.copy(PILOT / "dataset.yaml", pytester.path / "datasets" / "pilot")
     for task in pilot_subset:
         shutil.copytree(task.path, pytester.path / "datasets" / "pilot" / task.id)
-    result = pytester.runpytest_subprocess("datasets/pilot", "--agent", "reference", "--agent", "dummy", "-n", "2",
-                                           "--results", "out", "--html", "report.html", "--self-contained-html",
-                                           "-p", "no:cacheprovider")
-    result.assert_outcomes(passed=3, failed=3)
+    result = pytester.runpytest_subprocess("datasets/pilot", "--agent", "reference", "--agent", "dummy",
+                                           "--agent", "hollow", "-n", "2", "--results", "out", "--html",
+                                           "report.html", "--self-contained-html", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=3, failed=6)
     failures = result.stdout.str().split("short test summary info")[0]
-    assert failures.count("A proof of concept still reproduces: /ssebench/pocs/") == 3
+    assert failures.count("A proof of concept still reproduces: /ssebench/pocs/") == 6
+    assert failures.count("Set aside by grading (outside the code under repair): ") == 3
     summaries = [json.loads(p.read_text()) for p in (pytester.path / "out").glob("*/none/*/*-sandbox-*/summary.json")]
-    assert len(summaries) == 6
+    assert len(summaries) == 9
     for summary in summaries:
         task = summary["task"]
         assert task["dataset_version"] == "pilot-v1.1" and any(a in task["id"] for a in task["advisories"]), task
         assert summary["grade"] == ("passed" if summary["config"]["agent"] == "reference" else "failed")
+    for run in (pytester.path / "out").glob("*/none/hollow/*-sandbox-*"):
+        signals = json.loads((run / "result.json").read_text())["signals"]
+        assert signals["protected_files_count"] > 0, (run, signals)
     text = rendered_text(pytester.path / "report.html")
     for shown in ("CVE-2023-43641, GHSA-5982-x7hv-r9cj · libcue", "CVE-2020-26160 · jwt-go", "CVE-2026-25727, RUSTSEC-2026-0009 · time"):
         assert shown in text, shown

@@ -54,6 +54,26 @@ def test_a_failure_says_why_the_model_was_stopped_and_which_limits_were_hit(tmp_
     assert "Limits hit: memory: 1 OOM kill." in lines
 
 
+def test_files_grading_set_aside_are_named_in_the_failure_the_properties_and_the_card(tmp_path: Path) -> None:
+    from pytest_ssebench.collect import failure_text
+
+    record = _record("c-demo", tmp_path)
+    record.result = {"patch_result": {"error_msg": "PoC failed: /ssebench/pocs/long_value.tlv", "build_success": True,
+                                      "pov_passed": 0, "pov_total": 1}}
+    assert "Set aside" not in failure_text(record) and "signal" not in str(properties(record))
+    assert "set aside" not in grade_card(record)
+    named = [f"tests/t{i}.c" for i in range(12)]
+    record.result["signals"] = {"protected_files": ["Makefile", "<b>x</b>", *named], "protected_files_count": 250}
+    assert ("Set aside by grading (outside the code under repair): 250 changed file(s): Makefile, <b>x</b>, "
+            "tests/t0.c") in failure_text(record)
+    assert "tests/t7.c and 240 more." in failure_text(record)
+    props = dict(properties(record))
+    assert props["ssebench.signal.protected_files_count"] == 250
+    assert str(props["ssebench.signal.protected_files"]).startswith("Makefile, <b>x</b>, tests/t0.c")
+    assert "250 file(s) outside the code under repair" in grade_card(record) and "&lt;b&gt;x" in grade_card(record)
+    assert "<b>x</b>" not in grade_card(record)
+
+
 def test_wilson_interval_matches_known_values() -> None:
     # Wilson's 95 % interval (z = 1.96): 0 of 10 -> [0, 27.8 %]; 5 of 10 -> [23.7, 76.3 %]; 10 of 10 -> [72.2, 100].
     for passed, total, low, high in ((0, 10, 0.0, 0.2775), (5, 10, 0.2366, 0.7634), (10, 10, 0.7225, 1.0)):

@@ -1,0 +1,61 @@
+"""How `dataset verify` judges a run of each of its agents (the runs themselves are the container tests')."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ssebench.agent import load_agent
+from ssebench.dataset import load_tasks
+from ssebench.run import RunConfig, RunRecord
+from ssebench.settings import get_settings
+from ssebench.verify import AGENTS, judge, markdown
+from tests.helpers import DEMO
+
+
+def _record(agent: str, tmp_path: Path, grade: str, patch: dict[str, Any], signals: dict[str, Any] | None = None) -> RunRecord:
+    task = next(t for t in load_tasks(DEMO) if t.id == "c-demo")
+    config = RunConfig(task=task, agent=load_agent(get_settings().agents_dir, agent))
+    result: dict[str, Any] = {"patch_result": {"status": grade, **patch}}
+    if signals is not None:
+        result["signals"] = signals
+    return RunRecord(config=config, run_id="r", run_dir=tmp_path, started_at="now", grade=grade, result=result)
+
+
+PASSED = {"build_success": True, "pov_passed": 1, "pov_total": 1, "func_test_success": True, "intent_test_success": True}
+DUMMY = {"build_success": True, "pov_passed": 0, "pov_total": 1, "func_test_success": True,
+         "intent_test_success": False, "error_msg": "PoC failed: /ssebench/pocs/long_value.tlv"}
+SET_ASIDE = {"protected_files": ["Makefile"], "protected_files_count": 1}
+
+
+def test_a_valid_tasks_three_runs_raise_nothing(tmp_path: Path) -> None:
+    task = load_tasks(DEMO)[0]
+    assert judge(task, "reference", _record("reference", tmp_path, "passed", PASSED, {})) == []
+    assert judge(task, "dummy", _record("dummy", tmp_path, "failed", DUMMY)) == []
+    assert judge(task, "hollow", _record("hollow", tmp_path, "failed", DUMMY, SET_ASIDE)) == []
+
+
+def test_a_hollow_run_that_passes_or_whose_edits_were_graded_is_a_problem(tmp_path: Path) -> None:
+    task = next(t for t in load_tasks(DEMO) if t.id == "c-demo")
+    [forged] = judge(task, "hollow", _record("hollow", tmp_path, "passed", PASSED, SET_ASIDE))
+    assert forged.startswith("c-demo (hollow): graded passed, expected failed") and "protected_files" in forged
+    [unseen] = judge(task, "hollow", _record("hollow", tmp_path, "failed", DUMMY, {}))
+    assert "set none of its edits aside" in unseen
+
+
+def test_a_reference_fix_that_grading_does_not_apply_whole_is_a_problem(tmp_path: Path) -> None:
+    task = next(t for t in load_tasks(DEMO) if t.id == "c-demo")
+    [problem] = judge(task, "reference", _record("reference", tmp_path, "passed", PASSED, SET_ASIDE))
+    assert "set aside 1 file(s) of the fix (Makefile)" in problem and "fix_may_change" in problem
+
+
+@pytest.mark.parametrize("agent", AGENTS)
+def test_the_summary_has_a_column_per_agent(agent: str) -> None:
+    report = {"dataset": "demo", "version": "demo-v2", "verified_at": "now", "seconds": 1.0,
+              "tasks": [{"task": "c-demo", "language": "c", "advisories": [], "valid": True, "problems": [],
+                         agent: {"grade": "failed"}}]}
+    text = markdown(report)
+    assert "| reference | dummy | hollow | valid |" in text
+    assert "| c-demo | c | - | " + " | ".join("failed" if a == agent else "-" for a in AGENTS) + " | yes |" in text
