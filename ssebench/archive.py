@@ -5,7 +5,10 @@ exited, its results directory (root's) and the agent's archive come out as a
 tar stream from the engine, and only regular files and directories are
 written, by the host, under names checked to stay inside the destination.
 Links, fifos, devices and hard links are dropped and listed; files over the
-per-file cap, and everything past the total cap, are dropped and listed too.
+per-file cap, and everything past the total cap, are dropped and listed too,
+as is everything past the entry cap or deeper than the depth cap: an archive
+of 120,000 files or 1,100 nested directories comes home capped, not whole
+(the listing itself keeps its first entries and counts the rest).
 The host therefore never follows, or even creates, a link of the
 container's making.
 """
@@ -13,11 +16,17 @@ container's making.
 from __future__ import annotations
 
 import io
+import os
 import tarfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
+
+
+# The most entries (files and directories) and the deepest path the host writes of one directory, and the most
+# drops it lists one by one.
+MAX_ENTRIES, MAX_DEPTH, LISTED_DROPS = 100_000, 64, 1000
 
 
 @dataclass
@@ -26,12 +35,26 @@ class Collected:
 
     files: int = 0
     bytes: int = 0
+    entries: int = 0
     dropped: list[dict[str, Any]] = field(default_factory=list)
+    dropped_count: int = 0
+    # Drops by the first component of their path (`archive`, `result.json`...), all of them counted.
+    dropped_under: dict[str, int] = field(default_factory=dict)
     truncated: bool = False
+
+    def drop(self, path: str, kind: str, reason: str | None, size: int | None = None) -> None:
+        entry: dict[str, Any] = {"path": path, "kind": kind, "reason": reason}
+        if size is not None:
+            entry["size"] = size
+        if len(self.dropped) < LISTED_DROPS:
+            self.dropped.append(entry)
+        self.dropped_count += 1
+        top = path.split("/", 1)[0]
+        self.dropped_under[top] = self.dropped_under.get(top, 0) + 1
 
     def describe(self) -> dict[str, Any]:
         return {"files": self.files, "bytes": self.bytes, "dropped": self.dropped[:200],
-                "dropped_count": len(self.dropped), "truncated": self.truncated}
+                "dropped_count": self.dropped_count, "truncated": self.truncated}
 
 
 class _OverBudget(OSError):
@@ -82,14 +105,16 @@ def _kind(member: tarfile.TarInfo) -> str:
     return "special file"
 
 
-def extract(chunks: Iterator[bytes], dest: Path, *, file_cap: int, total_cap: int) -> Collected:
+def extract(chunks: Iterator[bytes], dest: Path, *, file_cap: int, total_cap: int, max_entries: int = MAX_ENTRIES,
+            max_depth: int = MAX_DEPTH) -> Collected:
     """Write the regular files and directories of a tar stream of one directory under `dest`.
 
     The stream's top directory (the one exported) is dropped from every
     name. `dest` must be a fresh directory of the host's. At most
-    `total_cap` bytes of files are written, and the stream is read no
-    further than a few times that, so a container cannot make the host read
-    without end.
+    `total_cap` bytes of files and `max_entries` files and directories are
+    written, none deeper than `max_depth` components, and the stream is read
+    no further than a few times the byte cap, so a container cannot make the
+    host read, or write, without end.
     """
     collected = Collected()
     reader = _ChunkReader(chunks, budget=4 * total_cap + (64 << 20))
@@ -105,39 +130,46 @@ def extract(chunks: Iterator[bytes], dest: Path, *, file_cap: int, total_cap: in
                 continue
             relative = "/".join(parts)
             if any(p in ("..", "/", "") for p in parts) or PurePosixPath(member.name).is_absolute():
-                collected.dropped.append({"path": member.name, "kind": "name", "reason": "leaves the directory"})
+                collected.drop(member.name, "name", "leaves the directory")
+                continue
+            kind = "directory" if member.isdir() else "file" if member.isreg() else _kind(member)
+            if len(parts) > max_depth:
+                collected.drop(relative, kind, f"deeper than {max_depth} levels")
+                continue
+            if collected.entries >= max_entries:
+                collected.drop(relative, kind, f"more than {max_entries} entries")
                 continue
             target = dest.joinpath(*parts)
             if member.isdir():
                 try:
-                    target.mkdir(parents=True, exist_ok=True)
+                    os.makedirs(target, exist_ok=True)  # iterative, unlike Path.mkdir(parents=True)
+                    collected.entries += 1
                 except OSError as exc:
-                    collected.dropped.append({"path": relative, "kind": "directory", "reason": exc.strerror})
+                    collected.drop(relative, "directory", exc.strerror)
                 continue
             if not member.isreg():
-                collected.dropped.append({"path": relative, "kind": _kind(member), "reason": "not a regular file"})
+                collected.drop(relative, kind, "not a regular file")
                 continue
             if member.size > file_cap:
-                collected.dropped.append({"path": relative, "kind": "file", "size": member.size,
-                                          "reason": f"larger than the per-file cap of {file_cap} bytes"})
+                collected.drop(relative, "file", f"larger than the per-file cap of {file_cap} bytes", member.size)
                 continue
             if collected.bytes + member.size > total_cap:
-                collected.dropped.append({"path": relative, "kind": "file", "size": member.size,
-                                          "reason": f"over the cap of {total_cap} bytes for the whole"})
+                collected.drop(relative, "file", f"over the cap of {total_cap} bytes for the whole", member.size)
                 continue
             source = archive.extractfile(member)
             if source is None:
                 continue
             try:
-                target.parent.mkdir(parents=True, exist_ok=True)
+                os.makedirs(target.parent, exist_ok=True)
                 with target.open("xb") as out:
                     while block := source.read(1 << 20):
                         out.write(block)
             except OSError as exc:
-                collected.dropped.append({"path": relative, "kind": "file", "reason": exc.strerror or str(exc)})
+                collected.drop(relative, "file", exc.strerror or str(exc))
                 continue
             target.chmod(0o644)
             collected.files += 1
+            collected.entries += 1
             collected.bytes += member.size
     except (tarfile.TarError, OSError):
         collected.truncated = True

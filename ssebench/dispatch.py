@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from ssebench.archive import extract
+from ssebench.archive import MAX_DEPTH, MAX_ENTRIES, extract
 from ssebench.errors import SSEBenchError
 from ssebench.reaper import Session
 from ssebench.result import make_run_dir, new_run_id, point_latest
@@ -268,14 +268,16 @@ def bring_home(config: RunConfig, outcome: NodeOutcome, results: Path, submitted
         if hashlib.sha256(outcome.tar).hexdigest() != outcome.sha256:
             raise SSEBenchError(f"the run directory from {outcome.node} did not arrive as it was sent "
                                 f"({len(outcome.tar)} bytes, checksum differs)")
-        collected = extract(_chunks(outcome.tar), run_dir, file_cap=HOME_FILE_CAP, total_cap=HOME_CAP)
+        # The node capped each part of the run directory (results, archive/) as a container's: room for both.
+        collected = extract(_chunks(outcome.tar), run_dir, file_cap=HOME_FILE_CAP, total_cap=HOME_CAP,
+                            max_entries=2 * MAX_ENTRIES + 10_000, max_depth=MAX_DEPTH + 1)
         record.files["home"] = collected.describe() | {"left_on_node": outcome.left_behind}
         # What the agent left (its archive) may not fit here as it did there (a longer path, another
         # filesystem): listed, as a container's drops are. Anything else missing is an error.
-        harness = [d for d in collected.dropped if not str(d.get("path", "")).startswith("archive/")]
+        harness = sum(count for top, count in collected.dropped_under.items() if top != "archive")
         if collected.truncated or harness:
             raise SSEBenchError(f"the run directory from {outcome.node} came home incomplete: "
-                                f"{len(harness)} of the harness's entr(ies) dropped, truncated={collected.truncated}")
+                                f"{harness} of the harness's entr(ies) dropped, truncated={collected.truncated}")
     except (SSEBenchError, OSError) as exc:
         record.grade, record.infra_error = "error", f"bringing the run home failed: {exc}"
     write_summary(record)

@@ -117,14 +117,35 @@ def read(path: Path | str) -> list[Any]:
     return parse(Path(path).read_text(encoding="utf-8", errors="replace"))
 
 
+# The deepest nesting a record may have: a dialog's records are a few levels deep, and a reader (the
+# report's renderer, json itself) recurses once per level.
+MAX_DEPTH = 64
+
+
+def loads_record(line: str | bytes, max_depth: int = MAX_DEPTH) -> Any:
+    """One JSON value nested at most `max_depth` deep. Raises ValueError otherwise (a line nested too deep
+    for json's own recursion included: the writer of a dialog is the agent)."""
+    try:
+        value = json.loads(line)
+    except RecursionError:
+        raise ValueError("nested deeper than JSON can be read") from None
+    level: list[Any] = [value]
+    for _depth in range(max_depth + 1):
+        level = [child for item in level if isinstance(item, dict | list)
+                 for child in (item.values() if isinstance(item, dict) else item)]
+        if not level:
+            return value
+    raise ValueError(f"nested deeper than {max_depth} levels")
+
+
 def parse(text: str) -> list[Any]:
-    """The records of a dialog's text; a line that is not JSON becomes the string it was."""
+    """The records of a dialog's text; a line that is not JSON (or nested too deep) becomes the string it was."""
     out: list[Any] = []
     for line in text.splitlines():
         if not line.strip():
             continue
         try:
-            out.append(json.loads(line))
+            out.append(loads_record(line))
         except ValueError:
             out.append(line)
     return out

@@ -23,6 +23,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Protocol
 
+from sse.dialog import loads_record
 from sse.helper import ScriptResult
 
 from ssebench.runtime.bencher import BencherError, ChangeFailed, Guard, set_aside_note
@@ -153,7 +154,7 @@ class TaskService:
         entries = []
         for line in raw.decode("utf-8", errors="replace").splitlines():
             try:
-                entry = json.loads(line)
+                entry = loads_record(line)
             except ValueError:
                 continue
             if isinstance(entry, dict) and isinstance(entry.get("seq"), int) and entry["seq"] >= since:

@@ -12,6 +12,7 @@ not reach the next: a repository planted for the hidden tests' `git apply`.
 from __future__ import annotations
 
 import base64
+import json
 
 import pytest
 
@@ -81,3 +82,79 @@ def test_a_repository_the_checks_plant_does_not_configure_the_hidden_tests(launc
     grade = result["patch_result"]
     assert grade["status"] == "passed", grade
     assert grade["intent_test_success"] is True and grade["func_test_success"] is True, grade
+
+
+# The agent's code (tlv.c, the code under repair, which every check's programs link) leaves a directory 1,100
+# levels deep in the tree it runs in, whenever one of them starts: deeper than Python's recursion.
+DEEP_IN_THE_CHECKS = r"""cat >> tlv.c <<'EOF'
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+__attribute__((constructor)) static void leave_a_deep_tree(void)
+{
+    int here = open(".", O_RDONLY | O_DIRECTORY);
+    for (int i = 0; i < 1100; i++)
+        if ((mkdir("deep", 0755) != 0 && errno != EEXIST) || chdir("deep") != 0)
+            break;
+    if (here >= 0) {
+        fchdir(here);
+        close(here);
+    }
+}
+EOF
+"""
+
+
+def test_a_tree_too_deep_for_recursion_left_by_the_checks_leaves_the_failure_a_failure(launcher: Launcher) -> None:
+    """Before, root's clean-up of the check's copy raised RecursionError: the daemon answered 500 and the run
+    was an ungraded error, which the score leaves out and --infra-retries retries."""
+    run = launcher.start(level=2)
+    run.sh("1000", DEEP_IN_THE_CHECKS + "grep -q leave_a_deep_tree tlv.c")
+    # The positive control: the programs do leave the tree, 1,100 levels deep, where they run.
+    depth = run.sh("1000", "make -s tlvdump >/dev/null 2>&1 && ./tlvdump /dev/null; "
+                           "find deep -type d | awk -F/ '{print NF}' | sort -n | tail -1; rm -rf deep *.o *.a tlvdump",
+                   check=False)
+    assert depth.split()[-1] == "1100", depth
+    result = run.finish()
+    grade = result["patch_result"]
+    assert grade["status"] == "failed" and grade["pov_passed"] == 0, grade
+    assert grade["build_success"] is True and grade["func_test_success"] is True, grade
+
+
+# The agent's archive: a directory 1,100 levels deep and 110,000 files, made in seconds.
+DEEP_ARCHIVE = r"""
+import os
+archive = os.environ.get("SSE_ARCHIVE", "/tmp/sse-archive")
+fd = os.open(archive, os.O_RDONLY | os.O_DIRECTORY)
+top = fd
+for _ in range(1100):
+    os.mkdir("d", dir_fd=fd)
+    child = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+    if fd != top:
+        os.close(fd)
+    fd = child
+os.mkdir("many", dir_fd=top)
+many = os.open("many", os.O_RDONLY | os.O_DIRECTORY, dir_fd=top)
+for i in range(110_000):
+    os.close(os.open(f"f{i}", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=many))
+with open(os.path.join(archive, "dialog.jsonl"), "w") as out:
+    out.write('{"seq": 0, "ts": 0, "type": "init"}\n')
+print("{}")
+"""
+
+
+def test_an_archive_too_deep_and_too_many_is_pruned_and_comes_home_capped(launcher: Launcher) -> None:
+    """Before, the entrypoint's prune raised RecursionError (it caught OSError only): archive.json was lost and
+    the host then wrote every file of the unpruned archive under results/."""
+    run = launcher.start(level=2)
+    run.py("1000", DEEP_ARCHIVE, env={"SSE_ARCHIVE": "/tmp/sse-archive"})
+    run.finish()
+    pruned = json.loads((run.run_dir / "archive.json").read_text())
+    assert pruned["kept_files"] <= 100_000 and pruned["dropped_count"] >= 10_000, pruned
+    assert any(d["reason"].startswith("deeper than") for d in pruned["dropped"]), pruned["dropped"][:5]
+    came = run.summary["files"]["archive"]
+    assert came["files"] <= 100_000 and (run.run_dir / "archive" / "dialog.jsonl").is_file(), came
+    depth = max((len(p.relative_to(run.run_dir / "archive").parts) for p in (run.run_dir / "archive").rglob("*")),
+                default=0)
+    assert depth <= 65, depth

@@ -92,3 +92,21 @@ def test_an_endless_stream_is_read_no_further_than_a_few_caps(tmp_path: Path) ->
 
     got = extract(endless(), tmp_path / "x", file_cap=10, total_cap=1 << 20)
     assert got.truncated and read < 100 << 20
+
+
+def test_an_archive_of_too_many_entries_or_too_deep_comes_home_capped(tmp_path: Path) -> None:
+    """120,000 files and a directory 1,100 levels deep, as an agent made them in seconds: the host writes its
+    caps' worth and lists the rest (before, every file and every level, and a deep path raised RecursionError
+    in Path.mkdir(parents=True))."""
+    deep = "/".join(["d"] * 1100)
+    members = [_member("sse-archive", tarfile.DIRTYPE), _member(f"sse-archive/{deep}/leaf", data=b"x")]
+    members += [_member(f"sse-archive/many/f{i}", data=b"") for i in range(3000)]
+    collected = extract(_chunks(_tar(members), 1 << 16), tmp_path / "out", file_cap=1 << 20, total_cap=1 << 20,
+                        max_entries=1000, max_depth=64)
+    assert collected.entries == 1000 and collected.files == 1000
+    assert collected.dropped_count == 3001 - 1000 and len(collected.dropped) == 1000
+    assert collected.dropped[0] == {"path": f"{deep}/leaf", "kind": "file", "reason": "deeper than 64 levels"}
+    assert collected.describe()["dropped_count"] == 2001 and len(collected.describe()["dropped"]) == 200
+    assert collected.dropped_under == {"d": 1, "many": 2000}
+    written = sum(len(files) + len(dirs) for _, dirs, files in os.walk(tmp_path / "out"))
+    assert written == 1001  # `many` and its first 1000 files

@@ -122,3 +122,26 @@ def test_invalid_records_are_shown_as_such() -> None:
 
 def test_an_empty_dialog_renders() -> None:
     assert 'class="sse-t"' in render_transcript([])
+
+
+def test_records_nested_too_deep_are_shown_as_text_not_a_crash() -> None:
+    """The agent writes dialog.jsonl: a line nested deeper than json (or the renderer) recurses raised
+    RecursionError in the host's report (json.loads' ValueError was the only failure parse caught)."""
+    import json
+
+    import pytest
+
+    from sse.dialog import MAX_DEPTH, loads_record, parse
+
+    too_deep = "[" * 100_000 + "]" * 100_000
+    with pytest.raises(RecursionError):  # the positive control: what reading it raised before
+        json.loads(too_deep)
+    deep = json.dumps({"seq": 1, "type": "message", "text": "x", "nested": json.loads("[" * 500 + "]" * 500)})
+    within = json.dumps({"seq": 2, "type": "message", "text": "y", "n": [[["ok"]]]})
+    records = parse("\n".join([too_deep, deep, within]))
+    assert records[0] == too_deep and records[1] == deep and records[2]["text"] == "y"
+    html = render_transcript(records)
+    assert "invalid record 0" in html and "invalid record 1" in html and "y" in html
+    assert loads_record(json.dumps(json.loads("[" * MAX_DEPTH + "]" * MAX_DEPTH))) is not None
+    with pytest.raises(ValueError, match="deeper than"):
+        loads_record("[" * (MAX_DEPTH + 2) + "]" * (MAX_DEPTH + 2))
