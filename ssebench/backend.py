@@ -124,6 +124,14 @@ class Handle(ABC):
         """Whether the container's memory limit made the kernel kill a process in it."""
 
     @abstractmethod
+    def execute(self, argv: list[str], timeout: float) -> tuple[int, str]:
+        """Run `argv` as root in the running container; (exit status, its output, at most 64 kB).
+
+        Raises SSEBenchError when the container is not running or the engine fails, and RunTimeoutError
+        when the command has not ended within `timeout` seconds.
+        """
+
+    @abstractmethod
     def remove(self) -> None:
         """Stop and delete it; a no-op when it is already gone."""
 
@@ -222,6 +230,32 @@ class DockerHandle(Handle):
             state = client().api.inspect_container(self.id).get("State") or {}
         return bool(state.get("OOMKilled"))
 
+    def execute(self, argv: list[str], timeout: float) -> tuple[int, str]:
+        import socket
+
+        from ssebench.engine import client, docker_errors
+
+        api = client().api
+        with docker_errors(f"running {argv[:3]} in container {self.id[:12]}"):
+            exec_id = api.exec_create(self.id, argv, user="root", stdout=True, stderr=True)["Id"]
+            stream = api.exec_start(exec_id, socket=True)
+            sock = getattr(stream, "_sock", stream)  # the raw socket under docker-py's wrapper
+            sock.settimeout(timeout)
+            chunks: list[bytes] = []
+            size = 0
+            try:
+                while chunk := sock.recv(1 << 16):
+                    if size < 1 << 16:
+                        chunks.append(chunk)
+                        size += len(chunk)
+            except socket.timeout:
+                raise RunTimeoutError(f"{argv[:3]} in container {self.id[:12]} still running after "
+                                      f"{timeout:.0f} s") from None
+            finally:
+                stream.close()
+            status = api.exec_inspect(exec_id).get("ExitCode")
+        return (-1 if status is None else int(status)), _demux(b"".join(chunks))[:1 << 16]
+
     def remove(self) -> None:
         from ssebench.engine import remove_container
 
@@ -230,6 +264,16 @@ class DockerHandle(Handle):
                 remove_container(self.id)
         finally:
             self._tc.get_docker_client().client.close()  # its own connection pool, one per container
+
+
+def _demux(raw: bytes) -> str:
+    """The text of an attached exec's multiplexed stream (8-byte frame headers: stream, 0, 0, 0, length)."""
+    out, at = [], 0
+    while at + 8 <= len(raw):
+        length = int.from_bytes(raw[at + 4:at + 8], "big")
+        out.append(raw[at + 8:at + 8 + length])
+        at += 8 + length
+    return b"".join(out).decode("utf-8", errors="replace")
 
 
 def _docker_limits(limits: Limits) -> dict[str, Any]:

@@ -68,7 +68,7 @@ from ssebench.engine import (
 from ssebench.errors import BuildCancelled, ImageBuildError, SSEBenchError
 from ssebench.logs import file_tail
 from ssebench.registry import fetch, publish
-from ssebench.runtime.layout import RUNTIME_HOME
+from ssebench.runtime.layout import RUNTIME_HOME, RUNTIME_PYTHON
 from ssebench.settings import PROJECT_ROOT, Settings
 from ssebench.task import Task
 from ssebench.version import __version__
@@ -83,7 +83,6 @@ RUNTIME_VOLUME_PREFIX = "ssebench-runtime-"
 
 RUNTIME_SOURCES = (PROJECT_ROOT / "ssebench" / "runtime", PROJECT_ROOT / "sdk" / "sse")
 # Where every container that runs the runtime has it (RUNTIME_HOME): its venv and library.
-RUNTIME_PYTHON = f"{RUNTIME_HOME}/venv/bin/python"
 # The modules `python -m ssebench.runtime.toollayer` imports (a unit test holds this to what it does
 # import): a change to one of them, or to the runtime's pinned packages, rebuilds every tool layer; a
 # change anywhere else in the runtime rebuilds only the runtime image and its volume.

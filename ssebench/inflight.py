@@ -57,8 +57,8 @@ def runs_in_flight() -> list[InFlight]:
     found = []
     for container in sorted(list_containers({"label": "ssebench.run"}), key=lambda c: c.get("Created", 0)):
         labels: dict[str, str] = container.get("Labels") or {}
-        if labels.get("ssebench.role") == "task":
-            continue  # sidecar mode: its agent container stands for the run (and says its phases)
+        if labels.get("ssebench.role") == "agent":
+            continue  # sidecar mode: its task container grades, stands for the run and says its phases
         try:
             with docker_errors("reading a run's log"):
                 log = client().api.logs(container["Id"], stdout=False, stderr=True, tail=200)

@@ -35,7 +35,7 @@ from ssebench.errors import ImageBuildError, SSEBenchError
 from ssebench.limits import Limits
 from ssebench.logs import last_lines
 from ssebench.reaper import Session
-from ssebench.runtime.layout import RUNNER_DIR, RUNTIME_HOME
+from ssebench.runtime.layout import MCP_PORT, RUNNER_DIR, RUNTIME_HOME, RUNTIME_PYTHON, SIDECAR_SOCKETS
 from ssebench.runtime.settings import ENV as RUNTIME_ENV
 from ssebench.result import (
     RunSummary,
@@ -60,11 +60,15 @@ from ssebench.task import Task, task_file
 RESULTS_IN_CONTAINER = "/var/lib/ssebench/results"
 ARCHIVE_IN_CONTAINER = "/tmp/sse-archive"
 REFERENCE_IN_CONTAINER = "/reference/patch.diff"
-# Sidecar mode: both sockets in one volume both containers mount (SPEC §7).
-SOCKETS_IN_CONTAINER = "/run/ssebench"
-SIDECAR_AGENT_SOCKET = "/run/ssebench/sse.sock"
-# How long the task container has to write what its cgroup counted once the agent's container is done.
-TASK_STOP_GRACE = 10.0
+# Sidecar mode: the agent socket in a volume both containers mount; the admin socket stays in the task
+# container, which grades.
+SIDECAR_AGENT_SOCKET = f"{SIDECAR_SOCKETS}/sse.sock"
+# Sidecar mode: beyond the agent's time limit, how long its container has to start (its entrypoint waits for
+# the daemon) and to end its agent before the host stops it, and how long telling the task container takes.
+AGENT_CONTAINER_SLACK = 120.0
+TELL_TIMEOUT = 60.0
+# The exit status of an agent stopped at its time limit (the entrypoint's, as `timeout` has it).
+TIMED_OUT = 124
 # Start-up and the evaluator's own bookkeeping, beyond the agent's and grading's limits.
 SLACK_SECONDS = 300.0
 # What the host keeps of a run's files: the root-written results, and the agent's archive.
@@ -232,31 +236,34 @@ def sidecar_specs(config: RunConfig, agent: ContainerSpec, task_image: str, run_
                   session: Session) -> tuple[ContainerSpec, ContainerSpec, list[str]]:
     """Sidecar mode: (task container, agent container, volume names) from the agent's container spec.
 
-    The task container (the tool image: daemon, tree, hidden files) and the
-    agent container (no task in its image) share four volumes of the run:
-    the source tree (`tree_volume`, prepared by the task container), /run/ssebench
-    with both sockets, the results and the agent's archive. Same network,
-    limits and capabilities for both. The agent reaches the daemon through the
-    socket volume: the daemon's HTTP port (at the task container's name)
-    serves a peer, as in sandbox mode, the public view only, because the
-    model gateway is a peer on the same network too.
+    The task container (the tool image) does everything that grades, as
+    sandbox mode's one container does but for running the agent: the daemon,
+    the MCP server, the evaluator, the tree, the hidden files and the
+    results. The agent container (no task in its image) runs the agent
+    alone. They share three volumes of the run: the source tree
+    (`tree_volume`, prepared by the task container), the agent socket's
+    directory and the agent's archive; never the results or the admin
+    socket. The agent reaches the daemon through the socket volume and the
+    MCP server at the task container's name on the run's network; the
+    daemon's HTTP port there serves it, as any peer, the public view only.
     """
     prefix = network_name(session, run_id)
-    shared = {"sockets": SOCKETS_IN_CONTAINER, "results": RESULTS_IN_CONTAINER, "archive": ARCHIVE_IN_CONTAINER}
+    shared = {"sockets": SIDECAR_SOCKETS, "archive": ARCHIVE_IN_CONTAINER}
     tree = tree_volume(config, prefix)
     # Only the tree comes from an image (the task's); nothing of either image enters the other volumes.
     filled = [tree, *(Volume(f"{prefix}-{key}", path) for key, path in shared.items())]
     volumes = [replace(v, fill=False) for v in filled]
     # Its name is a host name on the run's network: one DNS label (63 characters at most), unique on the engine.
     task_name = "ssebench-task-" + hashlib.sha256(prefix.encode()).hexdigest()[:16]
-    sockets = {"SSE_DAEMON_SOCKET": SIDECAR_AGENT_SOCKET}
+    sockets = {"SSE_DAEMON_SOCKET": SIDECAR_AGENT_SOCKET, "SSE_MCP_URL": f"http://{task_name}:{MCP_PORT}/mcp"}
     # The task container gets the runtime's settings and nothing else of the agent's environment (no model
     # access: its bash tool is the agent's, but the key is the agent container's alone).
     settings = {k: v for k, v in agent.env.items() if k in RUNTIME_ENV.values()}
     # The task container (a tool image) keeps the runtime volume; the agent's image holds a runtime of its own.
     task = replace(agent, image=task_image, name=task_name, mounts=[], command=None,
                    volumes=[*agent.volumes, *filled],
-                   env={**settings, **sockets, "SSE_ROLE": "task"}, labels={**agent.labels, "ssebench.role": "task"})
+                   env={**settings, **sockets, "SSE_ROLE": "task", "SSE_MCP_BIND": "0.0.0.0"},
+                   labels={**agent.labels, "ssebench.role": "task"})
     agent = replace(agent, volumes=volumes,
                     env={**agent.env, **sockets, "SSE_ROLE": "agent", "SSE_SOURCE": config.task.config.source},
                     labels={**agent.labels, "ssebench.role": "agent"})
@@ -275,16 +282,29 @@ class LiveRun:
     network: Network
     run_id: str
     task: Handle | None = None  # sidecar mode's task container
+    config: RunConfig | None = None
+
+    @property
+    def grader(self) -> Handle:
+        """The container that grades and holds the results: sandbox mode's one, sidecar mode's task container."""
+        return self.task or self.handle
 
     def wait(self, timeout: float) -> int:
-        """Wait for the agent's container to exit; its status. Sidecar mode: then stop the task container.
+        """Wait for the run to end (the container that grades to exit); its status.
 
-        Raises RunTimeoutError after `timeout` seconds, and ContainerDied when
-        the task container exits first (with its log's last lines).
+        Sidecar mode: first the agent's container, stopped at the agent's time
+        limit (and some slack to start); then the task container is told the
+        agent phase is over, with its figures, and grades. Raises
+        RunTimeoutError after `timeout` seconds in all, and ContainerDied when
+        the task container exits while the agent's still runs (with its log's
+        last lines).
         """
         if self.task is None:
             return self.handle.wait(timeout)
         deadline = time.monotonic() + timeout
+        started = time.monotonic()
+        agent_limit = (self.config.timeout if self.config else timeout) + AGENT_CONTAINER_SLACK
+        timed_out = False
         while True:
             try:
                 status = self.handle.wait(max(0.1, min(2.0, deadline - time.monotonic())))
@@ -294,19 +314,28 @@ class LiveRun:
                 if ended is not None:
                     raise ContainerDied(f"the task container exited (status {ended}) during the run; its last "
                                         f"lines:\n{last_lines(self.task.logs(), 20)}") from None
+                if time.monotonic() - started >= agent_limit:
+                    self.handle.stop(1)  # past the agent's limit: its container's own timer did not end it
+                    status, timed_out = TIMED_OUT, True
+                    break
                 if time.monotonic() >= deadline:
                     raise RunTimeoutError(f"container {self.handle.id[:12]} still running after "
                                           f"{timeout:.0f} s") from None
-        try:
-            self.task.stop(TASK_STOP_GRACE)  # it writes what its cgroup counted; the grade is already written
-        except SSEBenchError as exc:
-            print(f"ssebench: stopping the task container of run {self.run_id}: {exc}", file=sys.stderr)
-        return status
+        figures = {"AGENT_EXIT_STATUS": str(status), "AGENT_DURATION": f"{time.monotonic() - started:.3f}",
+                   "SSE_METRIC_AGENT_TIMEOUT": "true" if timed_out or status == TIMED_OUT else "false"}
+        told, said = self.task.execute([RUNTIME_PYTHON, "-I", "-m", "ssebench.runtime.phase", json.dumps(figures)],
+                                       TELL_TIMEOUT)
+        if told != 0:
+            raise ContainerDied(f"telling the task container the agent's end failed (status {told}): {said.strip()}"
+                                f"; its last lines:\n{last_lines(self.task.logs(), 20)}")
+        return self.task.wait(max(1.0, deadline - time.monotonic()))
 
     @property
     def handles(self) -> list[tuple[str, Handle]]:
-        """(log name, container) of each of the run's containers."""
-        return [("container", self.handle)] + ([("task-container", self.task)] if self.task else [])
+        """(log name, container) of each of the run's containers: `container` is the one that grades."""
+        if self.task is None:
+            return [("container", self.handle)]
+        return [("container", self.task), ("agent-container", self.handle)]
 
 
 @contextmanager
@@ -360,11 +389,11 @@ def running(config: RunConfig, backend: Backend, session: Session, run_id: str, 
             backend.create_volume(name, labels=labels)
         if config.mode != "sidecar":
             handles.append(backend.start(spec))
-            yield LiveRun(handle=handles[0], network=network, run_id=run_id)
+            yield LiveRun(handle=handles[0], network=network, run_id=run_id, config=config)
         else:
             handles.append(backend.start(task_spec))  # first: it fills the source volume from its image
             handles.append(backend.start(agent_spec))
-            yield LiveRun(handle=handles[1], network=network, run_id=run_id, task=handles[0])
+            yield LiveRun(handle=handles[1], network=network, run_id=run_id, task=handles[0], config=config)
         failed = False
     finally:
         try:
@@ -425,25 +454,25 @@ def collect(handle: Handle, run_dir: Path) -> dict[str, Any]:
 
 
 def _limits_hit(run_dir: Path, live: LiveRun | None, config: RunConfig) -> list[str]:
-    """What each container's cgroup counted (limits.json; sidecar mode's task-limits.json), and OOM kills
-    the engine saw."""
-    hit: list[str] = []
-    for name, prefix, (_, handle) in zip(("limits.json", "task-limits.json"), ("", "task container: "),
-                                         live.handles if live else [("", None), ("", None)], strict=False):
-        text = read_safely(run_dir, name, limit=1 << 20, tail=False)
-        lines: list[str] = []
-        if text:
-            try:
-                lines = [str(line) for line in json.loads(text).get("hit") or []]
-            except (ValueError, AttributeError):
-                pass
-        if handle is not None and not any(line.startswith("memory") for line in lines):
-            try:
-                if handle.memory_exhausted():
-                    lines.append(f"memory: the container hit its memory limit of {config.limits.memory} bytes")
-            except SSEBenchError:
-                pass
-        hit += [prefix + line for line in lines]
+    """What the grading container's cgroup counted (limits.json), and OOM kills the engine saw in each of the
+    run's containers (sidecar mode's agent container's prefixed `agent container: `)."""
+    lines: list[str] = []
+    text = read_safely(run_dir, "limits.json", limit=1 << 20, tail=False)
+    if text:
+        try:
+            lines = [str(line) for line in json.loads(text).get("hit") or []]
+        except (ValueError, AttributeError):
+            pass
+    hit = list(lines)
+    for name, handle in live.handles if live else []:
+        prefix = "agent container: " if name == "agent-container" else ""
+        if prefix == "" and any(line.startswith("memory") for line in lines):
+            continue
+        try:
+            if handle.memory_exhausted():
+                hit.append(f"{prefix}memory: the container hit its memory limit of {config.limits.memory} bytes")
+        except SSEBenchError:
+            pass
     return hit
 
 
@@ -458,7 +487,7 @@ def salvage(live: LiveRun, run_dir: Path, record: RunRecord) -> None:
             write_text_atomic(run_dir / f"{name}.log", handle.logs())
         except SSEBenchError as exc:
             error = error or exc
-    record.files = collect(live.handle, run_dir)  # each of these records its own engine errors
+    record.files = collect(live.grader, run_dir)  # each of these records its own engine errors
     record.limits_hit = _limits_hit(run_dir, live, record.config)
     if error is not None:
         raise error
@@ -500,7 +529,8 @@ def execute(config: RunConfig, settings: Settings, backend: Backend, session: Se
                 record.timeline["container_ended"] = time.time()
                 salvage(live, run_dir, record)
         record.result = read_result(run_dir)
-        memory = [line for line in record.limits_hit if line.removeprefix("task container: ").startswith("memory")]
+        # The grading container's memory (not sidecar mode's agent container's, which grades nothing).
+        memory = [line for line in record.limits_hit if line.startswith("memory")]
         if memory and (record.result is None or recorded_status(record.result.get("patch_result")) == "error"):
             record.result = memory_limit_failure(record.result, memory)
             write_json(run_dir / "result.json", record.result)

@@ -28,17 +28,22 @@ the archive is pruned to regular files and directories under its caps, and
 what the run's cgroup counted (OOM kills, forks refused at the pids limit,
 CPU throttling) goes to limits.json.
 
-Sidecar mode (SSE_ROLE) splits this between two containers that share the
-source tree, the results, the archive and /run/ssebench (both sockets):
+Sidecar mode (SSE_ROLE) moves only the agent out, into a container that holds
+nothing that grades:
 
-- the task container (`task`) prepares the shared tree (step 1) and runs only
-  the daemon, until it is stopped, then writes what its own cgroup counted
-  to task-limits.json;
-- the agent container (`agent`) waits until that daemon answers on the
-  shared sockets, then runs steps 3 to 7 against it, and,
-  as it shares no processes with the daemon, ends every process of model
-  itself before it posts agent_exited (the daemon ends those of its own
-  container). It has no /ssebench: the tree's path comes in SSE_SOURCE.
+- the task container (`task`) does everything above but run the agent: it
+  prepares the tree, serves the daemon and the MCP server (on its own
+  network address, for the agent container), starts the evaluator, and
+  waits, in place of step 4, for the host to tell it the agent phase is
+  over (`await_agent`: the agent's figures through a fifo of root's, which
+  the host writes with `docker exec`, `ssebench.runtime.phase`); then steps
+  5 to 7, the archive pruned and its own cgroup's counts in limits.json;
+- the agent container (`agent`) only waits until the daemon answers on the
+  shared agent socket, runs the agent as model (step 4, its output on the
+  container's own log), ends every process of model, and exits with the
+  agent's status. It has no /ssebench, no admin socket, no results: an agent
+  that became root there can change nothing of its grade. The tree's path
+  comes in SSE_SOURCE.
 """
 
 from __future__ import annotations
@@ -58,7 +63,7 @@ from pathlib import Path
 from collections.abc import Callable
 from typing import IO
 
-from ssebench.runtime import layout, listeners
+from ssebench.runtime import layout, listeners, phase
 from ssebench.runtime.files import check_root_path, prune_tree, write_atomic
 from ssebench.runtime.process import NEUTRAL_CWD, User, clear_user, confined, kill_group, python_command, wait
 from ssebench.runtime.settings import RuntimeSettings, SettingsError, load_settings
@@ -78,12 +83,20 @@ def say(message: str) -> None:
 
 
 def prepare_dirs(settings: RuntimeSettings, model: User) -> None:
-    results = Path(settings.results)
-    results.parent.mkdir(parents=True, exist_ok=True)
-    os.chown(results.parent, 0, 0)
-    os.chmod(results.parent, 0o700)
-    results.mkdir(exist_ok=True)
-    os.chmod(results, 0o755)
+    """The results (the container that grades only), the archive (model's), the shared scratch directories
+    and the MCP server's log directory."""
+    if settings.role != "agent":
+        results = Path(settings.results)
+        results.parent.mkdir(parents=True, exist_ok=True)
+        os.chown(results.parent, 0, 0)
+        os.chmod(results.parent, 0o700)
+        results.mkdir(exist_ok=True)
+        os.chmod(results, 0o755)
+    if settings.role == "task":  # the agent socket's directory, a volume the agent container mounts too
+        sockets = Path(settings.agent_socket).parent
+        sockets.mkdir(parents=True, exist_ok=True)
+        os.chown(sockets, 0, 0)
+        os.chmod(sockets, 0o755)
     archive = Path(settings.archive)
     if archive.is_symlink():
         archive.unlink()
@@ -370,19 +383,13 @@ def admin_post(settings: RuntimeSettings, path: str) -> None:
         raise RuntimeError(f"POST {path} on the admin socket: " + (f"status {status}" if status else "no answer"))
 
 
-def daemon_ready(settings: RuntimeSettings) -> bool:
-    if not os.path.exists(settings.agent_socket) or not os.path.exists(settings.admin_socket):
-        return False
-    return http_status(settings.admin_socket, "GET", "/version", 2) == 200
-
-
 def agent_env(settings: RuntimeSettings, model: User) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "SSE_ADMIN_SOCKET"}
     env.update(
         HOME=model.home, USER=model.name, LOGNAME=model.name, SHELL="/bin/bash",
         SSE_DAEMON_SOCKET=settings.agent_socket, SSE_ARCHIVE=settings.archive,
         SSE_DIFFICULTY=str(settings.difficulty), TIMEOUT=str(int(settings.agent_timeout)),
-        SSE_MCP_URL=f"http://127.0.0.1:{layout.MCP_PORT}/mcp",  # the socket root bound (::1 is not it)
+        SSE_MCP_URL=settings.mcp_url,  # the socket root bound (loopback's 127.0.0.1, not ::1; sidecar mode's task)
     )
     return env
 
@@ -496,8 +503,13 @@ def start_mcp(settings: RuntimeSettings, env: dict[str, str]) -> OnDemand:
     is there either way (empty when no client came)."""
     log = Path(settings.results) / "mcp.log"
     log.touch()
-    return OnDemand("ssebench.runtime.mcp_server", log, {**env, "SSE_DAEMON_SOCKET": settings.agent_socket},
-                    listeners.mcp_listener())
+    daemon = {"SSE_DAEMON_SOCKET": settings.agent_socket}
+    if settings.role == "task":
+        # The agent socket's directory is a volume the agent container shares, whose root may be the agent's:
+        # a root process here never talks to a socket found there, but to the daemon's own loopback listener.
+        env = {k: v for k, v in env.items() if k != "SSE_DAEMON_SOCKET"}
+        daemon = {"SSE_AGENT_DOCKER": f"127.0.0.1:{settings.http_port}"}
+    return OnDemand("ssebench.runtime.mcp_server", log, {**env, **daemon}, listeners.mcp_listener(settings.mcp_bind))
 
 
 def end(process: subprocess.Popen[bytes]) -> None:
@@ -515,29 +527,77 @@ def write_limits(settings: RuntimeSettings, name: str) -> None:
         say(f"limit hit: {line}")
 
 
-def wait_for_stop(until_exit: subprocess.Popen[bytes] | None = None) -> None:
-    """Block until SIGTERM or SIGINT (or until `until_exit` exits)."""
+def wait_for_stop() -> None:
+    """Block until SIGTERM or SIGINT."""
     signals = {signal.SIGTERM, signal.SIGINT}
     signal.pthread_sigmask(signal.SIG_BLOCK, signals)
     while signal.sigtimedwait(signals, 1.0) is None:
-        if until_exit is not None and until_exit.poll() is not None:
-            say(f"the daemon exited with status {until_exit.returncode}")
-            return
+        pass
 
 
-def serve_task(settings: RuntimeSettings, env: dict[str, str]) -> int:
-    """Sidecar mode's task container: the daemon alone, until the run stops it."""
+# Sidecar mode: how long the task container waits for the host to say the agent phase is over, beyond the
+# agent's time limit (the host stops the agent container at its limit, and says so, well before).
+AGENT_DONE_SLACK = 900.0
+
+
+def await_agent(settings: RuntimeSettings, done: int) -> tuple[int, float, bool]:
+    """Sidecar mode's task container: wait for the agent phase's figures, which the host writes into the fifo
+    `done` once the agent container has exited (`ssebench.runtime.phase`); (exit status, seconds, timed out).
+
+    Without word from the host by the agent's time limit and some slack, the phase is over all the same:
+    the run is graded as one whose agent timed out.
+    """
+    started = time.monotonic()
+    deadline = started + settings.agent_timeout + AGENT_DONE_SLACK
+    poller = select.poll()
+    poller.register(done, select.POLLIN)
+    line = b""
+    while b"\n" not in line:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            say(f"no word from the host of the agent's end within {settings.agent_timeout + AGENT_DONE_SLACK:.0f} s")
+            return TIMED_OUT, time.monotonic() - started, True
+        if poller.poll(min(left, 5.0) * 1000):
+            try:
+                line += os.read(done, 4096)
+            except BlockingIOError:
+                continue
     try:
-        daemon = start_daemon(settings, env)
-    except (RuntimeError, OSError) as exc:
+        figures = json.loads(line.split(b"\n", 1)[0])
+        status = int(figures.get("AGENT_EXIT_STATUS", TIMED_OUT))
+        duration = float(figures.get("AGENT_DURATION", time.monotonic() - started))
+        timed_out = str(figures.get("SSE_METRIC_AGENT_TIMEOUT", "")).lower() == "true"
+    except (ValueError, TypeError, AttributeError) as exc:
+        say(f"the host's figures of the agent's end are unreadable ({exc}): graded as timed out")
+        return TIMED_OUT, time.monotonic() - started, True
+    return status, duration, timed_out
+
+
+def agent_socket_ready(settings: RuntimeSettings) -> bool:
+    """Whether the daemon answers on the agent socket (sidecar mode's agent container: the shared one)."""
+    return os.path.exists(settings.agent_socket) and http_status(settings.agent_socket, "GET", "/version", 2) == 200
+
+
+def run_agent_container(settings: RuntimeSettings, model: User, command: list[str]) -> int:
+    """Sidecar mode's agent container: once the daemon answers, the agent as model; its status.
+
+    Nothing here grades or writes what grading reads: the agent's output goes to this container's log, and
+    the host tells the task container when this container has exited.
+    """
+    try:
+        wait_for("daemon", lambda: agent_socket_ready(settings), settings.daemon_timeout, Path(os.devnull))
+    except RuntimeError as exc:
         say(f"infrastructure failure: {exc}")
         return 1
-    say("daemon ready")
-    wait_for_stop(daemon.process)
-    exited = daemon.process.poll() is not None
-    write_limits(settings, "task-limits.json")
-    end(daemon.process)
-    return 1 if exited else 0
+    say(f"agent: {' '.join(command)} (timeout {settings.agent_timeout:.0f} s, difficulty {settings.difficulty})")
+    sys.stdout.flush()
+    status, duration, timed_out = run_agent(command, settings, model, settings.source, sys.stdout.buffer)
+    say(f"agent exited with status {status} after {duration:.1f} s" + (" (timed out)" if timed_out else ""))
+    try:  # nothing of the agent may go on changing the shared tree while it is captured and graded
+        say(f"ended {clear_user(model)} leftover process(es) and IPC object(s) of {model.name}")
+    except OSError as exc:
+        say(f"ending {model.name}'s processes failed: {exc}")
+    return status
 
 
 def main(argv: list[str]) -> int:
@@ -551,33 +611,31 @@ def main(argv: list[str]) -> int:
     say(f"starting ({settings.role})")
     model = User.named(layout.MODEL)
     prepare_dirs(settings, model)
-    if settings.role != "agent":  # the container that grades, and where the task is
-        from ssebench.runtime.taskfile import load_taskfile
-        from ssebench.runtime.tree import prepare_tree
+    command = argv or ["true"]
+    if settings.role == "agent":
+        return run_agent_container(settings, model, command)
 
-        try:
-            say(f"the runner's area is {prepare_runner_area(User.named(layout.RUNNER).gid)}")
-            source = load_taskfile(Path(layout.TASK_DIR) / "config.yaml").source
-            started = time.monotonic()
-            entries = prepare_tree(Path(source), model)
-            say(f"the agent's tree is {mounted(source)}, model's: {entries} entries, its original kept for "
-                f"grading, in {time.monotonic() - started:.2f} s")
-        except (RuntimeError, OSError, ValueError) as exc:  # OSError, ValueError: no readable config.yaml
-            say(f"refusing to start: {exc}")
-            write_error(settings, f"the runtime failed to start: {exc}")
-            return 1
-    else:
-        source = settings.source  # there is no /ssebench here: the task container prepared the shared tree
+    # The container that grades, and where the task is: sandbox mode's one, sidecar mode's task container.
+    from ssebench.runtime.taskfile import load_taskfile
+    from ssebench.runtime.tree import prepare_tree
+
+    try:
+        say(f"the runner's area is {prepare_runner_area(User.named(layout.RUNNER).gid)}")
+        source = load_taskfile(Path(layout.TASK_DIR) / "config.yaml").source
+        started = time.monotonic()
+        entries = prepare_tree(Path(source), model)
+        say(f"the agent's tree is {mounted(source)}, model's: {entries} entries, its original kept for "
+            f"grading, in {time.monotonic() - started:.2f} s")
+    except (RuntimeError, OSError, ValueError) as exc:  # OSError, ValueError: no readable config.yaml
+        say(f"refusing to start: {exc}")
+        write_error(settings, f"the runtime failed to start: {exc}")
+        return 1
     results = Path(settings.results)
     env = {**os.environ, "SSE_RESULTS": settings.results}
-    if settings.role == "task":
-        return serve_task(settings, env)
     daemon: Served | None = None
     try:
-        if settings.role == "sandbox":
-            daemon = start_daemon(settings, env)
-        else:  # sidecar mode's agent container: the daemon is the task container's, on the shared sockets
-            wait_for("daemon", lambda: daemon_ready(settings), settings.daemon_timeout, results / "daemon.log")
+        done = phase.make_fifo() if settings.role == "task" else None
+        daemon = start_daemon(settings, env)
         mcp = start_mcp(settings, env)
     except (RuntimeError, OSError) as exc:
         say(f"infrastructure failure: {exc}")
@@ -588,23 +646,20 @@ def main(argv: list[str]) -> int:
         return 1
     say("daemon ready; MCP server listening")
 
-    command = argv or ["true"]
     evaluator_log = (results / "evaluator.log").open("ab")
     evaluator = start_evaluator(settings, env, evaluator_log)
-    say(f"agent: {' '.join(command)} (timeout {settings.agent_timeout:.0f} s, difficulty {settings.difficulty})")
-    with (results / "agent.log").open("ab") as agent_log:
-        status, duration, timed_out = run_agent(command, settings, model, source, agent_log)
+    if done is None:
+        say(f"agent: {' '.join(command)} (timeout {settings.agent_timeout:.0f} s, difficulty {settings.difficulty})")
+        with (results / "agent.log").open("ab") as agent_log:
+            status, duration, timed_out = run_agent(command, settings, model, source, agent_log)
+    else:
+        say(f"agent: in its own container (timeout {settings.agent_timeout:.0f} s, difficulty {settings.difficulty})")
+        status, duration, timed_out = await_agent(settings, done)
+        os.close(done)
     say(f"agent exited with status {status} after {duration:.1f} s" + (" (timed out)" if timed_out else ""))
-    if settings.role == "agent":
-        # The daemon ends model's processes in its own container; here, nothing of the agent may go on
-        # changing the shared tree while it is captured and graded.
-        try:
-            say(f"ended {clear_user(model)} leftover process(es) and IPC object(s) of {model.name}")
-        except OSError as exc:  # grading goes on: the daemon's capture is what the grade rests on
-            say(f"ending {model.name}'s processes failed: {exc}")
 
     ended = False
-    for attempt in range(3):  # sidecar mode: over a socket another container serves
+    for attempt in range(3):
         try:
             admin_post(settings, "/admin/agent_exited")
             ended = True
@@ -638,21 +693,20 @@ def main(argv: list[str]) -> int:
                       "SSE_METRIC_AGENT_TIMEOUT": "true" if timed_out else "false"})
             say("graded: " + _tail(results / "evaluator.log", 1))
     if not ended:
-        # Processes of model may live on (where the daemon runs): the archive is left as it is, and the
-        # host keeps regular files only, under its caps, whatever is in it.
+        # Processes of model may live on: the archive is left as it is, and the host keeps regular files
+        # only, under its caps, whatever is in it.
         say("the archive is not pruned: the end of the agent phase was not confirmed")
     else:
         try:
             finish_archive(settings)
-        except OSError as exc:
-            say(f"pruning the archive failed: {exc}")
+        except Exception as exc:  # a prune that fails leaves the archive to the host's caps; never the grade
+            say(f"pruning the archive failed: {type(exc).__name__}: {exc}")
     write_limits(settings, "limits.json")
 
     if settings.keep_alive:
         say("SSE_KEEP_ALIVE=1: the container stays up (the daemon still answers)")
         wait_for_stop()
-    if daemon is not None:
-        end(daemon.process)
+    end(daemon.process)
     return status
 
 

@@ -15,6 +15,12 @@ RUNNER_DIR = "/var/lib/ssebench-runner"
 REPO = "/var/lib/ssebench-runner/repo"
 ADMIN_DIR = "/run/ssebench"
 ADMIN_SOCKET = "/run/ssebench/admin.sock"
+# Sidecar mode: the task container learns the agent phase is over from the host, which writes its figures
+# (one JSON line) into this fifo, root's alone, through `docker exec` (ssebench.runtime.phase).
+AGENT_DONE = "/run/ssebench/agent-done"
+# Sidecar mode: the one volume of sockets the agent container shares with the task container, holding the
+# agent socket only (the admin socket never leaves the task container).
+SIDECAR_SOCKETS = "/run/sse-agent"
 AGENT_SOCKET = "/tmp/sse.sock"
 ARCHIVE = "/tmp/sse-archive"
 HTTP_PORT = 4263
@@ -25,6 +31,8 @@ LISTEN_FDS = "SSE_LISTEN_FDS"
 # The pipe on which it writes one byte once it serves.
 READY_FD = "SSE_READY_FD"
 RUNTIME_HOME = "/opt/ssebench"
+# The runtime's interpreter; every runtime process is started with it, isolated (-I).
+RUNTIME_PYTHON = f"{RUNTIME_HOME}/venv/bin/python"
 REFERENCE_PATCH = "/reference/patch.diff"
 CAPTURE_DIR = "/var/lib/ssebench-capture"
 MCP_LOG_DIR = "/tmp/sse-test-patch"

@@ -70,9 +70,10 @@ def daemon_listeners(agent_socket: str, admin_socket: str, http_port: int) -> di
     return bound
 
 
-def mcp_listener() -> socket.socket:
-    """The MCP server's listener: loopback only."""
-    return socket.create_server(("127.0.0.1", layout.MCP_PORT), backlog=BACKLOG)
+def mcp_listener(host: str = "127.0.0.1") -> socket.socket:
+    """The MCP server's listener: loopback, or (sidecar mode's task container) every interface of the
+    container, which is on the run's own network only."""
+    return socket.create_server((host, layout.MCP_PORT), backlog=BACKLOG)
 
 
 def encode(listeners: dict[str, socket.socket]) -> str:

@@ -23,7 +23,7 @@ from sse.helper import ScriptResult
 
 from ssebench.runtime import listeners
 from ssebench.runtime.layout import MCP_LOG_DIR
-from ssebench.runtime.settings import DIFFICULTY_NAMES, allowed_actions
+from ssebench.runtime.settings import DIFFICULTY_NAMES, RuntimeSettings, allowed_actions
 
 MAX_WORDS = 10_000
 LOG_DIR = Path(MCP_LOG_DIR)
@@ -190,6 +190,23 @@ def create_server(difficulty: int, checks: Callable[[], Checks] = sdk_checks) ->
     return server
 
 
+def transport_security(settings: RuntimeSettings) -> Any:
+    """The Host headers the server answers: loopback's, and the host of the URL the agent was given (sidecar
+    mode's task container, by its name on the run's network); any other is refused, as a page of another
+    site that resolved its name here would be."""
+    from urllib.parse import urlsplit
+
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    hosts = ["127.0.0.1", "localhost", "[::1]"]
+    named = urlsplit(settings.mcp_url).hostname
+    if named and named not in hosts:
+        hosts.append(named)
+    return TransportSecuritySettings(enable_dns_rebinding_protection=True,
+                                     allowed_hosts=[f"{host}:*" for host in hosts],
+                                     allowed_origins=[f"http://{host}:*" for host in hosts])
+
+
 def main() -> None:
     import uvicorn
 
@@ -203,7 +220,7 @@ def main() -> None:
     if LOG_DIR.exists() and not stat.S_ISDIR(os.lstat(LOG_DIR).st_mode):
         os.unlink(LOG_DIR)
     # The entrypoint binds the socket before this starts (clients queue on it meanwhile); run alone, bind it.
-    sock = listeners.inherited().get(listeners.MCP) or listeners.mcp_listener()
+    sock = listeners.inherited().get(listeners.MCP) or listeners.mcp_listener(settings.mcp_bind)
     ready = listeners.readiness()
 
     class Server(uvicorn.Server):
@@ -212,7 +229,8 @@ def main() -> None:
             if self.started:  # the entrypoint learns it serves: it never starts then fails the run
                 ready()
 
-    app = create_server(settings.difficulty).streamable_http_app(stateless_http=True, json_response=True)
+    app = create_server(settings.difficulty).streamable_http_app(stateless_http=True, json_response=True,
+                                                                  transport_security=transport_security(settings))
     server = Server(uvicorn.Config(app, log_level="warning"))
     server.run(sockets=[sock])
     if not server.started:  # uvicorn returns when its start-up fails: say so in the exit status

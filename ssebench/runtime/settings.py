@@ -29,8 +29,9 @@ def allowed_actions(difficulty: int) -> list[str]:
 
 
 # Which part of a run a container plays: the one container of sandbox mode, or,
-# in sidecar mode, the task container (daemon, tree, hidden files) or the agent
-# container (agent, MCP server, evaluator; nothing of the task).
+# in sidecar mode, the task container (daemon, MCP server, evaluator, the tree,
+# the hidden files and the results: everything that grades) or the agent
+# container (the agent alone; nothing of the task, nothing that grades).
 ROLES = ("sandbox", "task", "agent")
 
 # Field name -> environment variable.
@@ -56,6 +57,8 @@ ENV = {
     "capture_timeout": "SSE_CAPTURE_TIMEOUT",
     "archive_file_cap": "SSE_ARCHIVE_FILE_CAP",
     "archive_cap": "SSE_ARCHIVE_CAP",
+    "mcp_bind": "SSE_MCP_BIND",
+    "mcp_url": "SSE_MCP_URL",
 }
 
 
@@ -90,6 +93,10 @@ class RuntimeSettings:
     # What of the agent's archive is kept: per file and in all.
     archive_file_cap: int = 64 << 20
     archive_cap: int = 256 << 20
+    # Where the MCP server listens (loopback; sidecar mode's task container: every interface of its own
+    # network, for the agent container), and the URL the agent is given for it.
+    mcp_bind: str = "127.0.0.1"
+    mcp_url: str = f"http://127.0.0.1:{layout.MCP_PORT}/mcp"
 
 
 # The bounds of each numeric setting: (least, most); a float's least is exclusive (a time must be > 0).

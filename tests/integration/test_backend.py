@@ -59,6 +59,23 @@ def test_runs_with_env_mounts_and_labels(backend: Backend, labels: dict[str, str
     assert not list_containers({"id": handle.id})
 
 
+def test_a_command_runs_as_root_in_a_running_container_with_its_status_output_and_time_limit(
+        backend: Backend, labels: dict[str, str]) -> None:
+    """How the host tells sidecar mode's task container that the agent phase is over (ssebench.runtime.phase)."""
+    handle = backend.start(ContainerSpec(image=_image(), labels=labels, command=["sleep", "600"]))
+    try:
+        status, output = handle.execute(["bash", "-c", "id -u; echo to-stderr >&2; exit 7"], 30)
+        assert status == 7 and output.split() == ["0", "to-stderr"]
+        status, output = handle.execute(["bash", "-c", "head -c 300000 /dev/zero | tr '\\0' x"], 30)
+        assert status == 0 and output == "x" * (1 << 16)  # capped at 64 kB, the status all the same
+        with pytest.raises(RunTimeoutError, match="still running after 2 s"):
+            handle.execute(["sleep", "60"], 2)
+    finally:
+        handle.remove()
+    with pytest.raises(SSEBenchError):  # the container is gone
+        handle.execute(["true"], 10)
+
+
 def test_read_only_mount(backend: Backend, labels: dict[str, str], tmp_path: Path) -> None:
     spec = ContainerSpec(image=_image(), labels=labels, mounts=[Mount(tmp_path, "/ro", read_only=True)],
                          command=["bash", "-c", "touch /ro/x"])

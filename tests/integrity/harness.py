@@ -131,7 +131,7 @@ class HeldRun:
         self.sh("root", f"{PYTHON} -I -c {shlex.quote(KILL_SLEEP)}")
         status = self.live.wait(timeout)
         self.summary["exit_code"] = status
-        self.summary["files"] = collect(self.live.handle, self.run_dir)
+        self.summary["files"] = collect(self.live.grader, self.run_dir)
         self.result = read_result(self.run_dir)
         assert self.result is not None, f"no result.json (exit {status}):\n{self.logs()[-4000:]}"
         return self.result

@@ -76,42 +76,49 @@ def test_listeners_refuse_the_answer_and_withheld_checks(run: Any) -> None:
 
 ADMIN_AND_SOCKETS = """
 import json, os, socket
-agent = os.environ["SSE_DAEMON_SOCKET"]
+agent, admin = os.environ["SSE_DAEMON_SOCKET"], "/run/ssebench/admin.sock"
 out = {}
 s = socket.socket(socket.AF_UNIX)
 try:
-    s.connect("/run/ssebench/admin.sock"); out["admin"] = "connected"
+    s.connect(admin); out["admin"] = "connected"
 except OSError as exc:
     out["admin"] = type(exc).__name__
-for name, src in (("agent", agent), ("admin", "/run/ssebench/admin.sock")):
+for name, src in (("agent", agent), ("admin", admin)):
     for dest in ("/tmp/moved.sock", os.path.join(os.path.dirname(src), "moved.sock")):
         try:
             os.rename(src, dest); out["move " + name] = "moved"
+        except FileNotFoundError as exc:
+            out["move " + name] = type(exc).__name__
         except PermissionError as exc:
             out["move " + name] = type(exc).__name__
         except OSError as exc:  # another file system (sidecar mode's socket volume): not a move either
             out.setdefault("move " + name, "PermissionError")
-for name, path in (("agent", agent), ("admin", "/run/ssebench/admin.sock")):
+for name, path in (("agent", agent), ("admin", admin)):
     try:
         os.unlink(path); out["unlink " + name] = "removed"
     except OSError as exc:
         out["unlink " + name] = type(exc).__name__
-for name in ("sse.sock", "admin.sock", "planted"):
-    try:
-        open(os.path.join("/run/ssebench", name + ".new"), "w").close(); out["create " + name] = "created"
-    except OSError as exc:
-        out["create " + name] = type(exc).__name__
+for directory in sorted({os.path.dirname(admin), os.path.dirname(agent)} - {"/tmp"}):
+    for name in ("sse.sock", "admin.sock", "planted"):
+        try:
+            open(os.path.join(directory, name + ".new"), "w").close(); out[f"create {directory}/{name}"] = "created"
+        except OSError as exc:
+            out[f"create {directory}/{name}"] = type(exc).__name__
 print(json.dumps(out))
 """
 
 
 @pytest.mark.parametrize("where", ["agent", "task"])
 def test_admin_socket_cannot_be_reached_nor_sockets_moved(run: Any, where: str) -> None:
-    """From where the agent runs, and through its bash tool (where the task is, in sidecar mode)."""
+    """From where the agent runs, and through its bash tool (where the task is, in sidecar mode). In sidecar
+    mode's agent container the admin socket and its directory do not exist at all: they never leave the task
+    container, which grades."""
     out = run.py("1000", ADMIN_AND_SOCKETS, task=where == "task")
-    assert set(out.values()) == {"PermissionError"}, out
-    assert len(out) == 8, out
-
+    absent = run.mode == "sidecar" and where == "agent"
+    for key, value in out.items():
+        admins = "admin" in key.split("/")[0] or key.startswith("create /run/ssebench/")
+        assert value == ("FileNotFoundError" if absent and admins else "PermissionError"), (key, out)
+    assert len(out) == (8 if run.mode == "sandbox" else 11), out
 
 
 SECRETS = ["/ssebench/diffs/patch.diff", "/ssebench/diffs/test.diff", "/ssebench/pocs/long_value.tlv",

@@ -71,7 +71,7 @@ def test_ghost_processes_are_killed(launcher: Launcher, level: int) -> None:
     assert run.sh("root", "awk 'NR>1 && $8==1000' /proc/sysvipc/shm | wc -l", task=True).strip() == "1"
     # (Bounded: a ghost holding the shell's pipes once made the end of the phase wait for ever.)
     run.sh("root", "timeout 60 /opt/ssebench/venv/bin/python -I -c \"from sse.daemon import Daemon; "
-                   "Daemon('/run/ssebench/admin.sock').post('/admin/agent_exited', {})\"")
+                   "Daemon('/run/ssebench/admin.sock').post('/admin/agent_exited', {})\"", task=True)
     assert _threads(run, 1000, task=True) == 0, "a process of the agent outlived the agent phase"
     left = run.sh("root", "cat /proc/sysvipc/shm /proc/sysvipc/msg /proc/sysvipc/sem | awk 'NR>1' | grep -c ' 1000 ' "
                           "|| true", task=True).strip()

@@ -69,7 +69,7 @@ def test_requests_that_waited_run_nothing_after_the_phase(launcher: Launcher, le
         time.sleep(0.2)
     time.sleep(1)  # the busy ones run, the queued ones wait
     run.sh("root", "/opt/ssebench/venv/bin/python -I -c \"from sse.daemon import Daemon; "
-                   "Daemon('/run/ssebench/admin.sock').post('/admin/agent_exited', {})\"")
+                   "Daemon('/run/ssebench/admin.sock').post('/admin/agent_exited', {})\"", task=True)
     # (sse-runner's processes are grading's from now on: the check that was busy is judged by its time below.
     # So is the capture of the agent's change, which the daemon runs as the tree's owner once the agent is
     # gone: a model process whose parent is the daemon and whose program is capture's confined git.)

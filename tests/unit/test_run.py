@@ -76,7 +76,10 @@ def test_sidecar_mode_gives_the_task_container_nothing_of_the_agent_and_the_agen
     assert not {"SSE_API_KEY", "SSE_BASE_URL", "SSE_MODEL_NAME"} & set(task.env)
     assert agent_side.env["SSE_API_KEY"] == "k" and agent_side.env["SSE_SOURCE"] == "/src/tlvkit"
     assert (task.env["SSE_ROLE"], agent_side.env["SSE_ROLE"]) == ("task", "agent")
-    assert task.env["SSE_DAEMON_SOCKET"] == agent_side.env["SSE_DAEMON_SOCKET"] == "/run/ssebench/sse.sock"
+    assert task.env["SSE_DAEMON_SOCKET"] == agent_side.env["SSE_DAEMON_SOCKET"] == "/run/sse-agent/sse.sock"
+    # The agent reaches the MCP server where grading is, by the task container's name; it listens there.
+    assert task.env["SSE_MCP_URL"] == agent_side.env["SSE_MCP_URL"] == f"http://{task.name}:3000/mcp"
+    assert task.env["SSE_MCP_BIND"] == "0.0.0.0" and "SSE_MCP_BIND" not in agent_side.env
     assert task.name and len(task.name) <= 63 and task.name.replace("-", "").isalnum()  # one DNS label
     # The task container (a tool image) runs the runtime from its read-only volume; the agent's image has its
     # own runtime, so the agent container does not mount it.
@@ -84,12 +87,13 @@ def test_sidecar_mode_gives_the_task_container_nothing_of_the_agent_and_the_agen
     assert runtime == Volume("rt", "/opt/ssebench", read_only=True) and runtime not in agent_side.volumes
     shared = {v.container for v in own}
     assert [(v.name, v.container) for v in own] == [(v.name, v.container) for v in agent_side.volumes]
-    assert len(volumes) == 4 == len({v.name for v in own}) and not any(v.read_only for v in agent_side.volumes)
+    assert len(volumes) == 3 == len({v.name for v in own}) and not any(v.read_only for v in agent_side.volumes)
     # only the tree is filled, and only from the task's image: nothing of the agent's image enters a volume
     assert [v.container for v in task.volumes if v.fill] == ["/src/tlvkit"] and not any(
         v.fill for v in agent_side.volumes)
-    assert shared == {"/src/tlvkit", "/run/ssebench", "/var/lib/ssebench/results", "/tmp/sse-archive"}
-    assert not any(path.startswith(("/ssebench", "/reference")) for path in shared)
+    # Never the results, the admin socket's directory, the task's files: what grades stays in the task container.
+    assert shared == {"/src/tlvkit", "/run/sse-agent", "/tmp/sse-archive"}
+    assert not any(path.startswith(("/ssebench", "/reference", "/var/lib/ssebench", "/run/ssebench")) for path in shared)
     for side in (task, agent_side):  # the same network, limits and capabilities for both
         assert (side.network, side.limits, side.capabilities) == (spec.network, spec.limits, spec.capabilities)
         assert side.labels["ssebench.run"] == "r1" and side.labels["ssebench.mode"] == "sidecar"
@@ -193,6 +197,9 @@ class _BrokenHandle(Handle):
     def stop(self, grace: float) -> None:
         raise SSEBenchError("Docker refused stopping: engine hiccup")
 
+    def execute(self, argv: list[str], timeout: float) -> tuple[int, str]:
+        raise SSEBenchError("Docker refused running a command: engine hiccup")
+
     def remove(self) -> None:
         raise SSEBenchError("Docker refused removing: engine hiccup")
 
@@ -261,10 +268,14 @@ def test_the_container_that_grades_gets_the_tree_and_the_runners_area_as_volumes
 
 
 class _Container(_BrokenHandle):
-    """A container that runs until `ends` polls, then exits with `status`; its engine works."""
+    """A container that runs until `ends` polls, then exits with `status`; its engine works. Told anything
+    (`execute`), it records it; `told_ends` then sets how many more polls it runs (a task container grading
+    once told the agent's end)."""
 
-    def __init__(self, name: str, status: int, ends: int) -> None:
+    def __init__(self, name: str, status: int, ends: int, told_ends: int | None = None) -> None:
         self.name, self.status, self.ends, self.stopped = name, status, ends, False
+        self.told: list[list[str]] = []
+        self.told_ends = told_ends
 
     def wait(self, timeout: float) -> int:
         if self.ends > 0:
@@ -277,6 +288,13 @@ class _Container(_BrokenHandle):
 
     def stop(self, grace: float) -> None:
         self.stopped = True
+        self.ends = 0
+
+    def execute(self, argv: list[str], timeout: float) -> tuple[int, str]:
+        self.told.append(argv)
+        if self.told_ends is not None:
+            self.ends = self.told_ends
+        return 0, ""
 
     def logs(self) -> str:
         return f"{self.name} line 1\n{self.name}: the last line\n"
@@ -299,19 +317,51 @@ def test_a_sidecar_run_whose_task_container_dies_is_an_error_with_its_log_tail(t
     assert record.grade == "error" and record.infra_error is not None
     assert record.infra_error.startswith("the task container exited (status 137) during the run")
     assert "task: the last line" in record.infra_error
-    assert (record.run_dir / "task-container.log").read_text().endswith("task: the last line\n")
+    # The task container grades: its log is the run's container.log; the agent's container's is its own.
+    assert (record.run_dir / "container.log").read_text().endswith("task: the last line\n")
+    assert (record.run_dir / "agent-container.log").read_text().endswith("agent: the last line\n")
     assert backend.networks == [] and backend.volumes == []
 
 
-def test_a_sidecar_run_stops_its_task_container_once_the_agent_container_exits(tmp_path: Path) -> None:
+def _figures(told: list[list[str]]) -> dict[str, str]:
+    [argv] = told
+    assert argv[1:4] == ["-I", "-m", "ssebench.runtime.phase"], argv
+    return dict(json.loads(argv[4]))
+
+
+def test_a_sidecar_run_tells_the_task_container_the_agents_end_and_the_task_container_grades(
+        tmp_path: Path) -> None:
     task = load_task(DEMO / "c-demo")
     config = RunConfig(task=task, agent=load_agent(get_settings().agents_dir, "dummy"), mode="sidecar")
-    task_container, agent_container = _Container("task", 0, ends=1000), _Container("agent", 1, ends=2)
+    task_container = _Container("task", 1, ends=1000, told_ends=0)
+    agent_container = _Container("agent", 1, ends=2)
     record = execute(config, get_settings(), _Backend([task_container, agent_container]), Session.new(), tmp_path,
                      build=False)
-    assert task_container.stopped and record.exit_code == 1
+    figures = _figures(task_container.told)
+    assert figures["AGENT_EXIT_STATUS"] == "1" and figures["SSE_METRIC_AGENT_TIMEOUT"] == "false"
+    assert float(figures["AGENT_DURATION"]) >= 0 and not agent_container.stopped
+    assert record.exit_code == 1  # the task container's, once it graded
+    # Results come from the task container only: here it has none, so the run has no result.json.
     assert record.infra_error is not None and "without a result.json" in record.infra_error
-    assert "agent: the last line" in record.infra_error  # the agent container's own tail
+    assert "task: the last line" in record.infra_error
+
+
+def test_an_agent_container_past_the_agents_limit_is_stopped_and_its_end_told_as_timed_out() -> None:
+    task = load_task(DEMO / "c-demo")
+    config = RunConfig(task=task, agent=load_agent(get_settings().agents_dir, "dummy"), mode="sidecar", timeout=0.1)
+    task_container, agent_container = _Container("task", 124, ends=10**9, told_ends=0), _Container("agent", 0, ends=10**9)
+    live = LiveRun(handle=agent_container, network=Network(name="n", gateway=None), run_id="r", task=task_container,
+                   config=config)
+    import ssebench.run as run_module
+
+    slack, run_module.AGENT_CONTAINER_SLACK = run_module.AGENT_CONTAINER_SLACK, 0.0
+    try:
+        assert live.wait(30) == 124
+    finally:
+        run_module.AGENT_CONTAINER_SLACK = slack
+    assert agent_container.stopped
+    figures = _figures(task_container.told)
+    assert figures["AGENT_EXIT_STATUS"] == "124" and figures["SSE_METRIC_AGENT_TIMEOUT"] == "true"
 
 
 def test_a_handle_is_removed_when_its_block_ends() -> None:
@@ -390,20 +440,25 @@ def test_resume_never_reads_runs_through_a_link(tmp_path: Path) -> None:
     assert finished_run(config, root) is None
 
 
-def test_a_sidecar_wait_names_the_whole_limit_and_a_failed_stop_keeps_the_grade() -> None:
+def test_a_sidecar_wait_names_the_whole_limit_and_the_run_ends_with_the_graders_status() -> None:
     network = Network(name="n", gateway=None)
     hung = LiveRun(handle=_Container("agent", 0, ends=10**9), network=network, run_id="r",
                    task=_Container("task", 0, ends=10**9))
     with pytest.raises(RunTimeoutError, match="still running after 3 s"):  # the whole limit, not one poll's
         hung.wait(3)
-
-    class Unstoppable(_Container):
-        def stop(self, grace: float) -> None:
-            raise SSEBenchError("Docker refused stopping: engine hiccup")
-
     done = LiveRun(handle=_Container("agent", 3, ends=0), network=network, run_id="r",
-                   task=Unstoppable("task", 0, ends=10**9))
-    assert done.wait(5) == 3  # the agent's container finished and graded: its status stands
+                   task=_Container("task", 3, ends=10**9, told_ends=0))
+    assert done.wait(5) == 3
+
+    class Deaf(_Container):
+        def execute(self, argv: list[str], timeout: float) -> tuple[int, str]:
+            return 1, "ssebench-phase: [Errno 6] No such device or address"
+
+    deaf = LiveRun(handle=_Container("agent", 0, ends=0), network=network, run_id="r",
+                   task=Deaf("task", 0, ends=10**9))
+    with pytest.raises(SSEBenchError, match="telling the task container the agent's end failed .status 1.: "
+                                            "ssebench-phase"):
+        deaf.wait(5)
 
 
 class _OutOfMemory(_Container):
