@@ -14,11 +14,14 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from ssebench.errors import SSEBenchError
 from ssebench.limits import Limits
 from ssebench.settings import Settings
+
+
+LogStream = Literal["all", "stdout", "stderr"]
 
 
 class RunTimeoutError(SSEBenchError):
@@ -109,8 +112,8 @@ class Handle(ABC):
         """Ask it to stop (SIGTERM), kill it after `grace` seconds; a no-op when it has exited."""
 
     @abstractmethod
-    def logs(self) -> str:
-        """Its combined output so far."""
+    def logs(self, stream: LogStream = "all") -> str:
+        """Its output so far: both streams (stdout's, then stderr's), or one of them."""
 
     @abstractmethod
     def export(self, path: str) -> Iterator[bytes]:
@@ -209,12 +212,13 @@ class DockerHandle(Handle):
         with docker_errors(f"stopping container {self.id[:12]}"):
             client().api.stop(self.id, timeout=max(1, round(grace)))
 
-    def logs(self) -> str:
+    def logs(self, stream: LogStream = "all") -> str:
         from ssebench.engine import docker_errors
 
         with docker_errors(f"reading the log of container {self.id[:12]}"):
             out, err = self._tc.get_logs()
-        return bytes(out + err).decode("utf-8", errors="replace")
+        chosen = {"all": out + err, "stdout": out, "stderr": err}[stream]
+        return bytes(chosen).decode("utf-8", errors="replace")
 
     def export(self, path: str) -> Iterator[bytes]:
         from ssebench.engine import client, docker_errors

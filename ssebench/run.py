@@ -32,6 +32,7 @@ from ssebench.archive import extract
 from ssebench.backend import Backend, ContainerSpec, Handle, Mount, Network, RunTimeoutError, Volume
 from ssebench.defaults import AGENT_TIMEOUT, GRADING_TIMEOUT
 from ssebench.errors import ImageBuildError, SSEBenchError
+from ssebench.inflight import entrypoint_lines
 from ssebench.limits import Limits
 from ssebench.logs import last_lines
 from ssebench.reaper import Session
@@ -466,7 +467,15 @@ def _limits_hit(run_dir: Path, live: LiveRun | None, config: RunConfig) -> list[
     hit = list(lines)
     for name, handle in live.handles if live else []:
         prefix = "agent container: " if name == "agent-container" else ""
-        if prefix == "" and any(line.startswith("memory") for line in lines):
+        counted = lines
+        if prefix:
+            # Its entrypoint says what its cgroup counted on its own stream (the agent's output is the other);
+            # what the agent's container says is its own account, never part of a grade.
+            said = read_safely(run_dir, "agent-container.log", limit=1 << 20) or ""
+            counted = [text.removeprefix("limit hit: ") for _, text in entrypoint_lines(said)
+                       if text.startswith("limit hit: ")]
+            hit += [prefix + line for line in counted]
+        if any(line.startswith("memory") for line in counted):
             continue
         try:
             if handle.memory_exhausted():
@@ -484,7 +493,11 @@ def salvage(live: LiveRun, run_dir: Path, record: RunRecord) -> None:
     error: SSEBenchError | None = None
     for name, handle in live.handles:
         try:
-            write_text_atomic(run_dir / f"{name}.log", handle.logs())
+            if name == "agent-container":  # the entrypoint's lines alone; the agent's output is agent.log
+                write_text_atomic(run_dir / "agent-container.log", handle.logs("stderr"))
+                write_text_atomic(run_dir / "agent.log", handle.logs("stdout"))
+            else:
+                write_text_atomic(run_dir / f"{name}.log", handle.logs())
         except SSEBenchError as exc:
             error = error or exc
     record.files = collect(live.grader, run_dir)  # each of these records its own engine errors

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import json
 import re
 import shutil
 import socket
@@ -121,11 +122,25 @@ def runtime_of(settings: Any, task: Any) -> dict[str, dict[str, str]]:
 
 # Python that calls the MCP server's test_patch as a client and prints its text as JSON (run as model).
 MCP_TEST_PATCH = """
-import anyio, json
+import anyio, json, os
 from mcp import Client
 async def main():
-    async with Client("http://127.0.0.1:3000/mcp") as client:
+    # Sidecar mode's agent container is given the task container's address; sandbox mode's agent, loopback's.
+    async with Client(os.environ.get("SSE_MCP_URL", "http://127.0.0.1:3000/mcp")) as client:
         result = await client.call_tool("test_patch", {})
         print(json.dumps(result.content[0].text))
 anyio.run(main)
 """
+
+
+def in_the_checks(script: str) -> str:
+    """A shell script for model, in c-demo's tree, that makes every program of the checks run `script` first.
+
+    The agent's code that a check runs: grading takes the Makefile, the tests and the harness from the
+    original (ssebench.runtime.protection), so the code under repair is the agent's way into a check. tlv.c
+    is linked into the unit tests (the function and hidden tests) and into the PoC's tlvdump: a constructor
+    there runs `script` with /bin/sh, as sse-runner, in the check's tree, its output the check's.
+    """
+    code = ("#include <stdlib.h>\n"
+            f"__attribute__((constructor)) static void in_the_checks(void) {{ system({json.dumps(script)}); }}\n")
+    return f"cat >> tlv.c <<'EOF'\n{code}EOF\ngrep -q in_the_checks tlv.c\n"

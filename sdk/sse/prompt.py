@@ -17,6 +17,8 @@ Fix the security vulnerability described below in the source tree. Change
 the project's source so that the vulnerability can no longer be triggered,
 while the project still builds and its existing tests still pass. Keep the
 fix small and in the style of the project. Do not delete or weaken tests.
+Only your changes to the project's source code are checked and graded:
+changes to build files, tests, test data and harnesses are set aside.
 When you are done, leave your changes in the source tree; committing them is
 optional. Use the test_patch tool, where available, to check your patch."""
 

@@ -597,6 +597,8 @@ def run_agent_container(settings: RuntimeSettings, model: User, command: list[st
         say(f"ended {clear_user(model)} leftover process(es) and IPC object(s) of {model.name}")
     except OSError as exc:
         say(f"ending {model.name}'s processes failed: {exc}")
+    for line in limits_report()["hit"]:  # type: ignore[attr-defined]
+        say(f"limit hit: {line}")  # on this stream of the container's log, which the agent's output is not on
     return status
 
 

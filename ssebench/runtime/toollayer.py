@@ -138,12 +138,11 @@ def strip_set_id_bits() -> None:
         os.chmod(path, stat.S_IMODE(os.lstat(path).st_mode) & ~0o6000)
 
 
-def make_runtime_dirs(*, checks: bool = True) -> None:
-    """The run-time directories; with `checks`, the runner's too (where the task is, not in an agent image)."""
+def make_runtime_dirs() -> None:
+    """The run-time directories of the container that grades: its state and results, the admin socket's, the
+    runner's (sidecar mode's agent image has none of them: nothing that grades is there)."""
     runner_gid = grp.getgrnam(layout.RUNNER).gr_gid
-    dirs = [(layout.STATE_DIR, 0, 0o700), (layout.ADMIN_DIR, 0, 0o700)]
-    if checks:
-        dirs.append((layout.RUNNER_DIR, runner_gid, 0o710))
+    dirs = [(layout.STATE_DIR, 0, 0o700), (layout.ADMIN_DIR, 0, 0o700), (layout.RUNNER_DIR, runner_gid, 0o710)]
     for path, gid, mode in dirs:
         # Runs mount the runner's volume here, and root works in them: no link of the case image's may send
         # either elsewhere (into the tree), and no directory above them may be another user's.
@@ -208,11 +207,10 @@ def check_runtime_locked() -> None:
 
 
 def agent_base() -> None:
-    """Sidecar mode's agent image (no task in it): the same users, run-time directories and locks."""
+    """Sidecar mode's agent image (no task in it, nothing that grades): the same users and locks."""
     if Path(layout.TASK_DIR).exists():
         raise SystemExit(f"toollayer: an agent image must hold nothing of a task, but {layout.TASK_DIR} exists")
     create_users()
-    make_runtime_dirs(checks=False)
     lock_runtime()
     strip_world_writable()
     strip_set_id_bits()

@@ -18,7 +18,7 @@ from ssebench.engine import client
 from ssebench.image import image_names
 from ssebench.settings import Settings
 from ssebench.task import Task
-from tests.helpers import MCP_TEST_PATCH, runtime_of, wait_for_agent_phase
+from tests.helpers import MCP_TEST_PATCH, in_the_checks, runtime_of, wait_for_agent_phase
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -196,18 +196,18 @@ RUNNER_PIDS = (
 
 
 def test_checks_leave_no_runner_process_and_grading_starts_clean(held: Any) -> None:
-    # Agent-written build code that daemonises and drops a file in the runner's home.
-    sh(held, "1000", "sed -i '1i $(shell setsid sleep 1000 >/dev/null 2>&1 &)\\n$(shell touch $$HOME/marker)' Makefile",
-       workdir="/src/tlvkit")
-    built = run_as(held, "1000", "import json; from sse import project; print(json.dumps(project.build().code))")
-    assert built == 0
+    # The agent's code in its unit tests' program (the code under repair, which the check runs as sse-runner):
+    # it daemonises and drops a file in the runner's home.
+    sh(held, "1000", in_the_checks("setsid sleep 1000 >/dev/null 2>&1 & touch $HOME/marker"), workdir="/src/tlvkit")
+    tested = run_as(held, "1000", "import json; from sse import project; print(json.dumps(project.function_test().code))")
+    assert tested == 0
     assert run_as(held, "root", RUNNER_PIDS) == 0
     [marked] = sh(held, "root", "ls /var/lib/ssebench-runner/session-*/home/marker").split()
     prepared = run_as(held, "root", "import json; from sse.daemon import Daemon;"
                       "print(json.dumps(Daemon('/run/ssebench/admin.sock').prepare_grading()))")
     assert prepared["applied"] is True
     # The agent's session is gone with what its checks left. (Ending the agent phase ended the held agent,
-    # so grading itself may already be building in a session of its own, where the Makefile marks again.)
+    # so grading itself may already be testing in a session of its own, where the agent's code marks again.)
     old_session = marked.removesuffix("/home/marker")
     assert sh(held, "root", f"test -e {old_session} && echo left || echo gone").strip() == "gone"
 

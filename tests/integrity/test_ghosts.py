@@ -47,17 +47,48 @@ def _threads(run: object, uid: int, task: bool = False) -> int:
     return int(run.sh("root", THREADS.replace("{uid}", str(uid)), task=task).strip())  # type: ignore[attr-defined]
 
 
+# The agent's code in the unit tests' program (tlv.c, linked into it): a ghost of its own, started as sse-runner
+# by the check, which leaves a mark in the check's home (root's to read) once its thread runs.
+RUNNER_GHOST = r"""cat >> tlv.c <<'EOF'
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+static void *ghost_spin(void *arg) {
+    (void)arg;
+    char mark[4096];
+    snprintf(mark, sizeof mark, "%s/ghost-started", getenv("HOME") ? getenv("HOME") : "/nonexistent");
+    FILE *f = fopen(mark, "w");
+    if (f) fclose(f);
+    for (;;) sleep(1);
+    return 0;
+}
+__attribute__((constructor)) static void start_a_ghost(void) {
+    if (fork() != 0) return;
+    setsid();
+    pthread_t t;
+    pthread_create(&t, 0, ghost_spin, 0);
+    syscall(SYS_exit, 0);
+}
+EOF
+grep -q start_a_ghost tlv.c
+"""
+
+
 @pytest.mark.parametrize("level", LEVELS, ids=lambda level: f"d{level}")
 def test_ghost_processes_are_killed(launcher: Launcher, level: int) -> None:
     run = launcher.start(level=level)
     run.sh("1000", f"cat > /tmp/ghost.c <<'EOF'\n{GHOST}\nEOF\ngcc -pthread -o /tmp/ghost /tmp/ghost.c")
-    runner = 999
-    if level <= 3:
-        # The agent's build code starts a ghost as sse-runner; the check must not leave it behind.
-        run.sh("1000", "cp /tmp/ghost.c . && sed -i '1i $(shell gcc -pthread -o .g ghost.c && ./.g >/dev/null 2>&1 </dev/null)' Makefile")
-        assert run.py("1000", "import json; from sse import project; print(json.dumps(project.build().code))") == 0
+    runner = int(run.sh("root", "id -u sse-runner", task=True))
+    if level <= 2:
+        # The agent's code starts a ghost as sse-runner in the unit tests' program; the check must not leave it
+        # behind. The control: it started (its thread left its mark in the check's home).
+        run.sh("1000", RUNNER_GHOST)
+        assert run.py("1000", "import json; from sse import project; print(json.dumps(project.function_test().code))") == 0
+        assert run.sh("root", "ls /var/lib/ssebench-runner/session-*/home/ghost-started", task=True).strip()
         assert _threads(run, runner, task=True) == 0, "a process of a check outlived it"
-        run.sh("1000", "git checkout -q Makefile && rm -f ghost.c")
+        run.sh("1000", "git checkout -q tlv.c")
     # The agent starts one through its bash tool, and one of its own.
     # (Sidecar mode: the bash tool's is where the task is, the agent's own where the agent is.)
     sidecar = run.mode == "sidecar"

@@ -16,7 +16,7 @@ import json
 
 import pytest
 
-from tests.integrity.harness import LEVELS, Launcher
+from tests.integrity.harness import LEVELS, Launcher, in_the_checks
 
 pytestmark = [pytest.mark.docker, pytest.mark.integrity, pytest.mark.slow]
 
@@ -44,15 +44,15 @@ def test_a_fifo_where_git_reads_is_a_failed_capture(launcher: Launcher, level: i
 
 def test_checks_that_never_finish_are_the_patchs_failure(launcher: Launcher) -> None:
     run = launcher.start(level=2, grading_timeout=30)
-    run.sh("1000", "sed -i 's/^int main(int argc, char \\*\\*argv)$/&\\n{ sleep(100000); }\\nint unused(int argc, char **argv)/' "
-                   "tlvdump.c && sed -i '1i #include <unistd.h>' tlvdump.c && grep -q 'sleep(100000)' tlvdump.c")
+    run.sh("1000", in_the_checks("sleep 100000"))  # the agent's code, in every program the checks run
     result = run.finish(timeout=600)
     grade = result["patch_result"]
     assert grade["status"] == "failed" and grade["error_msg"].startswith("Grading time limit"), grade
 
 
-# Run by the agent's Makefile at every make, as sse-runner in the graded tree: a repository whose configuration
-# defines a required filter for every file, which fails and writes a byte that is not UTF-8.
+# Run by the agent's code in every program of the checks (in_the_checks), as sse-runner in the graded tree: a
+# repository whose configuration defines a required filter for every file, which fails and writes a byte that
+# is not UTF-8.
 PLANT_REPOSITORY = r"""
 mkdir -p .git/objects .git/refs
 echo 'ref: refs/heads/main' > .git/HEAD
@@ -60,21 +60,22 @@ printf '#!/bin/sh\nprintf "\\377\\376" >&2\nexit 1\n' > .filter && chmod +x .fil
 printf '[core]\n\trepositoryformatversion = 0\n' > .git/config
 printf '[filter "x"]\n\tclean = ./.filter\n\tsmudge = ./.filter\n\trequired = true\n' >> .git/config
 echo '* filter=x' > .gitattributes
+echo "PLANTED in $(pwd)"
 """
 
 
 def test_a_repository_the_checks_plant_does_not_configure_the_hidden_tests(launcher: Launcher) -> None:
-    """The reference fix, with a Makefile that plants a repository whose filter fails on every file: the hidden
-    tests apply as if it were not there, and the fix passes (before, their `git apply` ran the filter and the
-    run was an ungraded error)."""
+    """The reference fix, with code that plants a repository whose filter fails on every file in the tree of every
+    check it runs in: the hidden tests apply as if it were not there, and the fix passes (before, their `git
+    apply` ran the filter and the run was an ungraded error)."""
     run = launcher.start(level=2)
     task = launcher.task("c-demo")
     fix = base64.b64encode((task.path / "sse" / task.config.files.patch).read_bytes()).decode()
     plant = base64.b64encode(PLANT_REPOSITORY.encode()).decode()
-    run.sh("1000", f"echo {fix} | base64 -d | git apply -p1 && echo {plant} | base64 -d > plant.sh && "
-                   "sed -i '1i $(shell sh plant.sh)' Makefile")
+    run.sh("1000", f"echo {fix} | base64 -d | git apply -p1 && echo {plant} | base64 -d > /tmp/plant.sh")
+    run.sh("1000", in_the_checks(PLANT_REPOSITORY))
     # The positive control: where the plant stands, `git apply` runs its filter and fails.
-    control = run.sh("1000", "mkdir /tmp/control && cd /tmp/control && sh \"$OLDPWD/plant.sh\" && echo a > f && "
+    control = run.sh("1000", "mkdir /tmp/control && cd /tmp/control && sh /tmp/plant.sh && echo a > f && "
                              "printf -- '--- a/f\\n+++ b/f\\n@@ -1 +1 @@\\n-a\\n+b\\n' > p.diff && "
                              "git apply -p1 p.diff 2>&1; echo \"apply exit $?\"; rm -rf /tmp/control")
     assert "apply exit 0" not in control and "filter" in control, control
@@ -82,6 +83,9 @@ def test_a_repository_the_checks_plant_does_not_configure_the_hidden_tests(launc
     grade = result["patch_result"]
     assert grade["status"] == "passed", grade
     assert grade["intent_test_success"] is True and grade["func_test_success"] is True, grade
+    # And it was planted in the graded tree before the hidden tests applied (the function test ran there).
+    logs = [p.read_text(errors="replace") for p in run.run_dir.glob("scriptrunner-*.log")]
+    assert any('"check": "function_test"' in log and "PLANTED in /var/lib/ssebench-runner/" in log for log in logs)
 
 
 # The agent's code (tlv.c, the code under repair, which every check's programs link) leaves a directory 1,100

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integrity.harness import Launcher
+from tests.integrity.harness import Launcher, in_the_checks
 
 pytestmark = [pytest.mark.docker, pytest.mark.integrity, pytest.mark.slow]
 
@@ -20,9 +20,9 @@ pytestmark = [pytest.mark.docker, pytest.mark.integrity, pytest.mark.slow]
 # passes on what it was given; the shell's own saved copy of its command stream is close-on-exec) and
 # the runtime's variables in its environment.
 LOOK = "ls -l /proc/self/fd | awk 'NR > 1 {print $9, $11}'; env | grep -E '^SSE_(LISTEN_FDS|READY_FD|ADMIN_SOCKET)=' || true"
-# The agent's tree's Makefile prints the same from inside a build, as sse-runner.
-MAKEFILE_LOOK = "$(info INHERITED-FDS $(shell ls -l /proc/self/fd | awk 'NR > 1 {printf \"%s=%s;\", $$9, $$11}'))" \
-                "$(info INHERITED-ENV $(shell env | grep -E '^SSE_(LISTEN_FDS|READY_FD|ADMIN_SOCKET)=' | tr '\\n' ';'))"
+# The agent's code prints the same from inside a check, as sse-runner (in_the_checks: its unit tests' program).
+CHECK_LOOK = ("echo INHERITED-FDS $(ls -l /proc/self/fd | awk 'NR > 1 {printf \"%s=%s;\", $9, $11}'); "
+              "echo INHERITED-ENV $(env | grep -E '^SSE_(LISTEN_FDS|READY_FD|ADMIN_SOCKET)=' | tr '\\n' ';')")
 
 
 def _beyond_stdio(listing: str) -> list[str]:
@@ -47,10 +47,10 @@ def test_the_agent_its_shell_and_the_checks_inherit_no_descriptor_or_variable_of
     shell = run.py("1000", f"import json; from sse.tools.bash import execute; print(json.dumps(execute({LOOK!r}).stdout))")
     assert any(line.startswith("0 ") for line in shell.splitlines()), shell
     assert _beyond_stdio(shell) == [] and "SSE_" not in shell, shell
-    # A check's script (the daemon's child, as sse-runner), through the agent's Makefile.
-    run.py("1000", "import json, pathlib; m = pathlib.Path('Makefile');"
-                   f" m.write_text({MAKEFILE_LOOK!r} + '\\n' + m.read_text()); print(json.dumps(1))")
-    built = run.py("1000", "import json; from sse.tools import bencher; r = bencher.build(); print(json.dumps(r.stdout))")
+    # A check's script (the daemon's child, as sse-runner), through the agent's code in the unit tests' program.
+    run.sh("1000", in_the_checks(CHECK_LOOK))
+    built = run.py("1000", "import json; from sse.tools import bencher; r = bencher.function_test(); "
+                           "print(json.dumps(r.stdout))")
     [fds] = [line for line in built.splitlines() if line.startswith("INHERITED-FDS")]
     [env] = [line for line in built.splitlines() if line.startswith("INHERITED-ENV")]
     listed = [entry.replace("=", " ", 1) for entry in fds.split(" ", 1)[1].split(";") if entry]

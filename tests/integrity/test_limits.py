@@ -187,7 +187,8 @@ def test_an_agent_that_takes_every_pid_from_its_first_instant_is_graded(
         reap_session(session.id)
     text = f"{record.infra_error} {record.limits_hit} {record.patch_result}"
     assert record.grade == "failed" and record.patch_result.error_msg.startswith("PoC failed"), text
-    assert any(line.startswith("pids") for line in record.limits_hit), text
+    # (Sidecar mode: the agent holds its own container's pids, which its entrypoint counts.)
+    assert any(line.removeprefix("agent container: ").startswith("pids") for line in record.limits_hit), text
     agent_log = (record.run_dir / "agent.log").read_text(errors="replace")
     assert "held the pids" in agent_log, agent_log  # the control: it did take them
 

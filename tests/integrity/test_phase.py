@@ -1,7 +1,7 @@
 """The end of the agent phase is final: nothing the agent queued runs after it.
 
-A check and a shell command of the agent are kept busy (a slow Makefile, a
-sleeping command) while another of each waits for its turn; then the agent
+A check and a shell command of the agent are kept busy (the agent's code
+sleeping in its unit tests' program, a sleeping command) while another of each waits for its turn; then the agent
 phase ends. The waiting ones must be refused when they get their turn, no
 process of model or sse-runner may live on, and the run must still grade.
 """
@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from tests.integrity.harness import LEVELS, Launcher
+from tests.integrity.harness import LEVELS, Launcher, in_the_checks
 
 pytestmark = [pytest.mark.docker, pytest.mark.integrity, pytest.mark.slow]
 
@@ -37,8 +37,8 @@ out = {}
 calls = [("bash-busy", "/tool/bash", {"command": "sleep 8"}, None),
          ("bash-queued", "/tool/bash", {"command": "touch /tmp/sse-archive/queued-bash-ran; sleep 600"}, None)]
 if BENCH:
-    calls += [("check-busy", "/tool/bencher", {}, {"action": "build"}),
-              ("check-queued", "/tool/bencher", {}, {"action": "build"})]
+    calls += [("check-busy", "/tool/bencher", {}, {"action": "function_test"}),
+              ("check-queued", "/tool/bencher", {}, {"action": "function_test"})]
 threads = []
 for spec in calls:
     t = threading.Thread(target=call, args=spec)
@@ -56,8 +56,8 @@ with open("/tmp/sse-archive/queue.json", "w") as f:  # model is gone by now: not
 @pytest.mark.parametrize("level", LEVELS, ids=lambda level: f"d{level}")
 def test_requests_that_waited_run_nothing_after_the_phase(launcher: Launcher, level: int) -> None:
     run = launcher.start(level=level)
-    bench = level <= 3
-    run.sh("1000", "sed -i '1i $(shell sleep 8)' Makefile")  # a check that takes a while
+    bench = level <= 2  # the function test is the agent's at these levels
+    run.sh("1000", in_the_checks("sleep 8"))  # a check that takes a while
     container = run.container
     exec_id = container.client.api.exec_create(container.id, ["/opt/ssebench/venv/bin/python", "-I", "-c",
                                                              QUEUE.replace("BENCH", str(bench)).replace(

@@ -2,8 +2,9 @@
 
 At every name root has used, or might use, inside the agent's tree and the
 copies the checks make of it, the agent plants a link to a trap directory,
-a link to /ssebench, or a directory of its own; and the build code a check
-runs (as sse-runner) plants links beside its copy in the session directory.
+a link to /ssebench, or a directory of its own (code among the names, which
+grading applies to its copies); and the agent's code a check runs (as
+sse-runner) plants links beside its copy in the session directory.
 Then every check the level allows runs, and the run is graded with the
 plants carried by the final patch. Nothing may land in a trap, /ssebench
 and grading's original (layout.REPO) keep their owners and modes, and every
@@ -17,7 +18,7 @@ from typing import Any
 import pytest
 
 from ssebench.runtime.layout import REPO
-from tests.integrity.harness import LEVELS, HeldRun, Launcher
+from tests.integrity.harness import LEVELS, HeldRun, Launcher, in_the_checks
 
 pytestmark = [pytest.mark.docker, pytest.mark.integrity, pytest.mark.slow]
 
@@ -26,6 +27,8 @@ pytestmark = [pytest.mark.docker, pytest.mark.integrity, pytest.mark.slow]
 NAMES = [".ssebench-stage", ".ssebench", "stage", "run.sh", "build.sh", "test.sh", "hidden.diff", "long_value.tlv",
          "home", "tmp", "objects", "index", "base.git", "results", "archive", "final.patch", "result.json"]
 NAMES += [f"{kind}-{n}" for kind in ("build", "test", "intent", "stage", "session") for n in range(1, 13)]
+# And under names of code, which grading applies to its copies (the others it sets aside).
+NAMES += [f"{name}.c" for name in ("stage", "hidden.diff", "run.sh", "result.json", "graded", "change.diff")]
 
 PLANT = r"""
 set -e
@@ -39,15 +42,15 @@ for name in {names}; do
   esac
   i=$((i + 1))
 done
-# Build code of the agent, run by every check as sse-runner: plant beside the copy, in the session.
-cat > .plant-runner.sh <<'EOF'
+"""
+
+# The agent's code in every program of the checks, as sse-runner: links planted beside its copy, in the session.
+RUNNER_PLANT = """
 for name in {names}; do
   ln -sfn /ssebench "../$name" 2>/dev/null
   ln -sfn {repo} "../$name.repo" 2>/dev/null
 done
-true
-EOF
-sed -i '1i $(shell sh ./.plant-runner.sh >/dev/null 2>&1)' Makefile
+echo "RUNNER-PLANT ran as $(id -un) in $(pwd)"
 """
 
 CHECKS = {0: ["build", "run_poc", "function_test", "intent_test"], 2: ["build", "function_test"], 4: []}
@@ -59,7 +62,7 @@ action = {action!r}
 body = {{"poc": "/ssebench/pocs/long_value.tlv"}} if action == "run_poc" else {{}}
 try:
     r = _default().tool("bencher", action, body)
-    print(json.dumps({{"code": r["code"], "stderr": r["stderr"][-400:]}}))
+    print(json.dumps({{"code": r["code"], "stdout": r["stdout"][-2000:], "stderr": r["stderr"][-400:]}}))
 except Exception as exc:
     print(json.dumps({{"error": str(exc)}}))
 """
@@ -88,7 +91,8 @@ def test_links_planted_at_every_name_lead_root_nowhere(launcher: Launcher, level
     run = launcher.start(level=level)
     before = _state(run)
     assert "trapped: 0" in before and "/ssebench root sse-runner 710" in before
-    run.sh("1000", PLANT.format(names=" ".join(NAMES), repo=REPO))
+    run.sh("1000", PLANT.format(names=" ".join(NAMES)))
+    run.sh("1000", in_the_checks(RUNNER_PLANT.format(names=" ".join(NAMES), repo=REPO)))
     outcomes: dict[str, Any] = {}
     for action in CHECKS[level]:
         outcomes[action] = run.py("1000", RUN_CHECK.format(action=action))
@@ -97,6 +101,8 @@ def test_links_planted_at_every_name_lead_root_nowhere(launcher: Launcher, level
     if level == 0:
         assert outcomes["build"]["code"] == 0 and outcomes["function_test"]["code"] == 0
         assert outcomes["run_poc"]["code"] not in (0, -1)  # it ran, and the bug still triggers
+    if "function_test" in outcomes:  # the control: the agent's code did run in the check, as sse-runner
+        assert "RUNNER-PLANT ran as sse-runner in /var/lib/ssebench-runner/" in outcomes["function_test"]["stdout"]
     # The plants go into the final patch: grading applies them to the graded copy and copies it.
     run.sh("1000", "git add -A && git -c user.name=a -c user.email=a@x commit -qm plants")
     result = run.finish()
@@ -104,6 +110,8 @@ def test_links_planted_at_every_name_lead_root_nowhere(launcher: Launcher, level
     assert grade["status"] == "failed", grade  # graded, not an error: the PoC still crashes
     assert grade["build_success"] is True and grade["func_test_success"] is True
     assert grade["pov_total"] == 1 and grade["pov_passed"] == 0
+    logs = [p.read_text(errors="replace") for p in run.run_dir.glob("scriptrunner-*.log")]
+    assert any("RUNNER-PLANT ran as sse-runner" in log for log in logs)  # and in grading's checks
     trapped = [p for p in (run.run_dir / "archive" / "trap").rglob("*") if not p.is_dir()]
     assert trapped == [], f"grading wrote through planted links: {trapped}"
     for path, (uid, mode) in PROTECTED.items():

@@ -115,7 +115,7 @@ def _run_with(launcher: Launcher, settings: Settings, script: str) -> tuple[int,
             status, died = -1, str(exc)
         else:
             died = ""
-        collect(run.live.handle, run.run_dir)
+        collect(run.live.grader, run.run_dir)
         return status, died + run.logs(), read_result(run.run_dir)
     finally:
         run.close()
@@ -180,7 +180,7 @@ def test_an_agent_image_that_links_the_area_or_the_tree_elsewhere_does_not_start
             run = launcher.start(command=["true"], hold=False, image=image)
             try:
                 status = run.live.wait(300)
-                collect(run.live.handle, run.run_dir)
+                collect(run.live.grader, run.run_dir)
                 logs, result = run.logs(), read_result(run.run_dir)
             finally:
                 run.close()

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ssebench.agent import available_agents, load_agent
-from ssebench.backend import Backend, ContainerSpec, Handle, Network, RunTimeoutError, Volume
+from ssebench.backend import Backend, ContainerSpec, Handle, LogStream, Network, RunTimeoutError, Volume
 from ssebench.errors import SSEBenchError
 from ssebench.limits import Limits
 from ssebench.reaper import Session
@@ -182,7 +182,7 @@ class _BrokenHandle(Handle):
     def wait(self, timeout: float) -> int:
         return 0
 
-    def logs(self) -> str:
+    def logs(self, stream: LogStream = "all") -> str:
         raise SSEBenchError("Docker refused reading the log: engine hiccup")
 
     def export(self, path: str) -> Iterator[bytes]:
@@ -296,8 +296,9 @@ class _Container(_BrokenHandle):
             self.ends = self.told_ends
         return 0, ""
 
-    def logs(self) -> str:
-        return f"{self.name} line 1\n{self.name}: the last line\n"
+    def logs(self, stream: LogStream = "all") -> str:
+        out, err = f"{self.name} output\n", f"{self.name} line 1\n{self.name}: the last line\n"
+        return {"all": out + err, "stdout": out, "stderr": err}[stream]
 
     def export(self, path: str) -> Iterator[bytes]:
         raise SSEBenchError("nothing to copy")
