@@ -143,8 +143,11 @@ def test_keys_are_refused_off_their_run_model_listener_or_time(tmp_path: Path) -
         async with setup.model(one["key"]) as client:
             expired = await client.post("/v1/chat/completions", json=chat())
         assert expired.status_code == 401 and "has expired" in expired.text
-        # Refusals before the budget check call nothing upstream and record nothing.
-        assert setup.gateway.runs["run-1"].records == []
+        # Refusals before the budget check call nothing upstream: the run's bad calls are counted as rejected
+        # (and the first few kept as records); calls without a valid key are nobody's.
+        usage = setup.gateway.runs["run-1"].usage()
+        assert [r.status for r in usage.records] == [403, 400, 400, 400]
+        assert usage.calls == 0 and usage.rejected == 4 and usage.refused == 0 and usage.total_tokens == 0
 
     run(test)
 
