@@ -270,18 +270,21 @@ class Gateway:
     # -- model calls ---------------------------------------------------------
 
     def authorise(self, request: Request, host: str) -> Run:
-        """The run whose key the request carries, on this listener. Raises GatewayRefusal (401)."""
+        """The run whose key the request carries, on this listener. Raises GatewayRefusal (401).
+
+        Its refusals close the connection: the body is not read for a caller without a key.
+        """
         header = request.headers.get("authorization", "")
         scheme, _, key = header.partition(" ")
         if scheme.lower() != "bearer" or not key.strip():
-            raise GatewayRefusal(401, "authentication_error", "send the run's key as 'Authorization: Bearer <key>'")
+            raise _unauthorised("send the run's key as 'Authorization: Bearer <key>'")
         run = self._keys.get(key_hash(key.strip()))
         if run is None or run.host != host:
-            raise GatewayRefusal(401, "authentication_error", "invalid key: not a key of a run served here")
+            raise _unauthorised("invalid key: not a key of a run served here")
         if run.finishing:
-            raise GatewayRefusal(401, "authentication_error", f"run {run.run_id} has finished; its key is revoked")
+            raise _unauthorised(_revoked(run))
         if self.clock() >= run.expires_at:
-            raise GatewayRefusal(401, "authentication_error", f"the key of run {run.run_id} has expired")
+            raise _unauthorised(f"the key of run {run.run_id} has expired")
         return run
 
     async def _read_call(self, run: Run, request: Request) -> bytes:
@@ -415,7 +418,7 @@ class Gateway:
 
     def _finished_before(self, run: Run) -> Reply:
         self.refuse(run, 401, "the run finished before the call's turn")
-        return error_reply(401, "authentication_error", f"run {run.run_id} has finished; its key is revoked")
+        return error_reply(401, "authentication_error", _revoked(run))
 
     async def _forward(self, run: Run, payload: bytes) -> Reply:
         started = time.monotonic()
@@ -526,6 +529,14 @@ class Gateway:
                                  Route("/runs/{run_id}/finish", finish, methods=["POST"]),
                                  Route("/runs/{run_id}/usage", usage, methods=["GET"])],
                          exception_handlers={GatewayRefusal: on_refusal})
+
+
+def _unauthorised(message: str) -> GatewayRefusal:
+    return GatewayRefusal(401, "authentication_error", message, close=True)
+
+
+def _revoked(run: Run) -> str:
+    return f"run {run.run_id} has finished; its key is revoked"
 
 
 def _first_problem(exc: Exception) -> str:
