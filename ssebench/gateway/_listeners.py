@@ -147,8 +147,8 @@ def guarded(host: str, connections: Connections, idle_timeout: float) -> type[as
 
         def _idle(self) -> None:
             self.deadline = None
-            if self.cycle is not None and not self.cycle.response_complete:
-                return  # a request is under way: the app times its body, the upstream its answer
+            if self.transport.is_closing() or (self.cycle is not None and not self.cycle.response_complete):
+                return  # closed already, or a request is under way: the app times its body, the upstream its answer
             if self.heard:  # a head begun and not finished: say why the connection closes
                 self.transport.write(canned(408, "request_timeout",
                                             f"no whole request head within {idle_timeout:g} s"))

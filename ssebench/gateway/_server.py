@@ -613,6 +613,7 @@ async def serve(models: dict[str, ModelConfig], state_dir: Path, admin_token: st
     quota = LogQuota()
     for name in ("uvicorn.error", "asyncio", errors.name):
         logging.getLogger(name).addFilter(quota)
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per upstream request: each call has its own
     holder: dict[str, Gateway] = {}
     listeners = UvicornListeners(lambda host: holder["gateway"].model_app(host),
                                  Connections(limits.connections, limits.run_connections), limits.idle_timeout)

@@ -357,7 +357,7 @@ def _chat(key: RunKey, timeout: float = 10, **extra: Any) -> httpx.Response:
                       headers={"authorization": f"Bearer {key.key}"})
 
 
-def _status(pid: int) -> dict[str, int]:
+def process_status(pid: int) -> dict[str, int]:
     """The gateway process's memory figures (kB) and open file descriptors."""
     figures = {line.split(":")[0]: int(line.split()[1]) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
                if line.startswith("Vm")}
@@ -389,12 +389,12 @@ def test_idle_connections_of_one_run_leave_the_others_their_model(gateway: Gatew
     # A host whose descriptor limit is 256: more connections than that must not starve the other runs.
     resource.prlimit(pid, resource.RLIMIT_NOFILE, (256, 256))
     hostile, victim = _register(client, "hostile", HOSTILE), _register(client, "victim", VICTIM)
-    before = _status(pid)["fds"]
+    before = process_status(pid)["fds"]
     peak, sampling = [before], threading.Event()
 
     def sample() -> None:
         while not sampling.wait(0.01):
-            peak.append(_status(pid)["fds"])
+            peak.append(process_status(pid)["fds"])
 
     sampler = threading.Thread(target=sample)
     sampler.start()
@@ -433,7 +433,7 @@ def test_idle_connections_of_one_run_leave_the_others_their_model(gateway: Gatew
     assert set(said["body"]) <= {TIMEOUT, "HTTP/1.1 429 Too Many Requests", "(nothing)", "ConnectionResetError"}
     assert set(said["silent"]) <= {"(nothing)", "HTTP/1.1 503 Service Unavailable"}, result
     assert result["closed"]["silent"] > 256, result
-    assert _status(pid)["fds"] <= before + 2
+    assert process_status(pid)["fds"] <= before + 2
     log = gateway.log_path.read_text()
     assert "Too many open files" not in log and len(log.splitlines()) < 50, log[-3000:]
     assert client.finish_run("victim").calls == 3
@@ -447,11 +447,11 @@ def test_huge_bodies_are_refused_while_read_and_the_gateway_stays_small(gateway:
     pid = _pid(gateway)
     hostile, victim = _register(client, "hostile", HOSTILE), _register(client, "victim", VICTIM)
     assert _chat(victim).status_code == 200
-    before = _status(pid)["VmHWM"]
+    before = process_status(pid)["VmHWM"]
 
     declared = attack(hostile, "body", 512 * MIB, 1, "length")["results"][0]
     chunked = attack(hostile, "body", 256 * MIB, 4, "chunked")["results"]
-    grown = (_status(pid)["VmHWM"] - before) // 1024
+    grown = (process_status(pid)["VmHWM"] - before) // 1024
     assert grown < 200, f"the gateway grew by {grown} MiB"
     # Positive control: each of the four really sent more than the cap before the gateway stopped reading.
     assert all(r["sent"] >= 32 * MIB for r in chunked), chunked
