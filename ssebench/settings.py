@@ -55,6 +55,17 @@ class Settings(BaseModel):
     # per-run listeners take on each run network's host address.
     models_dir: Path = PROJECT_ROOT / "models"
     gateway_port: int = Field(default=4080, ge=1024, le=65535)
+    # What one run's container can take of the gateway process, which serves every run of the
+    # session (docs/gateway.md, "Limits"): its address space ("0": none), open model connections
+    # in all and per run, a run's requests at once, and how long a client may take to send a
+    # request's head and its body, and a finishing run's calls to complete.
+    gateway_memory: str = "2g"
+    gateway_connections: int = Field(default=1024, ge=1)
+    gateway_run_connections: int = Field(default=32, ge=1)
+    gateway_run_requests: int = Field(default=4, ge=1)
+    gateway_idle_timeout: float = Field(default=10.0, gt=0)
+    gateway_body_timeout: float = Field(default=60.0, gt=0)
+    gateway_finish_wait: float = Field(default=20.0, gt=0)
     # How many tasks' image chains build at once. One build keeps about one
     # core busy (the daemon, the storage driver and dpkg take turns), so two
     # chains use a 2-core machine fully; see benchmarks/image_build.py.
@@ -81,6 +92,19 @@ class Settings(BaseModel):
         value = value.rstrip("/")
         if not value or value != value.lower():
             raise ValueError("must be a non-empty, lower-case image name prefix such as 'ssebench'")
+        return value
+
+    @field_validator("gateway_memory")
+    @classmethod
+    def _gateway_memory(cls, value: str) -> str:
+        from ssebench.limits import LimitsError, parse_size
+
+        if value.strip() != "0":
+            try:
+                parse_size(value, "memory")
+            except LimitsError:
+                raise ValueError(f"{value!r} is not a size; give bytes or a number with k, m, g (e.g. 2g), "
+                                 "or 0 for no limit") from None
         return value
 
 

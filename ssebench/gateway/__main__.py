@@ -2,7 +2,9 @@
 
 The admin token comes from SSEBENCH_GATEWAY_TOKEN (never from the command
 line, which other users can read); provider keys come from the variables
-the model files name.
+the model files name; the gateway's limits from the settings
+(SSEBENCH_GATEWAY_MEMORY and the others, docs/gateway.md), which this
+process applies to itself before it serves anything.
 """
 
 from __future__ import annotations
@@ -37,17 +39,21 @@ def main(argv: list[str] | None = None) -> None:
               "(16 characters or more)", file=sys.stderr)
         raise SystemExit(2)
 
+    from ssebench.gateway._limits import GatewayLimits, limit_process
     from ssebench.gateway._models import load_models
     from ssebench.gateway._server import serve
+    from ssebench.settings import get_settings
 
     try:
+        limits = GatewayLimits.from_settings(get_settings())
         models = load_models(args.models)
     except SSEBenchError as exc:
         print(f"ssebench-gateway: refusing to start: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
+    limits = limit_process(limits)
     args.state_dir.mkdir(parents=True, exist_ok=True)
     try:
-        asyncio.run(serve(models, args.state_dir, token, control_port=args.control_port,
+        asyncio.run(serve(models, args.state_dir, token, limits, control_port=args.control_port,
                           model_port=args.model_port, parent_pid=args.parent_pid))
     except OSError as exc:
         print(f"ssebench-gateway: cannot listen: {exc}", file=sys.stderr)

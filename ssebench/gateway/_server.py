@@ -13,6 +13,14 @@ A key is valid only for its run's model, only while the run is registered
 and not expired, and only on the listener its run was registered for. The
 upstream request carries the provider key from the gateway's environment;
 nothing the agent can see ever holds it.
+
+One process serves every run, and each run's agent is hostile: a body is
+read within a size and a time and parsed once, within a nesting depth; a
+call goes upstream as the parameters its API's allow-list names
+(`_apis.py`), within the model's output cap; a run's refused calls are
+counted, not kept; a run has a few requests under way at most; and the
+listeners limit connections (`_listeners.py`). Every call forwarded is
+recorded, and none is forwarded once its run is finishing.
 """
 
 from __future__ import annotations
@@ -27,9 +35,8 @@ import logging
 import os
 import re
 import secrets
-import socket
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -37,35 +44,47 @@ from typing import Any, Protocol
 import httpx
 from pydantic import ConfigDict, Field, ValidationError, field_validator
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from ssebench.gateway._apis import CHAT_COMPLETIONS, BadCall
+from ssebench.gateway._limits import (KEPT_REFUSALS, LOGGED_REFUSALS, MAX_BODY_BYTES, MAX_DEPTH, MAX_JSON_VALUES,
+                                      GatewayLimits, LogQuota)
+from ssebench.gateway._listeners import Connections, UvicornListeners, listen, server
 from ssebench.gateway._models import MODEL_PORT, Budget, ModelConfig
 from ssebench.gateway._usage import Usage, UsageRecord
 from ssebench.gateway.scripted import Playback, Reply, error_reply
 from ssebench.schema import Strict
+from ssebench.settings import get_settings
 
 log = logging.getLogger("ssebench.gateway")
+# Failures of the gateway's own code: logged with their traceback, within a quota (serve()).
+errors = logging.getLogger("ssebench.gateway.errors")
 
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 MAX_TTL_SECONDS = 7 * 24 * 3600
 # Upstream answers can take minutes for long outputs; connecting cannot.
 UPSTREAM_TIMEOUT = httpx.Timeout(600.0, connect=15.0)
-MAX_BODY_BYTES = 32 * 1024 * 1024
 
 
 class GatewayRefusal(Exception):
-    """A request the gateway answers with an error of its own: status, type, message."""
+    """A request the gateway answers with an error of its own: status, type, message.
 
-    def __init__(self, status: int, kind: str, message: str) -> None:
+    `close` ends the connection after the answer: the body was not read
+    (whole), and reading it only to throw it away is what the client wants.
+    """
+
+    def __init__(self, status: int, kind: str, message: str, *, close: bool = False) -> None:
         super().__init__(message)
         self.status = status
         self.kind = kind
         self.message = message
+        self.close = close
 
     def response(self) -> Response:
-        return JSONResponse({"error": {"type": self.kind, "message": self.message}}, self.status)
+        return JSONResponse({"error": {"type": self.kind, "message": self.message}}, self.status,
+                            headers={"connection": "close"} if self.close else None)
 
 
 class RunRequest(Strict):
@@ -114,20 +133,27 @@ class Run:
     budget: Budget | None
     usage_file: Path
     records: list[UsageRecord] = field(default_factory=list)
+    calls: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cost: float = 0.0
     refused: int = 0
+    rejected: int = 0
+    unrecorded: int = 0
     stopped: str | None = None
-    finished: bool = False
+    # Requests under way (from the key's check to the answer), and the calls among them, queued or upstream.
+    active: int = 0
+    calls_under_way: set[asyncio.Task[Reply]] = field(default_factory=set)
+    finishing: bool = False
+    finished: asyncio.Event = field(default_factory=asyncio.Event)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def usage(self) -> Usage:
-        return Usage(run_id=self.run_id, model=self.model.name,
-                     calls=sum(1 for r in self.records if r.error != "budget exhausted"),
+        return Usage(run_id=self.run_id, model=self.model.name, calls=self.calls,
                      prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens,
                      total_tokens=self.prompt_tokens + self.completion_tokens, cost=round(self.cost, 10),
-                     refused=self.refused, stopped=self.stopped, budget=self.budget, records=list(self.records))
+                     refused=self.refused, rejected=self.rejected, unrecorded=self.unrecorded, stopped=self.stopped,
+                     budget=self.budget, records=list(self.records))
 
     def exhausted(self) -> str | None:
         if self.budget is None:
@@ -156,6 +182,7 @@ class Gateway:
     upstream_transport: httpx.AsyncBaseTransport | None = None
     clock: Callable[[], float] = time.time
     environ: Mapping[str, str] = field(default_factory=lambda: os.environ)
+    limits: GatewayLimits = field(default_factory=lambda: GatewayLimits.from_settings(get_settings()))
     runs: dict[str, Run] = field(default_factory=dict)
     _keys: dict[str, Run] = field(default_factory=dict)
     _registering: set[str] = field(default_factory=set)
@@ -207,37 +234,101 @@ class Gateway:
             raise GatewayRefusal(404, "unknown_run", f"no run '{run_id}' is registered")
         return run
 
-    async def finish(self, run_id: str) -> Usage:
-        """Revoke a run's key and return its usage; finishing twice returns the same usage."""
+    async def finish(self, run_id: str, *, wait: float | None = None) -> Usage:
+        """Stop a run's calls, revoke its key, close its listener; return its usage.
+
+        From the first moment no call of the run goes upstream. Calls already
+        upstream get `wait` seconds (default: the finish wait) to answer; the
+        late ones are cancelled and recorded as such, so the usage returned
+        holds every call forwarded. Finishing twice returns the same usage.
+        """
         run = self.find(run_id)
-        if not run.finished:
-            run.finished = True
-            self._keys.pop(run.key_digest, None)
-            await self.listeners.release(run.host)
-            log.info("run %s finished: %d calls, %d tokens", run.run_id, len(run.records),
-                     run.prompt_tokens + run.completion_tokens)
+        if run.finishing:
+            await run.finished.wait()
+            return run.usage()
+        run.finishing = True
+        if run.calls_under_way:
+            _, late = await asyncio.wait(set(run.calls_under_way),
+                                         timeout=self.limits.finish_wait if wait is None else wait)
+            for task in late:
+                task.cancel()
+            if late:
+                await asyncio.wait(late)
+        self._keys.pop(run.key_digest, None)
+        await self.listeners.release(run.host)
+        run.finished.set()
+        log.info("run %s finished: %d calls, %d tokens, %d refused for the budget, %d rejected", run.run_id,
+                 run.calls, run.prompt_tokens + run.completion_tokens, run.refused, run.rejected)
         return run.usage()
 
     async def close(self) -> None:
-        for run in list(self.runs.values()):
-            await self.finish(run.run_id)
+        # The process is stopping: calls under way are cut short (and recorded) at once.
+        await asyncio.gather(*(self.finish(run_id, wait=0) for run_id in list(self.runs)))
         if self._client is not None:
             await self._client.aclose()
 
     # -- model calls ---------------------------------------------------------
 
     def authorise(self, request: Request, host: str) -> Run:
-        """The run whose key the request carries, on this listener. Raises GatewayRefusal (401)."""
+        """The run whose key the request carries, on this listener. Raises GatewayRefusal (401).
+
+        Its refusals close the connection: the body is not read for a caller without a key.
+        """
         header = request.headers.get("authorization", "")
         scheme, _, key = header.partition(" ")
         if scheme.lower() != "bearer" or not key.strip():
-            raise GatewayRefusal(401, "authentication_error", "send the run's key as 'Authorization: Bearer <key>'")
+            raise _unauthorised("send the run's key as 'Authorization: Bearer <key>'")
         run = self._keys.get(key_hash(key.strip()))
         if run is None or run.host != host:
-            raise GatewayRefusal(401, "authentication_error", "invalid key: not a key of a run served here")
+            raise _unauthorised("invalid key: not a key of a run served here")
+        if run.finishing:
+            raise _unauthorised(_revoked(run))
         if self.clock() >= run.expires_at:
-            raise GatewayRefusal(401, "authentication_error", f"the key of run {run.run_id} has expired")
+            raise _unauthorised(f"the key of run {run.run_id} has expired")
         return run
+
+    async def _read_call(self, run: Run, request: Request) -> bytes:
+        """The upstream body of a chat-completions request: read, parsed, checked. Raises GatewayRefusal."""
+        try:
+            raw = await self._read_body(request)
+            body = _parse(raw)
+        except MemoryError:
+            raise GatewayRefusal(503, "overloaded", "the gateway has no memory for this request now; retry later",
+                                 close=True) from None
+        del raw  # what waits for its turn is the upstream body only
+        if not isinstance(body, dict):
+            raise GatewayRefusal(400, "invalid_request_error", "the body must be a JSON object with a messages list")
+        if body.get("model") != run.model.name:
+            raise GatewayRefusal(403, "permission_error",
+                                 f"this key is for model '{run.model.name}' only, not '{_shown(body.get('model'))}'")
+        try:
+            upstream = CHAT_COMPLETIONS.upstream_body(body, model=run.model.upstream_id,
+                                                      max_output_tokens=run.model.max_output_tokens)
+        except BadCall as exc:
+            raise GatewayRefusal(400, "invalid_request_error", str(exc)) from None
+        # ASCII: a lone surrogate the agent sent escaped goes on escaped, as the agent sent it.
+        return json.dumps(upstream, separators=(",", ":")).encode()
+
+    async def _read_body(self, request: Request) -> bytearray:
+        """The body, read as it comes: refused (413) once past the cap, or (408) when it is too slow."""
+        too_large = f"request body too large: the gateway takes at most {MAX_BODY_BYTES >> 20} MiB"
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+            raise GatewayRefusal(413, "invalid_request_error", too_large, close=True)
+        raw = bytearray()
+        try:
+            async with asyncio.timeout(self.limits.body_timeout):
+                async for chunk in request.stream():
+                    if len(raw) + len(chunk) > MAX_BODY_BYTES:
+                        raise GatewayRefusal(413, "invalid_request_error", too_large, close=True)
+                    raw += chunk
+        except TimeoutError:
+            raise GatewayRefusal(408, "request_timeout", f"the body did not arrive within "
+                                 f"{self.limits.body_timeout:g} s", close=True) from None
+        except ClientDisconnect:
+            raise GatewayRefusal(400, "invalid_request_error", "the client left before sending the whole body",
+                                 close=True) from None
+        return raw
 
     def _playback(self, model: ModelConfig) -> Playback:
         if model.name not in self._playbacks:
@@ -245,10 +336,10 @@ class Gateway:
             self._playbacks[model.name] = Playback.from_file(model.script_path)
         return self._playbacks[model.name]
 
-    async def _upstream(self, run: Run, body: dict[str, Any]) -> Reply:
+    async def _upstream(self, run: Run, payload: bytes) -> Reply:
         model = run.model
         if model.script is not None:
-            return self._playback(model).respond(body, caller=run.run_id)
+            return self._playback(model).respond(json.loads(payload), caller=run.run_id)
         assert model.base_url is not None
         if self._client is None:
             self._client = httpx.AsyncClient(timeout=UPSTREAM_TIMEOUT, transport=self.upstream_transport,
@@ -257,7 +348,8 @@ class Gateway:
         if model.api_key_env:
             headers["authorization"] = f"Bearer {self.environ.get(model.api_key_env, '')}"
         try:
-            response = await self._client.post(f"{model.base_url}/chat/completions", json=body, headers=headers)
+            response = await self._client.post(f"{model.base_url}{CHAT_COMPLETIONS.path}", content=payload,
+                                               headers=headers)
         except httpx.HTTPError as exc:
             return error_reply(502, "upstream_unreachable",
                                f"the upstream of model {model.name} did not answer: {type(exc).__name__}")
@@ -269,18 +361,6 @@ class Gateway:
         return Reply(response.status_code, response.content,
                      response.headers.get("content-type", "application/json").split(";")[0])
 
-    def _upstream_body(self, run: Run, body: dict[str, Any]) -> dict[str, Any]:
-        out = {**body, "model": run.model.upstream_id}
-        cap = run.model.max_output_tokens
-        if cap is not None:
-            present = [k for k in ("max_tokens", "max_completion_tokens") if k in out]
-            for name in present:
-                if not isinstance(out[name], int) or out[name] > cap:
-                    out[name] = cap
-            if not present:
-                out["max_tokens"] = cap
-        return out
-
     def _record(self, run: Run, record: UsageRecord) -> None:
         run.records.append(record)
         run.prompt_tokens += record.prompt_tokens
@@ -288,35 +368,85 @@ class Gateway:
         run.cost += record.cost
         with run.usage_file.open("a", encoding="utf-8") as out:
             out.write(record.model_dump_json() + "\n")
-        log.info("run %s: %s -> %d, %d+%d tokens, %.2fs%s", run.run_id, run.model.name, record.status,
-                 record.prompt_tokens, record.completion_tokens, record.latency,
-                 f", {record.error}" if record.error else "")
 
-    async def complete(self, run: Run, body: dict[str, Any]) -> Reply:
-        """One chat completion for `run`: the budget, the upstream call, its record."""
-        async with run.lock:
-            why = run.exhausted()
-            if why is not None:
-                run.stopped = run.stopped or f"budget exhausted: {why}"
-                run.refused += 1
-                self._record(run, UsageRecord(ts=self.clock(), run=run.run_id, model=run.model.name, status=429,
-                                              error="budget exhausted"))
-                return error_reply(429, "budget_exhausted", f"the run's budget is exhausted ({why}); no more calls are forwarded")
-            started = time.monotonic()
-            reply = await self._upstream(run, self._upstream_body(run, body))
-            latency = round(time.monotonic() - started, 4)
-            prompt, completion, error = 0, 0, None
-            if reply.status != 200:
-                error = f"upstream answered {reply.status}: {reply.body[:200].decode('utf-8', 'replace')}"
-            else:
-                prompt, completion, error = _usage_of(reply.body)
-            cost = run.model.price.cost(prompt, completion)
-            self._record(run, UsageRecord(ts=self.clock(), run=run.run_id, model=run.model.name,
-                                          status=reply.status, prompt_tokens=prompt, completion_tokens=completion,
-                                          cost=cost, latency=latency, error=error))
-            if (why := run.exhausted()) is not None:
-                run.stopped = run.stopped or f"budget exhausted: {why}"
-            return reply
+    def refuse(self, run: Run, status: int, error: str, *, budget: bool = False) -> None:
+        """Count a call of `run` refused before it went upstream: the first few are records, the rest a count.
+
+        A refusal costs the agent nothing, so a hostile one can send millions:
+        each kept would grow the gateway, the usage file, the log and the
+        finish that returns them.
+        """
+        if budget:
+            run.refused += 1
+        else:
+            run.rejected += 1
+        refusals = run.refused + run.rejected
+        if refusals <= KEPT_REFUSALS:
+            self._record(run, UsageRecord(ts=self.clock(), run=run.run_id, model=run.model.name, status=status,
+                                          error=error))
+        else:
+            run.unrecorded += 1
+        if refusals <= LOGGED_REFUSALS:
+            log.info("run %s: refused (%d): %s%s", run.run_id, status, error,
+                     "; further refusals are counted, not logged" if refusals == LOGGED_REFUSALS else "")
+
+    async def complete(self, run: Run, payload: bytes) -> Reply:
+        """One call of `run`: the budget, the upstream call, its record.
+
+        The call is a task of its own, which the request only waits for: once
+        upstream, it is recorded even if the request is cancelled.
+        """
+        task = asyncio.create_task(self._complete(run, payload))
+        run.calls_under_way.add(task)
+        task.add_done_callback(run.calls_under_way.discard)
+        return await asyncio.shield(task)
+
+    async def _complete(self, run: Run, payload: bytes) -> Reply:
+        try:
+            async with run.lock:  # a run's calls one at a time: its budget is exact
+                if run.finishing:
+                    return self._finished_before(run)
+                why = run.exhausted()
+                if why is not None:
+                    run.stopped = run.stopped or f"budget exhausted: {why}"
+                    self.refuse(run, 429, "budget exhausted", budget=True)
+                    return error_reply(429, "budget_exhausted",
+                                       f"the run's budget is exhausted ({why}); no more calls are forwarded")
+                return await self._forward(run, payload)
+        except asyncio.CancelledError:  # the run finished while this call waited for its turn
+            return self._finished_before(run)
+
+    def _finished_before(self, run: Run) -> Reply:
+        self.refuse(run, 401, "the run finished before the call's turn")
+        return error_reply(401, "authentication_error", _revoked(run))
+
+    async def _forward(self, run: Run, payload: bytes) -> Reply:
+        started = time.monotonic()
+        run.calls += 1
+        try:
+            reply = await self._upstream(run, payload)
+        except asyncio.CancelledError:
+            # Finishing gave up waiting: the upstream may bill this call, so it is recorded, without tokens.
+            cut = "cancelled: the run finished while the call was upstream; the upstream may bill it"
+            self._record(run, UsageRecord(ts=self.clock(), run=run.run_id, model=run.model.name, status=503,
+                                          latency=round(time.monotonic() - started, 4), error=cut))
+            log.warning("run %s: %s", run.run_id, cut)
+            return error_reply(503, "run_finished", f"run {run.run_id} finished while this call was upstream")
+        latency = round(time.monotonic() - started, 4)
+        prompt, completion, error = 0, 0, None
+        if reply.status != 200:
+            error = f"upstream answered {reply.status}: {reply.body[:200].decode('utf-8', 'replace')}"
+        else:
+            prompt, completion, error = _usage_of(reply.body)
+        cost = run.model.price.cost(prompt, completion)
+        self._record(run, UsageRecord(ts=self.clock(), run=run.run_id, model=run.model.name, status=reply.status,
+                                      prompt_tokens=prompt, completion_tokens=completion, cost=cost,
+                                      latency=latency, error=error))
+        log.info("run %s: %s -> %d, %d+%d tokens, %.2fs%s", run.run_id, run.model.name, reply.status, prompt,
+                 completion, latency, f", {error}" if error else "")
+        if (why := run.exhausted()) is not None:
+            run.stopped = run.stopped or f"budget exhausted: {why}"
+        return reply
 
     # -- the apps ------------------------------------------------------------
 
@@ -326,26 +456,26 @@ class Gateway:
         async def completions(request: Request) -> Response:
             try:
                 run = self.authorise(request, host)
-                raw = await request.body()
-                if len(raw) > MAX_BODY_BYTES:
-                    raise GatewayRefusal(413, "invalid_request_error", "request body too large")
-                try:
-                    body = json.loads(raw)
-                except ValueError:
-                    raise GatewayRefusal(400, "invalid_request_error", "the body is not JSON") from None
-                if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
-                    raise GatewayRefusal(400, "invalid_request_error",
-                                         "the body must be a JSON object with a messages list")
-                if body.get("model") != run.model.name:
-                    raise GatewayRefusal(403, "permission_error",
-                                         f"this key is for model '{run.model.name}' only, not "
-                                         f"'{body.get('model')}'")
-                if body.get("stream"):
-                    raise GatewayRefusal(400, "invalid_request_error",
-                                         "streaming is not supported by the SSEBench gateway; send stream: false")
             except GatewayRefusal as refusal:
                 return refusal.response()
-            reply = await self.complete(run, body)
+            if run.active >= self.limits.run_requests:
+                busy = GatewayRefusal(429, "too_many_requests", f"run {run.run_id} has {run.active} requests "
+                                      "under way, its limit; wait for their answers", close=True)
+                self.refuse(run, busy.status, busy.message)
+                return busy.response()
+            run.active += 1
+            try:
+                try:
+                    payload = await self._read_call(run, request)
+                except GatewayRefusal as refusal:
+                    self.refuse(run, refusal.status, refusal.message)
+                    return refusal.response()
+                reply = await self.complete(run, payload)
+            except Exception:  # a bug of ours: one answer in the error shape, the traceback logged within a quota
+                errors.exception("run %s: the gateway failed a model call", run.run_id)
+                return GatewayRefusal(500, "gateway_error", "the gateway failed this call; see its log").response()
+            finally:
+                run.active -= 1
             return Response(reply.body, reply.status, media_type=reply.content_type)
 
         async def models(request: Request) -> Response:
@@ -356,7 +486,7 @@ class Gateway:
             return JSONResponse({"object": "list", "data": [{"id": run.model.name, "object": "model",
                                                              "owned_by": "ssebench"}]})
 
-        return Starlette(routes=[Route("/v1/chat/completions", completions, methods=["POST"]),
+        return Starlette(routes=[Route(f"/v1{CHAT_COMPLETIONS.path}", completions, methods=["POST"]),
                                  Route("/v1/models", models, methods=["GET"])])
 
     def control_app(self, admin_token: str) -> Starlette:
@@ -369,10 +499,9 @@ class Gateway:
 
         async def health(request: Request) -> Response:
             check(request)
-            listening = sorted({r.host for r in self.runs.values() if not r.finished})
-            return JSONResponse({"status": "ok", "models": sorted(self.models),
-                                 "runs": sum(1 for r in self.runs.values() if not r.finished),
-                                 "listeners": listening})
+            live = [r for r in self.runs.values() if not r.finished.is_set()]
+            return JSONResponse({"status": "ok", "models": sorted(self.models), "runs": len(live),
+                                 "listeners": sorted({r.host for r in live})})
 
         async def register(request: Request) -> Response:
             check(request)
@@ -402,6 +531,14 @@ class Gateway:
                          exception_handlers={GatewayRefusal: on_refusal})
 
 
+def _unauthorised(message: str) -> GatewayRefusal:
+    return GatewayRefusal(401, "authentication_error", message, close=True)
+
+
+def _revoked(run: Run) -> str:
+    return f"run {run.run_id} has finished; its key is revoked"
+
+
 def _first_problem(exc: Exception) -> str:
     if isinstance(exc, ValidationError):
         first = exc.errors()[0]
@@ -415,7 +552,7 @@ def _usage_of(body: bytes) -> tuple[int, int, str | None]:
     """(prompt tokens, completion tokens, error) of an upstream 200 answer."""
     try:
         data = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         return 0, 0, f"upstream answer is not JSON ({len(body)} bytes)"
     usage = data.get("usage") if isinstance(data, dict) else None
     if not isinstance(usage, dict):
@@ -426,98 +563,65 @@ def _usage_of(body: bytes) -> tuple[int, int, str | None]:
     return prompt, completion, None
 
 
-# -- serving ------------------------------------------------------------------
-
-
-def _listen(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+def _parse(raw: bytearray) -> Any:
+    """The JSON value of a body, parsed once: standard JSON only, within MAX_JSON_VALUES and MAX_DEPTH."""
+    # A comma or colon precedes every value but the first: their count bounds the parser's memory
+    # before it runs (strings holding them only make the bound looser).
+    if raw.count(b",") + raw.count(b":") > MAX_JSON_VALUES:
+        raise GatewayRefusal(413, "invalid_request_error",
+                             f"request body too large: more than {MAX_JSON_VALUES} JSON values")
+    nested = GatewayRefusal(400, "invalid_request_error", f"the body is nested deeper than {MAX_DEPTH} levels")
     try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        sock.listen(128)
-    except OSError:
-        sock.close()
-        raise
-    return sock
+        value = json.loads(raw.decode("utf-8"), parse_constant=_not_json)
+    except RecursionError:
+        raise nested from None
+    except ValueError:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise GatewayRefusal(400, "invalid_request_error", "the body is not JSON") from None
+    if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH and _deeper_than(value, MAX_DEPTH):
+        raise nested
+    return value
 
 
-def _server(app: Starlette) -> Any:
-    import uvicorn
-
-    class Server(uvicorn.Server):
-        @contextlib.contextmanager
-        def capture_signals(self) -> Iterator[None]:  # the process handles signals once, for every server
-            yield
-
-    return Server(uvicorn.Config(app, lifespan="off", log_level="warning", access_log=False,
-                                 timeout_keep_alive=30, timeout_graceful_shutdown=3))
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
 
 
-@dataclass
-class _Listening:
-    server: Any
-    task: asyncio.Task[None]
-    port: int
-    users: int = 1
+def _deeper_than(value: Any, depth: int) -> bool:
+    """Whether `value` nests more than `depth` arrays and objects; level by level, without recursion."""
+    level = [value]
+    for _ in range(depth):
+        level = [child for node in level if isinstance(node, (dict, list))
+                 for child in (node.values() if isinstance(node, dict) else node)]
+        if not level:
+            return False
+    return any(isinstance(node, (dict, list)) for node in level)
 
 
-@dataclass
-class UvicornListeners:
-    """Model listeners as uvicorn servers in this process's event loop."""
-
-    app_for: Callable[[str], Starlette]
-    active: dict[str, _Listening] = field(default_factory=dict)
-
-    async def acquire(self, host: str, port: int) -> int:
-        if host in self.active:
-            self.active[host].users += 1
-            return self.active[host].port
-        sock = _listen(host, port)
-        bound = int(sock.getsockname()[1])
-        server = _server(self.app_for(host))
-        task = asyncio.create_task(server.serve(sockets=[sock]))
-        for _ in range(200):
-            if server.started or task.done():
-                break
-            await asyncio.sleep(0.01)
-        if not server.started:
-            server.should_exit = True
-            sock.close()
-            raise OSError(f"the listener on {host}:{bound} did not start")
-        self.active[host] = _Listening(server, task, bound)
-        log.info("listening for model calls on %s:%d", host, bound)
-        return bound
-
-    async def release(self, host: str) -> None:
-        listening = self.active.get(host)
-        if listening is None:
-            return
-        listening.users -= 1
-        if listening.users > 0:
-            return
-        del self.active[host]
-        listening.server.should_exit = True
-        with contextlib.suppress(asyncio.TimeoutError, Exception):
-            await asyncio.wait_for(listening.task, 10)
-        log.info("closed the model listener on %s", host)
+def _shown(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
-async def serve(models: dict[str, ModelConfig], state_dir: Path, admin_token: str, *, control_port: int = 0,
-                model_port: int = MODEL_PORT, parent_pid: int | None = None) -> None:
+async def serve(models: dict[str, ModelConfig], state_dir: Path, admin_token: str, limits: GatewayLimits, *,
+                control_port: int = 0, model_port: int = MODEL_PORT, parent_pid: int | None = None) -> None:
     """Run the gateway until SIGTERM/SIGINT (or until `parent_pid` is gone).
 
     Writes `<state_dir>/control.json` ({url, pid}) once the control listener answers.
     """
     import signal
 
+    quota = LogQuota()
+    for name in ("uvicorn.error", "asyncio", errors.name):
+        logging.getLogger(name).addFilter(quota)
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per upstream request: each call has its own
     holder: dict[str, Gateway] = {}
-    listeners = UvicornListeners(lambda host: holder["gateway"].model_app(host))
-    gateway = Gateway(models=models, state_dir=state_dir, listeners=listeners, model_port=model_port)
+    listeners = UvicornListeners(lambda host: holder["gateway"].model_app(host),
+                                 Connections(limits.connections, limits.run_connections), limits.idle_timeout)
+    gateway = Gateway(models=models, state_dir=state_dir, listeners=listeners, model_port=model_port, limits=limits)
     holder["gateway"] = gateway
-    sock = _listen("127.0.0.1", control_port)
+    sock = listen("127.0.0.1", control_port)
     port = int(sock.getsockname()[1])
-    control = _server(gateway.control_app(admin_token))
+    control = server(gateway.control_app(admin_token))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

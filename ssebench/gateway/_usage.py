@@ -14,7 +14,7 @@ from ssebench.gateway._models import Budget
 
 
 class UsageRecord(BaseModel):
-    """One model call as the gateway forwarded it (or refused it for the budget)."""
+    """One model call as the gateway forwarded it (or refused it)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -30,7 +30,13 @@ class UsageRecord(BaseModel):
 
 
 class Usage(BaseModel):
-    """A run's use of its model: totals over its records, and why it was stopped, if it was."""
+    """A run's use of its model: its totals, and why it was stopped, if it was.
+
+    `calls` were forwarded upstream (each one a record); `refused` calls were
+    refused for the budget, `rejected` ones for themselves (a bad body, too
+    many at once, after the run's finish). Refusals are records only up to a
+    few per run: `unrecorded` counts the rest.
+    """
 
     model_config = ConfigDict(frozen=True)
 
@@ -42,6 +48,8 @@ class Usage(BaseModel):
     total_tokens: int = 0
     cost: float = 0.0
     refused: int = 0
+    rejected: int = 0
+    unrecorded: int = 0
     stopped: str | None = None
     budget: Budget | None = None
     records: list[UsageRecord] = []

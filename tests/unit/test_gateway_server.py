@@ -143,8 +143,11 @@ def test_keys_are_refused_off_their_run_model_listener_or_time(tmp_path: Path) -
         async with setup.model(one["key"]) as client:
             expired = await client.post("/v1/chat/completions", json=chat())
         assert expired.status_code == 401 and "has expired" in expired.text
-        # Refusals before the budget check call nothing upstream and record nothing.
-        assert setup.gateway.runs["run-1"].records == []
+        # Refusals before the budget check call nothing upstream: the run's bad calls are counted as rejected
+        # (and the first few kept as records); calls without a valid key are nobody's.
+        usage = setup.gateway.runs["run-1"].usage()
+        assert [r.status for r in usage.records] == [403, 400, 400, 400]
+        assert usage.calls == 0 and usage.rejected == 4 and usage.refused == 0 and usage.total_tokens == 0
 
     run(test)
 
@@ -349,3 +352,125 @@ def test_a_model_whose_provider_key_is_not_set_is_refused_at_registration(tmp_pa
         assert setup.listeners.acquired == []
 
     run(test)
+
+
+# -- what one run's agent can send --------------------------------------------------------------------
+
+
+def test_a_body_is_parsed_once_within_a_depth_and_a_count_of_values(tmp_path: Path) -> None:
+    setup = _setup(tmp_path)
+
+    def nested(depth: int) -> bytes:
+        """A chat body `depth` levels deep in all: the body, then the tools array and the arrays in it."""
+        return json.dumps(chat())[:-1].encode() + b', "tools": ' + b"[" * (depth - 1) + b"]" * (depth - 1) + b"}"
+
+    async def test() -> None:
+        run_key = await setup.register()
+        async with setup.model(run_key["key"]) as client:
+            async def send(body: bytes) -> tuple[int, str]:
+                reply = await client.post("/v1/chat/completions", content=body)
+                return reply.status_code, reply.json().get("error", {}).get("message", "")
+
+            deepest = await send(nested(64))
+            too_deep = [await send(nested(depth)) for depth in (65, 990, 1100, 50_000)]
+            values = b", 0" * 1_000_000
+            too_many = await send(json.dumps(chat())[:-1].encode() + b', "x": [0' + values + b"]}")
+            not_json = [await send(body) for body in (json.dumps(chat())[:-1].encode() + b', "top_p": NaN}',
+                                                      b'{"model": "scripted-fix", "messages": ["\xff"]}', b"")]
+        assert deepest[0] == 200
+        assert too_deep == [(400, "the body is nested deeper than 64 levels")] * 4
+        assert too_many == (413, "request body too large: more than 1000000 JSON values")
+        assert not_json == [(400, "the body is not JSON")] * 3
+        usage = setup.gateway.runs["run-1"].usage()
+        assert usage.calls == 1 and usage.rejected == 8
+
+    run(test)
+
+
+def test_the_allow_list_forwards_what_it_names_within_the_models_cap() -> None:
+    from ssebench.gateway._apis import CHAT_COMPLETIONS, BadCall
+
+    def upstream(cap: int | None = 512, **extra: Any) -> dict[str, Any]:
+        body = {"model": "agent-side", "messages": [{"role": "user", "content": "hi"}], **extra}
+        return CHAT_COMPLETIONS.upstream_body(body, model="provider-id", max_output_tokens=cap)
+
+    sent = upstream(temperature=0, tools=[], tool_choice="none", n=1, stream=False, store=True, n_predict=-1,
+                    service_tier="priority", web_search_options={}, metadata={"a": "b"}, top_k=5)
+    assert sent == {"model": "provider-id", "messages": [{"role": "user", "content": "hi"}], "temperature": 0,
+                    "tools": [], "tool_choice": "none", "max_tokens": 512}
+    assert upstream(max_tokens=9999)["max_tokens"] == 512 and upstream(max_tokens=7)["max_tokens"] == 7
+    assert upstream(max_completion_tokens=9999)["max_completion_tokens"] == 512
+    assert "max_tokens" not in upstream(max_completion_tokens=10)
+    assert "max_tokens" not in upstream(None) and upstream(None, max_tokens=10**6)["max_tokens"] == 10**6
+    refused = {
+        "max_tokens": [-1, 0, True, False, 1.5, "100", None, [1]],
+        "max_completion_tokens": [-5, True],
+        "n": [0, 2, 64, True, "1", 1.0],
+    }
+    for name, values in refused.items():
+        for value in values:
+            with pytest.raises(BadCall, match=f"^{name} must be"):
+                upstream(**{name: value})
+    for broken, message in (({"messages": "hi"}, "a messages list"), ({"stream": True}, "streaming is not")):
+        with pytest.raises(BadCall, match=message):
+            upstream(**broken)
+
+
+def test_a_run_has_a_few_requests_under_way_at_most(tmp_path: Path) -> None:
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    release = anyio.Event()
+
+    async def slow(request: Request) -> JSONResponse:
+        await release.wait()
+        return JSONResponse({"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 1}})
+
+    upstream = Starlette(routes=[Route("/v1/chat/completions", slow, methods=["POST"])])
+    setup = _setup(tmp_path, {"remote": _http_model()}, {"TEST_PROVIDER_KEY": SECRET}, upstream)
+
+    async def test() -> None:
+        run_key = await setup.register(model="remote")
+        statuses: list[int] = []
+        async with setup.model(run_key["key"]) as client, anyio.create_task_group() as group:
+            async def call() -> None:
+                statuses.append((await client.post("/v1/chat/completions", json=chat("remote"))).status_code)
+
+            for _ in range(5):
+                group.start_soon(call)
+            with anyio.fail_after(5):  # the fifth is refused at once; the first is upstream, three wait their turn
+                while not statuses:
+                    await anyio.sleep(0.01)
+            assert statuses == [429] and setup.gateway.runs["run-1"].active == 4
+            release.set()
+        assert sorted(statuses) == [200, 200, 200, 200, 429]
+        usage = setup.gateway.runs["run-1"].usage()
+        assert usage.calls == 4 and usage.rejected == 1
+        assert usage.records[0].error == "run run-1 has 4 requests under way, its limit; wait for their answers"
+
+    run(test)
+
+
+def test_lines_a_client_can_cause_are_logged_within_a_quota(caplog: pytest.LogCaptureFixture) -> None:
+    from ssebench.gateway._limits import LogQuota
+
+    clock = Clock()
+    noisy = logging.getLogger("tests.gateway.noisy")
+    quota = LogQuota(burst=3, window=60, clock=clock)
+    noisy.addFilter(quota)
+    caplog.set_level(logging.INFO)
+    try:
+        for _ in range(1000):
+            noisy.warning("Invalid HTTP request received.")
+        noisy.warning("another kind of line")
+        clock.now += 61
+        noisy.warning("Invalid HTTP request received.")
+    finally:
+        noisy.removeFilter(quota)
+    lines = [record.getMessage() for record in caplog.records]
+    assert lines == ["Invalid HTTP request received."] * 3 + [
+        "another kind of line",
+        "997 more lines of tests.gateway.noisy like 'Invalid HTTP request received.' in 61 s were not logged",
+        "Invalid HTTP request received."]
