@@ -470,7 +470,8 @@ def limits_report() -> dict[str, object]:
 
 def finish_archive(settings: RuntimeSettings) -> None:
     """Leave the archive regular files and directories under their caps (model no longer runs)."""
-    pruned = prune_tree(Path(settings.archive), file_cap=settings.archive_file_cap, total_cap=settings.archive_cap)
+    pruned = prune_tree(Path(settings.archive), file_cap=settings.archive_file_cap, total_cap=settings.archive_cap,
+                        max_entries=settings.archive_entries)
     record = {"kept_files": pruned.kept_files, "kept_bytes": pruned.kept_bytes, "dropped": pruned.dropped[:1000],
               "dropped_count": len(pruned.dropped)}
     write_atomic(Path(settings.results), "archive.json", json.dumps(record, indent=2) + "\n")

@@ -57,6 +57,7 @@ ENV = {
     "capture_timeout": "SSE_CAPTURE_TIMEOUT",
     "archive_file_cap": "SSE_ARCHIVE_FILE_CAP",
     "archive_cap": "SSE_ARCHIVE_CAP",
+    "archive_entries": "SSE_ARCHIVE_ENTRIES",
     "mcp_bind": "SSE_MCP_BIND",
     "mcp_url": "SSE_MCP_URL",
 }
@@ -93,6 +94,7 @@ class RuntimeSettings:
     # What of the agent's archive is kept: per file and in all.
     archive_file_cap: int = 64 << 20
     archive_cap: int = 256 << 20
+    archive_entries: int = 100_000
     # Where the MCP server listens (loopback; sidecar mode's task container: every interface of its own
     # network, for the agent container), and the URL the agent is given for it.
     mcp_bind: str = "127.0.0.1"
@@ -103,7 +105,7 @@ class RuntimeSettings:
 _BOUNDS: dict[str, tuple[float, float | None]] = {
     "http_port": (1, 65535), "output_cap": (1024, None), "file_size": (1 << 20, None),
     "copy_limit": (1 << 20, None), "patch_limit": (1 << 10, None), "archive_file_cap": (1, None),
-    "archive_cap": (1, None),
+    "archive_cap": (1, None), "archive_entries": (1, None),
     **{name: (0, None) for name in ("agent_timeout", "daemon_timeout", "script_timeout",
                                      "bash_timeout", "grading_timeout", "capture_timeout")},
 }

@@ -5,7 +5,9 @@ idle and trickling connections, huge bodies, a flood of refused calls and a
 body nested 1,100 deep, smuggled parameters), run by the same program from
 inside a container on the hostile run's internal network, against the real
 gateway process. Meanwhile a container on another run's network calls its
-model every 0.2 s: every call must succeed, and the control API must keep
+model every 0.2 s, and a whole run of chat-agent (its model the scripted
+fix, through the same gateway) is made and graded: every call of both must
+succeed, the run must be graded passed, and the control API must keep
 answering.
 """
 
@@ -81,7 +83,7 @@ def _attack(container: Any, key: RunKey, *args: object) -> dict[str, Any]:
 
 
 def test_a_hostile_runs_attacks_leave_another_run_its_model(image: tuple[str, dict[str, dict[str, str]]],
-                                                            gateway: GatewayProcess) -> None:
+                                                            gateway: GatewayProcess, tmp_path: Path) -> None:
     assert gateway.process is not None
     pid = gateway.process.pid
     client = GatewayClient(gateway.control_url or "", gateway.admin_token, timeout=10)
@@ -105,7 +107,34 @@ def test_a_hostile_runs_attacks_leave_another_run_its_model(image: tuple[str, di
                 time.sleep(0.2)
             seen["control"] = slowest
 
-        others = [threading.Thread(target=victim_calls), threading.Thread(target=control_calls)]
+        def graded_run() -> None:
+            import os
+            import uuid
+
+            from ssebench.agent import load_agent
+            from ssebench.backend import DockerBackend
+            from ssebench.dataset import load_tasks
+            from ssebench.gateway import GatewayLink
+            from ssebench.reaper import Session, reap_session
+            from ssebench.run import RunConfig, execute
+            from ssebench.settings import get_settings
+            from tests.helpers import DEMO
+
+            settings = get_settings()
+            task = next(t for t in load_tasks(DEMO) if t.id == "c-demo")
+            config = RunConfig(task=task, agent=load_agent(settings.agents_dir, "chat-agent"), model="remote",
+                               timeout=600)
+            session = Session(id=f"tests-attacks-{uuid.uuid4().hex[:8]}", controller=os.getpid())
+            own = GatewayClient(gateway.control_url or "", gateway.admin_token, timeout=30)
+            try:
+                seen["run"] = execute(config, settings, DockerBackend(), session, tmp_path,
+                                      models=GatewayLink(own))
+            finally:
+                own.close()
+                reap_session(session.id)
+
+        others = [threading.Thread(target=victim_calls), threading.Thread(target=control_calls),
+                  threading.Thread(target=graded_run)]
         for thread in others:
             thread.start()
         try:
@@ -121,7 +150,7 @@ def test_a_hostile_runs_attacks_leave_another_run_its_model(image: tuple[str, di
             assert client.finish_run(late.run_id).calls == 0
         finally:
             for thread in others:
-                thread.join(120)
+                thread.join(600)
 
         # The attacks happened (positive controls) and were held to their limits.
         assert idle["opened"] == 400 and idle["closed"]["silent"] > 300, idle
@@ -132,6 +161,13 @@ def test_a_hostile_runs_attacks_leave_another_run_its_model(image: tuple[str, di
         assert flood["statuses"] == {"200": 1, "429": 1499} and flood["bad"] == {"400": 300}, flood
         assert flood["deep"]["status"] == 400, flood
         assert [status for status, _ in smuggled] == SMUGGLED_STATUSES, smuggled
+        # The whole run beside the attacks: graded as without them, every model call of it answered.
+        record = seen["run"]
+        assert record.infra_error is None and record.grade == "passed", (record.infra_error, record.grade)
+        assert record.usage is not None and record.usage["calls"] >= 3, record.usage
+        lines = [json.loads(line) for line in (gateway.state_dir / "usage" / f"{record.run_id}.jsonl").read_text()
+                 .splitlines()]
+        assert len(lines) == record.usage["calls"] and {line["status"] for line in lines} == {200}, lines
         # The other run: every call answered, promptly; the control API too.
         statuses = seen["victim"]["statuses"]
         assert len(statuses) > 50 and set(statuses) == {200}, seen["victim"]

@@ -68,7 +68,9 @@ def test_modules_planted_at_every_name_are_never_imported(launcher: Launcher, le
     names = json.loads(out.decode())
     assert {"signal", "os", "json", "subprocess", "ssebench", "sse", "starlette", "uvicorn", "httpx", "yaml",
             "pydantic", "mcp"} <= set(names)
-    for task in ([False, True] if run.mode == "sidecar" else [False]):  # sidecar mode: root runs in both
+    # Sidecar mode: the agent may plant in both containers (root's only processes are in the task's; its
+    # agent container's entrypoint imports before the agent starts).
+    for task in ([False, True] if run.mode == "sidecar" else [False]):
         planted = run.py("1000", PLANT, env={"NAMES": json.dumps(names),
                                              "WHERE": json.dumps([run.source, "/home/model", "/tmp"])}, task=task)
         assert planted >= 3 * len(names) - 3
@@ -82,7 +84,7 @@ def test_modules_planted_at_every_name_are_never_imported(launcher: Launcher, le
     assert "check" in run.py("1000", MCP_TEST_PATCH)
     # The evaluator (root) starts with the agent, before the plants; the one that replaces it when it has
     # died starts after them.
-    run.sh("root", "pkill -KILL -f ssebench.runtime.evaluator")
+    run.sh("root", "pkill -KILL -f ssebench.runtime.evaluator", task=True)  # where grading is
     result = run.finish()
     assert "the evaluator started with the agent has exited" in run.logs()
     markers = [line for line in run.logs().splitlines() if MARK in line]
