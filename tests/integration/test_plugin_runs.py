@@ -93,7 +93,8 @@ def test_sweep_in_parallel_with_trials(demo: pytest.Pytester) -> None:
                                      "100%"], table
     summaries = [json.loads(p.read_text()) for p in (demo.path / "out").glob("*/*/*/*-sandbox-*/summary.json")]
     assert sorted(s["config"]["trial"] for s in summaries) == [1] * 6 + [2] * 6
-    assert _image_ids() == before  # the images were current: nothing was built again
+    # The images were current: nothing was built again (another test's agents may have been built meanwhile).
+    assert {tag: image for tag, image in _image_ids().items() if tag in before} == before
     [session] = {s["session"] for s in summaries}
     assert list_containers({"label": f"ssebench.session={session}"}) == []
 
@@ -251,8 +252,8 @@ def test_ctrl_c_in_sidecar_mode_leaves_no_container_volume_or_network(sleeper: p
     try:
         _wait_for_containers(process, 4)  # two runs, two containers each
         volumes = list_volumes({"label": f"ssebench.controller={process.pid}"})
-        # The positive control: five volumes per run, labelled (four shared, the task container's runner area).
-        assert len(volumes) == 10, volumes
+        # The positive control: four volumes per run, labelled (three shared, the task container's runner area).
+        assert len(volumes) == 8, volumes
         roles = sorted(c["Labels"].get("ssebench.role", "") for c in _started_by(process))
         assert roles == ["agent", "agent", "task", "task"], roles
         mine = _listed_in_agent_phase("sleeper", 2)  # each run once (by its agent container)
