@@ -86,6 +86,11 @@ def failure_text(record: RunRecord) -> str:
     set_aside, count = record.set_aside
     if count:
         lines.append(f"Set aside by grading (outside the code under repair): {set_aside_list(set_aside, count)}.")
+    hiding, hidden = record.hiding_code
+    if hidden:
+        first = hiding[0] if hiding else {"path": "?", "line": ""}
+        lines.append(f"Lines that can hide a bug from the checks: {hidden} (first, {first['path']}: "
+                     f"{first['line'].strip()[:100]}).")
     if record.limits_hit:
         lines.append(f"Limits hit: {'; '.join(record.limits_hit)}.")
     if record.usage and record.usage.get("stopped"):

@@ -74,6 +74,10 @@ def outcome(record: RunRecord) -> list[tuple[str, object]]:
     set_aside, count = record.set_aside
     if count:  # a signal, never a grade: the patch changed files that decide a check
         props += [("signal.protected_files", ", ".join(set_aside)), ("signal.protected_files_count", count)]
+    hiding, hidden = record.hiding_code
+    if hidden:  # a signal, never a grade: graded lines that can hide a bug from the checks
+        props += [("signal.hiding_code", "; ".join(f"{h['path']}: {h['line'].strip()}" for h in hiding[:10])),
+                  ("signal.hiding_code_count", hidden)]
     return _prefixed(props)
 
 
@@ -120,6 +124,11 @@ def grade_card(record: RunRecord) -> str:
         rows.append(("set aside", html.escape(f"the patch's changes to {count} file(s) outside the code under "
                                               f"repair, which grading took from the original: "
                                               + ", ".join(set_aside[:50]))))
+    hiding, hidden = record.hiding_code
+    if hidden:
+        rows.append(("can hide the bug", html.escape(f"{hidden} added line(s) that can hide a bug from the checks "
+                                                     "rather than fix it: ")
+                     + "<br>".join(html.escape(f"{h['path']}: {h['line'].strip()}") for h in hiding[:10])))
     rows.append(("run", html.escape(str(record.run_dir))))
     body = "".join(f"<tr><th style='text-align:left;padding-right:1em'>{k}</th><td>{v}</td></tr>" for k, v in rows)
     return f"<div><table>{body}</table></div>"

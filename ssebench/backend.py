@@ -270,6 +270,9 @@ class DockerHandle(Handle):
             self._tc.get_docker_client().client.close()  # its own connection pool, one per container
 
 
+LOG_FILE_SIZE, LOG_FILES = "32m", "2"
+
+
 def _demux(raw: bytes) -> str:
     """The text of an attached exec's multiplexed stream (8-byte frame headers: stream, 0, 0, 0, length)."""
     out, at = [], 0
@@ -318,6 +321,9 @@ class DockerBackend(Backend):
             kwargs["dns_opt"] = list(spec.dns_options)
         if spec.limits is not None:
             kwargs.update(_docker_limits(spec.limits))
+            # What the engine keeps of a run container's output (sidecar mode's agent container writes the
+            # agent's there): its last LOG_FILES x LOG_FILE_SIZE, never all an agent can print.
+            kwargs["log_config"] = {"type": "json-file", "config": {"max-size": LOG_FILE_SIZE, "max-file": LOG_FILES}}
         if spec.capabilities is not None:
             kwargs.update(cap_drop=["ALL"], cap_add=list(spec.capabilities), security_opt=["no-new-privileges"])
         tc.with_kwargs(**kwargs)

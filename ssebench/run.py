@@ -36,7 +36,7 @@ from ssebench.inflight import entrypoint_lines
 from ssebench.limits import Limits
 from ssebench.logs import last_lines
 from ssebench.reaper import Session
-from ssebench.runtime.layout import MCP_PORT, RUNNER_DIR, RUNTIME_HOME, RUNTIME_PYTHON, SIDECAR_SOCKETS
+from ssebench.runtime.layout import MCP_PORT, RUNNER_DIR, RUNTIME_HOME, RUNTIME_PYTHON, SERVING, SIDECAR_SOCKETS
 from ssebench.runtime.settings import ENV as RUNTIME_ENV
 from ssebench.result import (
     RunSummary,
@@ -158,6 +158,18 @@ class RunRecord:
         return RuntimeResult.of((self.result or {}).get("runtime_result"))
 
     @property
+    def hiding_code(self) -> tuple[list[dict[str, str]], int]:
+        """Lines of the graded change that can hide a bug from the checks rather than fix it (result.json's
+        signals.hiding_code, at most 50 given) and how many there were."""
+        signals = (self.result or {}).get("signals")
+        if not isinstance(signals, dict):
+            return [], 0
+        given = [{"path": str(h.get("path", "")), "line": str(h.get("line", ""))}
+                 for h in signals.get("hiding_code") or [] if isinstance(h, dict)]
+        count = signals.get("hiding_code_count")
+        return given, count if isinstance(count, int) and count >= len(given) else len(given)
+
+    @property
     def set_aside(self) -> tuple[list[str], int]:
         """The changed files grading set aside (outside the code under repair; result.json's
         signals.protected_files, at most 200 named) and how many there were."""
@@ -273,6 +285,23 @@ def sidecar_specs(config: RunConfig, agent: ContainerSpec, task_image: str, run_
 
 class ContainerDied(SSEBenchError):
     """Sidecar mode's task container exited while the agent's container still ran."""
+
+
+# How long the task container may take to prepare the tree and start its servers (the daemon's own start-up
+# limit, and the tree's copy, beyond it).
+READY_TIMEOUT = 600.0
+
+
+def await_ready(task: Handle, timeout: float) -> None:
+    """Wait until sidecar mode's task container serves, or has exited (its wait then says so, with its log).
+    Raises RunTimeoutError when it does neither within `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(text == SERVING for _, text in entrypoint_lines(task.logs("stderr"))) or task.poll() is not None:
+            return
+        time.sleep(0.05)
+    raise RunTimeoutError(f"the task container {task.id[:12]} did not serve within {timeout:.0f} s; its last "
+                          f"lines:\n{last_lines(task.logs(), 20)}")
 
 
 @dataclass
@@ -393,6 +422,10 @@ def running(config: RunConfig, backend: Backend, session: Session, run_id: str, 
             yield LiveRun(handle=handles[0], network=network, run_id=run_id, config=config)
         else:
             handles.append(backend.start(task_spec))  # first: it fills the source volume from its image
+            # The agent's container starts once the task container has prepared what they share (the tree, the
+            # socket's directory) and serves: root there walks and writes paths in those volumes while it
+            # prepares them, and an agent's own image may run anything as root from its first instant.
+            await_ready(handles[0], READY_TIMEOUT)
             handles.append(backend.start(agent_spec))
             yield LiveRun(handle=handles[1], network=network, run_id=run_id, task=handles[0], config=config)
         failed = False
@@ -535,22 +568,26 @@ def execute(config: RunConfig, settings: Settings, backend: Backend, session: Se
                      command=command, task_image=names["tool"], runtime=runtime) as live:
             began = time.monotonic()
             record.timeline["container_started"] = time.time()
+            died: ContainerDied | None = None
             try:
                 record.exit_code = live.wait(config.timeout + config.grading_timeout + SLACK_SECONDS)
+            except ContainerDied as exc:  # judged below: the memory the agent took may be why
+                died = exc
             finally:
                 record.durations["container"] = round(time.monotonic() - began, 3)
                 record.timeline["container_ended"] = time.time()
                 salvage(live, run_dir, record)
         record.result = read_result(run_dir)
-        # The grading container's memory (not sidecar mode's agent container's, which grades nothing).
+        # The grading container's memory (not sidecar mode's agent container's, which grades nothing): used up,
+        # it ended what could have graded (sidecar mode's task container as a whole, killed with its init).
         memory = [line for line in record.limits_hit if line.startswith("memory")]
         if memory and (record.result is None or recorded_status(record.result.get("patch_result")) == "error"):
             record.result = memory_limit_failure(record.result, memory)
             write_json(run_dir / "result.json", record.result)
         if record.result is None:
-            record.infra_error = (f"the run ended (exit {record.exit_code}) without a result.json; see "
-                                  f"{run_dir}/container.log; its last lines:\n"
-                                  f"{last_lines(read_safely(run_dir, 'container.log') or '', 20)}")
+            record.infra_error = str(died) if died is not None else (
+                f"the run ended (exit {record.exit_code}) without a result.json; see {run_dir}/container.log; "
+                f"its last lines:\n{last_lines(read_safely(run_dir, 'container.log') or '', 20)}")
             if record.limits_hit:
                 record.infra_error += "; limits hit: " + "; ".join(record.limits_hit)
         else:

@@ -88,27 +88,77 @@ APPLY_TIMEOUT = 300  # seconds for a `git apply` of the agent's change or of the
 Guard = Callable[[], None]
 
 # The reports a crash leaves in a PoC's output, written by the sanitizer or the language's runtime before
-# the process ends: each group of patterns must all be found (a Go panic is its headline and its goroutine).
-_SANITIZERS = (re.compile(rb"==\d+==ERROR: (?:Address|Memory|Leak|Thread|HWAddress)Sanitizer"),
-               re.compile(rb"\S+:\d+:\d+: runtime error: "),
-               re.compile(rb"SUMMARY: (?:Address|Memory|Leak|Thread|UndefinedBehavior)Sanitizer"))
-CRASH_REPORTS: dict[str, tuple[tuple[re.Pattern[bytes], ...], ...]] = {
-    "c": tuple((p,) for p in _SANITIZERS),
-    "go": (*((p,) for p in _SANITIZERS),
-           (re.compile(rb"(?m)^(?:panic|fatal error): "), re.compile(rb"(?m)^goroutine \d+ \["))),
-    "rust": (*((p,) for p in _SANITIZERS),
-             (re.compile(rb"thread '[^'\n]*' (?:panicked at|has overflowed its stack)"),)),
+# the process ends. Each is found by a fixed string (bytes.find: linear, whatever the output) and then checked
+# in a bounded window around it; a regular expression over the whole output was quadratic on a long run of
+# non-space bytes, and the scan runs in the daemon. A report of several parts (a Go panic: its headline and
+# its goroutine) needs all of them.
+_SANITIZER_NAMES = (b"AddressSanitizer", b"MemorySanitizer", b"LeakSanitizer", b"ThreadSanitizer",
+                    b"HWAddressSanitizer", b"UndefinedBehaviorSanitizer")
+_LOCATION = re.compile(rb"[^\s:]+(?::[^\s:]+)*:\d{1,9}:\d{1,9}")
+
+
+def _line_start(window: bytes, at: int) -> bool:
+    return at == 0 or window[at - 1:at] == b"\n"
+
+
+def _asan(window: bytes, at: int) -> bytes | None:
+    # "==1234==ERROR: AddressSanitizer: ..."
+    start = window.rfind(b"==", max(0, at - 12), at)
+    after = window[at + 9:at + 9 + 24]
+    if start >= 0 and window[start + 2:at].isdigit() and after.startswith(_SANITIZER_NAMES):
+        return window[start:at + 9] + after.split(b":")[0]
+    return None
+
+
+def _ubsan(window: bytes, at: int) -> bytes | None:
+    # "file.c:12:5: runtime error: signed integer overflow"
+    token = window[max(0, at - 512):at].rsplit(None, 1)[-1:] or [b""]
+    return token[0] + b": runtime error:" if _LOCATION.fullmatch(token[0]) else None
+
+
+def _summary(window: bytes, at: int) -> bytes | None:
+    after = window[at + 9:at + 9 + 32]
+    return window[at:at + 9] + after.split(b":")[0] if after.startswith(_SANITIZER_NAMES) else None
+
+
+def _go_headline(window: bytes, at: int) -> bytes | None:
+    return window[at:window.find(b": ", at)] if _line_start(window, at) else None
+
+
+def _goroutine(window: bytes, at: int) -> bytes | None:
+    found = re.match(rb"goroutine \d{1,12} \[", window[at:at + 40])
+    return found.group(0) if found and _line_start(window, at) else None
+
+
+def _rust_thread(window: bytes, at: int) -> bytes | None:
+    # "thread 'main' panicked at src/lib.rs:10:5:" / "thread 'main' has overflowed its stack"
+    line = window[max(0, at - 256):at].rsplit(b"\n", 1)[-1]
+    opening = line.rfind(b"thread '")
+    return line[opening:] + b"'" if opening >= 0 and b"'" not in line[opening + 8:] else None
+
+
+Mark = tuple[bytes, Callable[[bytes, int], "bytes | None"]]
+_SANITIZER_MARKS: tuple[tuple[Mark, ...], ...] = (
+    ((b"==ERROR: ", _asan),), ((b": runtime error: ", _ubsan),), ((b"SUMMARY: ", _summary),))
+CRASH_REPORTS: dict[str, tuple[tuple[Mark, ...], ...]] = {
+    "c": _SANITIZER_MARKS,
+    "go": (*_SANITIZER_MARKS,
+           ((b"panic: ", _go_headline), (b"goroutine ", _goroutine)),
+           ((b"fatal error: ", _go_headline), (b"goroutine ", _goroutine))),
+    "rust": (*_SANITIZER_MARKS, ((b"' panicked at", _rust_thread),), ((b"' has overflowed its stack", _rust_thread),)),
 }
-_SCAN_CHUNK, _SCAN_OVERLAP = 1 << 20, 1 << 16
+# How a file is read for reports: its first and last SCAN_SPAN bytes (a crash report ends the program's output,
+# or comes before what other processes write), in chunks that overlap by more than any report's window; and at
+# most MARKS_CHECKED places of one fixed string are checked, however many times the output repeats it.
+_SCAN_CHUNK, _SCAN_OVERLAP, SCAN_SPAN, MARKS_CHECKED = 1 << 20, 1 << 12, 64 << 20, 100_000
 
 
 def crash_report(paths: list[Path], language: str) -> str | None:
-    """The first crash report found in the files (read whole, in overlapping chunks), as its text; None."""
-    groups = CRASH_REPORTS.get(language, CRASH_REPORTS["c"])
-    for group in groups:
+    """The first crash report found in the files, as its text; None."""
+    for group in CRASH_REPORTS.get(language, CRASH_REPORTS["c"]):
         found: list[bytes] = []
-        for pattern in group:
-            match = _search(paths, pattern)
+        for mark in group:
+            match = _search(paths, mark)
             if match is None:
                 break
             found.append(match)
@@ -117,15 +167,36 @@ def crash_report(paths: list[Path], language: str) -> str | None:
     return None
 
 
-def _search(paths: list[Path], pattern: re.Pattern[bytes]) -> bytes | None:
+def _chunks(path: Path) -> Iterator[bytes]:
+    """Overlapping chunks of the file's first and last SCAN_SPAN bytes."""
+    size = path.stat().st_size
+    spans = [(0, min(size, SCAN_SPAN))]
+    if size > SCAN_SPAN:
+        spans.append((max(SCAN_SPAN, size - SCAN_SPAN), size))
+    with path.open("rb") as f:
+        for begin, end in spans:
+            f.seek(max(0, begin - _SCAN_OVERLAP) if begin else 0)
+            at = f.tell()
+            while at < end:
+                chunk = f.read(min(_SCAN_CHUNK + _SCAN_OVERLAP, end - at))
+                if not chunk:
+                    break
+                yield chunk
+                at += len(chunk) - _SCAN_OVERLAP if at + len(chunk) < end else len(chunk)
+                f.seek(at)
+
+
+def _search(paths: list[Path], mark: Mark) -> bytes | None:
+    anchor, check = mark
     for path in paths:
-        with path.open("rb") as f:
-            tail = b""
-            while chunk := f.read(_SCAN_CHUNK):
-                window = tail + chunk
-                if match := pattern.search(window):
-                    return match.group(0)[:200]
-                tail = window[-_SCAN_OVERLAP:]
+        checked = 0
+        for window in _chunks(path):
+            at = window.find(anchor)
+            while at >= 0 and checked < MARKS_CHECKED:
+                checked += 1
+                if (text := check(window, at)) is not None:
+                    return text[:200]
+                at = window.find(anchor, at + 1)
     return None
 
 

@@ -472,8 +472,8 @@ def finish_archive(settings: RuntimeSettings) -> None:
     """Leave the archive regular files and directories under their caps (model no longer runs)."""
     pruned = prune_tree(Path(settings.archive), file_cap=settings.archive_file_cap, total_cap=settings.archive_cap,
                         max_entries=settings.archive_entries)
-    record = {"kept_files": pruned.kept_files, "kept_bytes": pruned.kept_bytes, "dropped": pruned.dropped[:1000],
-              "dropped_count": len(pruned.dropped)}
+    record = {"kept_files": pruned.kept_files, "kept_bytes": pruned.kept_bytes, "dropped": pruned.dropped,
+              "dropped_count": pruned.dropped_count, "unfinished": pruned.unfinished}
     write_atomic(Path(settings.results), "archive.json", json.dumps(record, indent=2) + "\n")
 
 
@@ -647,7 +647,7 @@ def main(argv: list[str]) -> int:
             end(daemon.process)
         write_limits(settings, "limits.json")
         return 1
-    say("daemon ready; MCP server listening")
+    say(layout.SERVING)
 
     evaluator_log = (results / "evaluator.log").open("ab")
     evaluator = start_evaluator(settings, env, evaluator_log)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import threading
 import traceback
@@ -20,7 +21,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import IO, Any
 
-from ssebench.runtime.files import write_atomic
+from ssebench.runtime.files import read_no_follow, write_atomic
 from ssebench.runtime.settings import SettingsError, load_settings
 
 
@@ -81,10 +82,35 @@ def grade_with_limit(limit: float, results: Path | None = None) -> tuple[dict[st
 SIGNAL_PATHS = 200
 
 
-def grading_signals() -> dict[str, Any]:
+# Lines a patch adds that can hide a bug from every check rather than fix it: code that runs before main (a
+# constructor, an .init_array entry, a Go init), that ends the process or takes its crash (an exit in an init,
+# a panic hook, a signal handler, the sanitizer's own hooks), or a macro that renames main. Signals for a
+# reader, never a grade: each also has honest uses.
+HIDING = re.compile(rb"#\s*define\s+main\b|__attribute__\s*\(\(\s*constructor|init_array|link_section|"
+                    rb"__(?:asan|ubsan|sanitizer|lsan|msan)_\w+|\bsignal\s*\(\s*SIG(?:SEGV|ABRT|BUS|ILL|FPE)|"
+                    rb"\bsigaction\s*\(|\bset_hook\s*\(|\bprocess::exit\b|\bfunc\s+init\s*\(|\bos\.Exit\s*\(|"
+                    rb"\bdebug\.SetPanicOnFault|\bsetrlimit\s*\(|\bprctl\s*\(")
+
+
+def hiding_lines(patch: bytes, limit: int = 50) -> tuple[list[dict[str, str]], int]:
+    """The added lines of `patch` that match HIDING, as {path, line} (the first `limit`), and how many."""
+    found: list[dict[str, str]] = []
+    count, path = 0, ""
+    for raw in patch.splitlines():
+        if raw.startswith(b"+++ "):
+            path = raw[4:].decode("utf-8", errors="replace").removeprefix("b/")
+        elif raw.startswith(b"+") and HIDING.search(raw):
+            count += 1
+            if len(found) < limit:
+                found.append({"path": path, "line": raw[1:201].decode("utf-8", errors="replace")})
+    return found, count
+
+
+def grading_signals(results: Path | None = None) -> dict[str, Any]:
     """What grading noticed of the change beyond the checks, under result.json's `signals`: the changed files
-    it set aside (outside the code under repair: build files, tests, harnesses). Read from the daemon's
-    (kept) preparation of grading; empty when grading was never prepared."""
+    it set aside (outside the code under repair: build files, tests, harnesses), read from the daemon's (kept)
+    preparation of grading, and the lines of the graded change that can hide a bug from the checks (read from
+    graded.patch). Empty when grading was never prepared."""
     from sse import daemon
 
     try:
@@ -92,7 +118,11 @@ def grading_signals() -> dict[str, Any]:
     except Exception:  # the grade stands without its signals
         return {}
     set_aside = [str(path) for path in prepared.get("set_aside") or []]
-    return {"protected_files": set_aside[:SIGNAL_PATHS], "protected_files_count": len(set_aside)}
+    signals: dict[str, Any] = {"protected_files": set_aside[:SIGNAL_PATHS], "protected_files_count": len(set_aside)}
+    graded = read_no_follow(results, "graded.patch", 256 << 20) if results is not None else None
+    if graded is not None:
+        signals["hiding_code"], signals["hiding_code_count"] = hiding_lines(graded)
+    return signals
 
 
 def agent_figures(stream: IO[bytes]) -> dict[str, str] | None:
@@ -123,7 +153,7 @@ def main() -> int:
         print("ssebench-evaluator: not graded (the entrypoint gave no agent figures)", file=sys.stderr)
         return 0
     patch_result, timed_out = grade_with_limit(settings.grading_timeout, Path(settings.results))
-    signals = grading_signals() if not timed_out else {}
+    signals = grading_signals(Path(settings.results)) if not timed_out else {}
     result = {"patch_result": patch_result, "runtime_result": runtime_result(figures, timed_out),
               "signals": signals}
     path = write_atomic(Path(settings.results), "result.json", json.dumps(result, indent=2) + "\n")

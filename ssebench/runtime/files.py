@@ -15,6 +15,7 @@ import os
 import stat
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -136,11 +137,22 @@ def read_no_follow(directory: Path, name: str, limit: int) -> bytes | None:
 
 @dataclass
 class Pruned:
-    """What `prune_tree` removed, and why."""
+    """What `prune_tree` removed, and why (the first LISTED drops, and how many in all)."""
 
     dropped: list[dict[str, object]] = field(default_factory=list)
+    dropped_count: int = 0
     kept_bytes: int = 0
     kept_files: int = 0
+    # The walk ran out of time: what it had not reached is left as it was (the host keeps regular files only,
+    # under its caps, whatever is there).
+    unfinished: bool = False
+
+    LISTED = 1000
+
+    def drop(self, entry: dict[str, object], count: int = 1) -> None:
+        if len(self.dropped) < self.LISTED:
+            self.dropped.append(entry)
+        self.dropped_count += count
 
 
 def _kind(mode: int) -> str:
@@ -151,70 +163,96 @@ def _kind(mode: int) -> str:
     return "special file"
 
 
-def remove_at(dir_fd: int, name: str, timeout: float = REMOVE_TIMEOUT) -> bool:
-    """Remove `name` (a tree, any depth) in an open directory, as `remove_tree` does: the directory is reached
-    through its descriptor (rm inherits it), never through a path another user could change."""
-    try:
-        done = subprocess.run(["rm", "-rf", "--one-file-system", "--", f"/proc/self/fd/{dir_fd}/{name}"],
-                              cwd=NEUTRAL_CWD, env={"PATH": ROOT_PATH, "LC_ALL": "C"}, pass_fds=(dir_fd,),
-                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                              timeout=timeout, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        log.warning("removing %s failed: %s", name, exc)
-        return False
-    if done.returncode != 0:
-        log.warning("removing %s failed (rm exit %d): %s", name, done.returncode,
-                    done.stderr.decode(errors="replace").strip()[-500:])
-        return False
-    return True
+def remove_at(dir_fd: int, names: list[str], timeout: float = REMOVE_TIMEOUT) -> bool:
+    """Remove `names` (trees, any depth) in an open directory, as `remove_tree` does, in as few `rm` as the
+    command line allows: the directory is reached through its descriptor (rm inherits it), never through a
+    path another user could change."""
+    done_all = True
+    for at in range(0, len(names), 512):
+        batch = [f"/proc/self/fd/{dir_fd}/{name}" for name in names[at:at + 512]]
+        try:
+            done = subprocess.run(["rm", "-rf", "--one-file-system", "--", *batch], cwd=NEUTRAL_CWD,
+                                  env={"PATH": ROOT_PATH, "LC_ALL": "C"}, pass_fds=(dir_fd,),
+                                  stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                  timeout=timeout, check=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            log.warning("removing %d entries failed: %s", len(batch), exc)
+            done_all = False
+            continue
+        if done.returncode != 0:
+            log.warning("removing %d entries failed (rm exit %d): %s", len(batch), done.returncode,
+                        done.stderr.decode(errors="replace").strip()[-500:])
+            done_all = False
+    return done_all
+
+
+PRUNE_TIME = 120.0
 
 
 def prune_tree(root: Path, *, file_cap: int, total_cap: int, max_entries: int = 100_000,
-               max_depth: int = 64) -> Pruned:
+               max_depth: int = 64, time_limit: float = PRUNE_TIME) -> Pruned:
     """Leave only regular files (each at most `file_cap` bytes, `total_cap` in all) and directories.
 
     Walks through directory descriptors without following links, iteratively (one descriptor per level,
     at most `max_depth` levels: a directory deeper than that goes whole); removes links, fifos, sockets
-    and devices, files with several names, files over the caps, and anything beyond `max_entries`. Call it
-    only when no process of the tree's owner runs any more.
+    and devices, files with several names, files over the caps, and everything past `max_entries` (without
+    looking at it: a directory's rest goes in a few `rm`). What it has not reached within `time_limit`
+    seconds it leaves (`unfinished`). Call it only when no process of the tree's owner runs any more.
     """
     pruned = Pruned()
     seen = 0
+    deadline = time.monotonic() + time_limit
     try:
         top = os.open(root, os.O_RDONLY | os.O_DIRECTORY | _NOFOLLOW)
     except OSError:
         return pruned
 
-    def drop(dir_fd: int, relative: str, name: str, kind: str, reason: str, size: int | None, is_dir: bool) -> None:
-        entry: dict[str, object] = {"path": relative, "kind": kind, "reason": reason}
-        if size is not None:
-            entry["size"] = size
-        pruned.dropped.append(entry)
-        if is_dir:
-            remove_at(dir_fd, name)
-        else:
-            try:
-                os.unlink(name, dir_fd=dir_fd)
-            except OSError:
-                pass
-
-    # One frame per open directory: its descriptor, its path, and the names left to look at.
-    stack: list[tuple[int, str, list[str]]] = []
+    # One frame per open directory: its descriptor, its path, the names left to look at, and the names to
+    # remove whole (directories) once it is done.
+    stack: list[tuple[int, str, list[str], list[str]]] = []
 
     def enter(fd: int, prefix: str) -> None:
         try:
             names = sorted(os.listdir(fd), reverse=True)
         except OSError:
             names = []
-        stack.append((fd, prefix, names))
+        stack.append((fd, prefix, names, []))
+
+    def leave() -> None:
+        fd, _, _, doomed = stack.pop()
+        if doomed:
+            remove_at(fd, doomed)
+        os.close(fd)
+
+    def drop(dir_fd: int, doomed: list[str], relative: str, name: str, kind: str, reason: str, size: int | None,
+             is_dir: bool) -> None:
+        entry: dict[str, object] = {"path": relative, "kind": kind, "reason": reason}
+        if size is not None:
+            entry["size"] = size
+        pruned.drop(entry)
+        if is_dir:
+            doomed.append(name)
+        else:
+            try:
+                os.unlink(name, dir_fd=dir_fd)
+            except OSError:
+                pass
 
     enter(top, "")
     try:
         while stack:
-            dir_fd, prefix, names = stack[-1]
+            dir_fd, prefix, names, doomed = stack[-1]
+            if time.monotonic() > deadline:
+                pruned.unfinished = True
+                break
             if not names:
-                stack.pop()
-                os.close(dir_fd)
+                leave()
+                continue
+            if seen >= max_entries:  # the rest of this directory, unseen: counted and removed whole
+                pruned.drop({"path": f"{prefix}*", "kind": "entries", "reason": f"more than {max_entries} entries",
+                             "count": len(names)}, count=len(names))
+                doomed.extend(names)
+                names.clear()
                 continue
             name = names.pop()
             relative = f"{prefix}{name}"
@@ -224,11 +262,8 @@ def prune_tree(root: Path, *, file_cap: int, total_cap: int, max_entries: int = 
                 continue
             seen += 1
             is_dir = stat.S_ISDIR(info.st_mode)
-            if seen > max_entries:
-                drop(dir_fd, relative, name, "directory" if is_dir else "file", f"more than {max_entries} entries",
-                     None, is_dir)
-            elif is_dir and len(stack) >= max_depth:
-                drop(dir_fd, relative, name, "directory", f"deeper than {max_depth} levels", None, True)
+            if is_dir and len(stack) >= max_depth:
+                drop(dir_fd, doomed, relative, name, "directory", f"deeper than {max_depth} levels", None, True)
             elif is_dir:
                 try:
                     child = os.open(name, os.O_RDONLY | os.O_DIRECTORY | _NOFOLLOW, dir_fd=dir_fd)
@@ -236,19 +271,22 @@ def prune_tree(root: Path, *, file_cap: int, total_cap: int, max_entries: int = 
                     continue
                 enter(child, relative + "/")
             elif not stat.S_ISREG(info.st_mode):
-                drop(dir_fd, relative, name, _kind(info.st_mode), "not a regular file", None, False)
+                drop(dir_fd, doomed, relative, name, _kind(info.st_mode), "not a regular file", None, False)
             elif info.st_nlink != 1:
-                drop(dir_fd, relative, name, "file", "has several names (a hard link)", info.st_size, False)
+                drop(dir_fd, doomed, relative, name, "file", "has several names (a hard link)", info.st_size, False)
             elif info.st_size > file_cap:
-                drop(dir_fd, relative, name, "file", f"larger than the per-file cap of {file_cap} bytes",
+                drop(dir_fd, doomed, relative, name, "file", f"larger than the per-file cap of {file_cap} bytes",
                      info.st_size, False)
             elif pruned.kept_bytes + info.st_size > total_cap:
-                drop(dir_fd, relative, name, "file", f"over the archive cap of {total_cap} bytes", info.st_size,
-                     False)
+                drop(dir_fd, doomed, relative, name, "file", f"over the archive cap of {total_cap} bytes",
+                     info.st_size, False)
             else:
                 pruned.kept_bytes += info.st_size
                 pruned.kept_files += 1
     finally:
-        for dir_fd, _, _ in stack:
-            os.close(dir_fd)
+        while stack:
+            if pruned.unfinished:
+                os.close(stack.pop()[0])
+            else:
+                leave()
     return pruned

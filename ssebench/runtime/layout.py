@@ -15,6 +15,9 @@ RUNNER_DIR = "/var/lib/ssebench-runner"
 REPO = "/var/lib/ssebench-runner/repo"
 ADMIN_DIR = "/run/ssebench"
 ADMIN_SOCKET = "/run/ssebench/admin.sock"
+# What the entrypoint of the container that grades says once its daemon and MCP server serve (sidecar mode's
+# host starts the agent's container only then).
+SERVING = "daemon ready; MCP server listening"
 # Sidecar mode: the task container learns the agent phase is over from the host, which writes its figures
 # (one JSON line) into this fifo, root's alone, through `docker exec` (ssebench.runtime.phase).
 AGENT_DONE = "/run/ssebench/agent-done"

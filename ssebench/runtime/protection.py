@@ -36,7 +36,8 @@ CODE: dict[str, tuple[str, ...]] = {
 # built, and which `go build ./...` never reads).
 _EVERY_LANGUAGE = ("**/.*/**", "**/test/**", "**/tests/**", "**/testdata/**", "**/fuzz/**", "**/fuzzing/**")
 PROTECTED: dict[str, tuple[str, ...]] = {
-    "c": (*_EVERY_LANGUAGE, "**/t/**", "**/testing/**", "**/oss-fuzz/**", "**/test_*.c", "**/test_*.cc",
+    # (`*.inc` is code, but a Makefile.inc is make's: c-ares's src/lib/Makefile.inc, found by review.)
+    "c": (*_EVERY_LANGUAGE, "**/Makefile*", "**/t/**", "**/testing/**", "**/oss-fuzz/**", "**/test_*.c", "**/test_*.cc",
           "**/*_test.c", "**/*_test.cc", "**/*_tests.c", "**/*_unittest.c", "**/*_unittest.cc", "**/*fuzzer*"),
     "go": (*_EVERY_LANGUAGE, "**/*_test.go", "**/vendor/**"),
     "rust": (*_EVERY_LANGUAGE, "**/build.rs", "**/tests.rs", "**/benches/**", "**/examples/**"),

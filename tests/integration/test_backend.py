@@ -161,11 +161,28 @@ def test_limits_privileges_and_export(backend: Backend, labels: dict[str, str]) 
         assert "CapEff:\t00000000000000eb" in status and "NoNewPrivs:\t1" in status, status
         host = client().api.inspect_container(handle.id)["HostConfig"]
         assert (host["PidsLimit"], host["Memory"], host["NanoCpus"]) == (128, 256 << 20, 500_000_000)
+        # The engine keeps at most two files of 32 MB of a run container's output, whatever it prints.
+        assert host["LogConfig"] == {"Type": "json-file", "Config": {"max-size": "32m", "max-file": "2"}}
         names = {m.name: m for m in tarfile.open(fileobj=io.BytesIO(b"".join(handle.export("/out")))).getmembers()}
         assert names["out/d/f"].isfile() and names["out/l"].issym()
         assert handle.memory_exhausted() is False
         with pytest.raises(SSEBenchError):
             b"".join(handle.export("/no/such/path"))
+    finally:
+        handle.remove()
+
+
+def test_a_container_that_floods_its_output_leaves_the_engine_its_cap(backend: Backend, labels: dict[str, str]) -> None:
+    """Sidecar mode's agent writes to its container's output, which the host reads whole: the engine keeps its
+    last 64 MB, however much the agent printed (here 200 MB)."""
+    limits = Limits(pids=128, memory=256 << 20, cpus=1.0, file_size=1 << 20)
+    flood = "yes 0123456789012345678901234567890123456789012345678901234567890123456789 | head -c 200000000; echo THE-END"
+    handle = backend.start(ContainerSpec(image=_image(), labels=labels, limits=limits, command=["bash", "-c", flood]))
+    try:
+        assert handle.wait(300) == 0
+        kept = handle.logs("stdout")
+        assert kept.endswith("THE-END\n") and len(kept) <= 64 << 20, len(kept)
+        assert len(kept) > 8 << 20  # the control: it did print, and the last of it is there
     finally:
         handle.remove()
 

@@ -28,7 +28,7 @@ RESULT_FIELDS = {
     "patch_result": {"status", "build_success", "pov_passed", "pov_total", "func_test_success",
                      "intent_test_success", "error_msg", "error_log"},
     "runtime_result": {"agent_duration", "agent_timeout", "evaluator_timeout", "agent_exit_code"},
-    "signals": {"protected_files", "protected_files_count"},
+    "signals": {"protected_files", "protected_files_count", "hiding_code", "hiding_code_count"},
 }
 
 

@@ -230,3 +230,48 @@ def test_an_agent_that_spreads_its_memory_and_unmarks_itself_is_graded(
     assert any("memory" in line for line in record.limits_hit), text
     if record.patch_result.error_msg.startswith("Memory limit"):  # the harness's processes were ended
         assert json.loads((record.run_dir / "result.json").read_text())["patch_result"]["status"] == "failed"
+
+
+# Memory filled where the task is, through the bash tool (which runs there, in both modes): many processes of
+# 4 MB each, smaller than every root process of the runtime, each with its OOM score lowered back to 0, so
+# that the kernel ends a process of the harness (in sidecar mode, the task container's whole: its init).
+HOG_BESIDE_THE_TASK = r"""
+import os, time
+def unmark():
+    with open("/proc/self/oom_score_adj", "w") as f:
+        f.write("0")
+unmark()
+for _ in range(200):
+    if os.fork() == 0:
+        unmark()
+        chunks = [bytearray(1 << 20) for _ in range(4)]
+        time.sleep(90)
+        os._exit(0)
+    time.sleep(0.02)
+time.sleep(95)
+"""
+AGENT_HOGS_THROUGH_ITS_SHELL = f"""
+import shlex, time
+from sse.tools import bash
+started = bash.execute("nohup python3 -c " + shlex.quote({HOG_BESIDE_THE_TASK!r}) + " >/dev/null 2>&1 &")
+print("the hog started:", started.code, flush=True)
+time.sleep(40)
+"""
+
+
+def test_memory_filled_where_the_task_is_leaves_the_run_graded(settings: Settings, integrity_images: list[Task],
+                                                               tmp_path: Path, mode: str) -> None:
+    """Before, in sidecar mode, the task container died of it and the host made the run an ungraded error
+    (found by review); sandbox mode graded it failed ("Memory limit") already."""
+    tasks = {t.id: t for t in integrity_images}
+    session = Session.new()
+    try:
+        record = _execute(settings, tasks["c-demo"], "dummy", 2, tmp_path, session,
+                          ["/opt/ssebench/venv/bin/python", "-I", "-c", AGENT_HOGS_THROUGH_ITS_SHELL],
+                          {"memory": "512m"}, mode=mode)
+    finally:
+        reap_session(session.id)
+    text = f"{record.infra_error} {record.limits_hit} {record.patch_result}"
+    assert record.grade == "failed" and record.infra_error is None, text
+    assert any(line.startswith("memory") for line in record.limits_hit), text  # the control: it filled it
+    assert "the hog started: 0" in (record.run_dir / "agent.log").read_text(errors="replace")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -53,7 +54,10 @@ def capture(tmp_path: Path) -> Capture:
 
 
 def _edit(capture: Capture) -> None:
-    """Every kind of change: code modified and added, a protected file modified, protected files added."""
+    """Every kind of change: code modified and added, a protected file modified, protected files added.
+
+    (Later than the base's index by its times: capture compares sizes and whole seconds, and an edit of the
+    same size within the second the base was made would look unchanged, as it would to git.)"""
     tree = capture.source
     (tree / "src" / "parse.c").write_text("int parse(void) { return 1; }\n")
     (tree / "src" / "new.c").write_text("int added;\n")
@@ -66,6 +70,10 @@ def _edit(capture: Capture) -> None:
     (tree / ".cargo").mkdir()
     (tree / ".cargo" / "config.toml").write_text("[build]\n")
     (tree / "tools" / "dump.c").write_text("int main(void) { return 1; }\n")
+    later = time.time() + 10
+    for path in tree.rglob("*"):
+        if path.is_file() and ".git" not in path.parts:
+            os.utime(path, (later, later))
 
 
 def _paths(patch: bytes) -> set[str]:
@@ -123,12 +131,12 @@ RUST_PANIC = b"thread 'main' panicked at src/lib.rs:10:5:\nattempt to add with o
 
 @pytest.mark.parametrize("language,output,found", [
     ("c", ASAN, "==42==ERROR: AddressSanitizer"),
-    ("c", b"x.c:3:9: runtime error: signed integer overflow\n", "x.c:3:9: runtime error: "),
-    ("go", GO_PANIC, "panic:  / goroutine 1 ["),
-    ("go", b"fatal error: stack overflow\n\ngoroutine 7 [running]:\n", "fatal error:  / goroutine 7 ["),
-    ("rust", RUST_PANIC, "thread 'main' panicked at"),
-    ("rust", b"\nthread 'main' has overflowed its stack\nfatal runtime error: stack overflow\n",
-     "thread 'main' has overflowed its stack"),
+    ("c", b"x.c:3:9: runtime error: signed integer overflow\n", "x.c:3:9: runtime error:"),
+    ("c", b"/src/a b/lib/x.c:3:9: runtime error: shift\n", "b/lib/x.c:3:9: runtime error:"),
+    ("go", GO_PANIC, "panic / goroutine 1 ["),
+    ("go", b"fatal error: stack overflow\n\ngoroutine 7 [running]:\n", "fatal error / goroutine 7 ["),
+    ("rust", RUST_PANIC, "thread 'main'"),
+    ("rust", b"\nthread 'main' has overflowed its stack\nfatal runtime error: stack overflow\n", "thread 'main'"),
     ("rust", ASAN, "==42==ERROR: AddressSanitizer"),
 ])
 def test_a_crash_report_is_found_in_a_pocs_output(tmp_path: Path, language: str, output: bytes, found: str) -> None:
@@ -147,6 +155,31 @@ def test_a_crash_report_is_found_in_a_pocs_output(tmp_path: Path, language: str,
 def test_output_that_only_resembles_a_report_is_not_one(tmp_path: Path, language: str, output: bytes) -> None:
     (tmp_path / "out").write_bytes(output)
     assert crash_report([tmp_path / "out"], language) is None
+
+
+def test_a_long_run_of_one_byte_is_scanned_in_linear_time(tmp_path: Path) -> None:
+    """A regular expression with `\\S+` before UBSan's `: runtime error:` took 10 s on 80 kB of one byte (it
+    is quadratic), in the daemon's process: now 8 MB take well under a second."""
+    out = tmp_path / "out"
+    out.write_bytes(b"a" * (8 << 20) + b"thread 'x" * 100_000)
+    started = time.monotonic()
+    assert crash_report([out], "rust") is None
+    assert time.monotonic() - started < 2.0
+    out.write_bytes(b"a" * (8 << 20) + b": runtime error: " * 200_000)  # more marks than are checked
+    started = time.monotonic()
+    assert crash_report([out], "c") is None
+    assert time.monotonic() - started < 2.0
+
+
+def test_a_report_after_64_mb_of_output_is_found_in_the_last_64_mb(tmp_path: Path) -> None:
+    from ssebench.runtime import bencher
+
+    big = tmp_path / "err"
+    with big.open("wb") as out:
+        out.truncate(bencher.SCAN_SPAN * 2 + 12345)
+        out.seek(bencher.SCAN_SPAN * 2)
+        out.write(ASAN)
+    assert crash_report([big], "c") == "==42==ERROR: AddressSanitizer"
 
 
 def test_a_report_buried_in_a_flood_and_across_a_chunk_boundary_is_found(tmp_path: Path) -> None:
@@ -209,7 +242,33 @@ def test_the_prune_caps_entries(tmp_path: Path) -> None:
     for i in range(30):
         (archive / f"f{i:02}").write_text("x")
     pruned = prune_tree(archive, file_cap=10, total_cap=100, max_entries=20)
-    assert pruned.kept_files == 20 and len(pruned.dropped) == 10 and len(list(archive.iterdir())) == 20
+    assert pruned.kept_files == 20 and pruned.dropped_count == 10 and len(list(archive.iterdir())) == 20
+    assert pruned.dropped == [{"path": "*", "kind": "entries", "reason": "more than 20 entries", "count": 10}]
+
+
+def test_the_prune_removes_what_is_past_its_caps_in_a_few_commands_and_stops_at_its_time(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every directory past the caps went by an `rm` of its own (2.4 ms each: 3 million of them outlasted the
+    run, found by review); now a directory's overflow goes in batches, and the walk has a time limit."""
+    from ssebench.runtime import files
+
+    archive = tmp_path / "archive"
+    for i in range(3000):
+        (archive / "many" / f"d{i}").mkdir(parents=True)
+    calls: list[int] = []
+    real = files.subprocess.run
+
+    def counted(*args: object, **kwargs: object) -> object:
+        calls.append(1)
+        return real(*args, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(files.subprocess, "run", counted)
+    pruned = prune_tree(archive, file_cap=10, total_cap=100, max_entries=100)
+    assert pruned.dropped_count == 3000 - 99 and not pruned.unfinished
+    assert len(list((archive / "many").iterdir())) == 99 and len(calls) <= 6, len(calls)
+    (archive / "late").mkdir()
+    stopped = prune_tree(archive, file_cap=10, total_cap=100, time_limit=0)
+    assert stopped.unfinished and (archive / "late").is_dir()
 
 
 def test_git_selects_with_the_protections_patterns_as_documented(tmp_path: Path) -> None:
@@ -222,3 +281,45 @@ def test_git_selects_with_the_protections_patterns_as_documented(tmp_path: Path)
     listed = subprocess.run(["git", "-C", str(repo), "ls-files", "--others", "--", ":(glob)**/*.c",
                              ":(exclude,glob)**/test/**"], capture_output=True, text=True, check=True).stdout
     assert sorted(listed.split()) == ["a.c", "x/b.c", "x/testy/e.c"]
+
+
+def test_lines_of_code_that_can_hide_a_bug_are_signalled() -> None:
+    """Review forged a pass on each demo task with a few graded lines (a macro renaming main in a header the
+    harness includes, a Go init that exits, a Rust .init_array entry): the checks cannot tell, so result.json
+    names such lines for a reader. A fix's ordinary lines are not named (the control)."""
+    from ssebench.runtime.evaluator import hiding_lines
+
+    forged = b"""diff --git a/tlv.h b/tlv.h
+--- a/tlv.h
++++ b/tlv.h
+@@ -1 +1,2 @@
+ int x;
++#define main(...) main(int argc, char **argv) { return 0; } static int unused(__VA_ARGS__)
+diff --git a/zz.go b/zz.go
+--- /dev/null
++++ b/zz.go
+@@ -0,0 +1,2 @@
++package kvrec
++func init() { os.Exit(0) }
+diff --git a/src/lib.rs b/src/lib.rs
+--- a/src/lib.rs
++++ b/src/lib.rs
+@@ -1 +1,3 @@
+ pub fn f() {}
++#[used] #[link_section = ".init_array"] static I: extern "C" fn() = g;
++extern "C" fn g() { std::process::exit(0) }
+"""
+    found, count = hiding_lines(forged)
+    assert count == 4 and [f["path"] for f in found] == ["tlv.h", "zz.go", "src/lib.rs", "src/lib.rs"], found
+    fix = b"""diff --git a/tlv.c b/tlv.c
+--- a/tlv.c
++++ b/tlv.c
+@@ -30,2 +30,4 @@
++    if (len > TLV_VALUE_MAX)
++        return TLV_ERR_TOO_LONG;
+     memcpy(out, in, len);
+"""
+    assert hiding_lines(fix) == ([], 0)
+    many = b"+++ b/x.c\n" + b"+__attribute__((constructor)) void a(void) {}\n" * 80
+    found, count = hiding_lines(many)
+    assert count == 80 and len(found) == 50

@@ -74,6 +74,25 @@ def test_files_grading_set_aside_are_named_in_the_failure_the_properties_and_the
     assert "<b>x</b>" not in grade_card(record)
 
 
+def test_lines_that_can_hide_a_bug_are_named_in_the_failure_the_properties_and_the_card(tmp_path: Path) -> None:
+    from pytest_ssebench.collect import failure_text
+
+    record = _record("c-demo", tmp_path)
+    record.result = {"patch_result": {"error_msg": "Intent test failed", "build_success": True, "pov_passed": 1,
+                                      "pov_total": 1}, "signals": {"protected_files": [], "protected_files_count": 0,
+                                                                   "hiding_code": [], "hiding_code_count": 0}}
+    assert "can hide a bug" not in failure_text(record) and "hiding" not in str(properties(record))
+    record.result["signals"].update(hiding_code=[{"path": "tlv.h", "line": "#define main(...) <b>x</b>"}],
+                                    hiding_code_count=3)
+    assert "Lines that can hide a bug from the checks: 3 (first, tlv.h: #define main(...) <b>x</b>)." in \
+        failure_text(record)
+    props = dict(properties(record))
+    assert props["ssebench.signal.hiding_code_count"] == 3
+    assert props["ssebench.signal.hiding_code"] == "tlv.h: #define main(...) <b>x</b>"
+    card = grade_card(record)
+    assert "3 added line(s) that can hide a bug" in card and "&lt;b&gt;x&lt;/b&gt;" in card and "<b>x</b>" not in card
+
+
 def test_wilson_interval_matches_known_values() -> None:
     # Wilson's 95 % interval (z = 1.96): 0 of 10 -> [0, 27.8 %]; 5 of 10 -> [23.7, 76.3 %]; 10 of 10 -> [72.2, 100].
     for passed, total, low, high in ((0, 10, 0.0, 0.2775), (5, 10, 0.2366, 0.7634), (10, 10, 0.7225, 1.0)):

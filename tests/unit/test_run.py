@@ -16,6 +16,7 @@ from ssebench.backend import Backend, ContainerSpec, Handle, LogStream, Network,
 from ssebench.errors import SSEBenchError
 from ssebench.limits import Limits
 from ssebench.reaper import Session
+from ssebench.runtime.layout import SERVING
 from ssebench.result import make_run_dir, name_of, path_component, point_latest, read_result, read_safely
 from ssebench.run import (
     REFERENCE_IN_CONTAINER,
@@ -240,12 +241,14 @@ def test_engine_errors_anywhere_in_a_run_are_recorded_and_cleanup_still_happens(
     record = execute(config, get_settings(), backend, Session.new(), tmp_path, build=False)
     assert record.grade == "error" and record.infra_error is not None
     assert "engine hiccup" in record.infra_error
-    assert len(backend.specs) == (2 if mode == "sidecar" else 1)
+    # (Sidecar mode: the agent's container waits for the task container to serve, whose log the engine refused.)
+    assert len(backend.specs) == 1
     # removing the containers failed; the volumes and the network went all the same
     assert backend.networks == [] and backend.volumes == []
     summary = json.loads((record.run_dir / "summary.json").read_text())
     assert summary["grade"] == "error" and "engine hiccup" in summary["error"]
-    assert "engine hiccup" in summary["files"]["results"]["error"]
+    if mode == "sandbox":  # (sidecar mode's run stopped before its agent's container, with nothing to copy)
+        assert "engine hiccup" in summary["files"]["results"]["error"]
 
 
 @pytest.mark.parametrize("mode", ["sandbox", "sidecar"])
@@ -297,7 +300,8 @@ class _Container(_BrokenHandle):
         return 0, ""
 
     def logs(self, stream: LogStream = "all") -> str:
-        out, err = f"{self.name} output\n", f"{self.name} line 1\n{self.name}: the last line\n"
+        out = f"{self.name} output\n"
+        err = f"[ssebench-entrypoint 00:00:00.000] {SERVING}\n{self.name} line 1\n{self.name}: the last line\n"
         return {"all": out + err, "stdout": out, "stderr": err}[stream]
 
     def export(self, path: str) -> Iterator[bytes]:
@@ -322,6 +326,23 @@ def test_a_sidecar_run_whose_task_container_dies_is_an_error_with_its_log_tail(t
     assert (record.run_dir / "container.log").read_text().endswith("task: the last line\n")
     assert (record.run_dir / "agent-container.log").read_text().endswith("agent: the last line\n")
     assert backend.networks == [] and backend.volumes == []
+
+
+def test_a_sidecar_task_container_killed_for_the_memory_the_agent_took_is_the_agents_failure(tmp_path: Path) -> None:
+    """The agent's bash tool and checks run in the task container: memory they fill there ends the container
+    (its init among the killed), which is the agent's doing, graded failed as in sandbox mode, never an error."""
+    task = load_task(DEMO / "c-demo")
+    config = RunConfig(task=task, agent=load_agent(get_settings().agents_dir, "dummy"), mode="sidecar")
+
+    class OutOfMemory(_Container):
+        def memory_exhausted(self) -> bool:
+            return True
+
+    backend = _Backend([OutOfMemory("task", 137, ends=0), _Container("agent", 0, ends=1000)])
+    record = execute(config, get_settings(), backend, Session.new(), tmp_path, build=False)
+    assert record.grade == "failed" and record.infra_error is None, record.infra_error
+    assert record.patch_result.error_msg is not None and record.patch_result.error_msg.startswith("Memory limit")
+    assert record.limits_hit == [f"memory: the container hit its memory limit of {config.limits.memory} bytes"]
 
 
 def _figures(told: list[list[str]]) -> dict[str, str]:
