@@ -525,6 +525,8 @@ class Bencher:
                 except ChangeFailed as exc:
                     return _no_tree(str(exc))
             result = self._run("build", ["bash", str(script)], copy, note=note)
+            if self.last_build is not None and self.last_build != copy:
+                remove_tree(self.last_build)  # an agent that builds again and again keeps one build, not all
             self.last_build = copy
             self.graded_tree = copy if grading else None
             return result
