@@ -245,20 +245,17 @@ class DockerHandle(Handle):
             stream = api.exec_start(exec_id, socket=True)
             sock = getattr(stream, "_sock", stream)  # the raw socket under docker-py's wrapper
             sock.settimeout(timeout)
-            chunks: list[bytes] = []
-            size = 0
+            output = _Demuxed(1 << 16)
             try:
                 while chunk := sock.recv(1 << 16):
-                    if size < 1 << 16:
-                        chunks.append(chunk)
-                        size += len(chunk)
+                    output.feed(chunk)
             except socket.timeout:
                 raise RunTimeoutError(f"{argv[:3]} in container {self.id[:12]} still running after "
                                       f"{timeout:.0f} s") from None
             finally:
                 stream.close()
             status = api.exec_inspect(exec_id).get("ExitCode")
-        return (-1 if status is None else int(status)), _demux(b"".join(chunks))[:1 << 16]
+        return (-1 if status is None else int(status)), output.text()
 
     def remove(self) -> None:
         from ssebench.engine import remove_container
@@ -273,14 +270,32 @@ class DockerHandle(Handle):
 LOG_FILE_SIZE, LOG_FILES = "32m", "2"
 
 
-def _demux(raw: bytes) -> str:
-    """The text of an attached exec's multiplexed stream (8-byte frame headers: stream, 0, 0, 0, length)."""
-    out, at = [], 0
-    while at + 8 <= len(raw):
-        length = int.from_bytes(raw[at + 4:at + 8], "big")
-        out.append(raw[at + 8:at + 8 + length])
-        at += 8 + length
-    return b"".join(out).decode("utf-8", errors="replace")
+class _Demuxed:
+    """The payload of an attached exec's multiplexed stream (frames of an 8-byte header: stream, 0, 0, 0,
+    length), kept up to `cap` bytes however the stream is cut into chunks and however much more comes."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.kept = bytearray()
+        self.pending = b""  # an unfinished header
+        self.left = 0  # payload bytes still to come of the current frame
+
+    def feed(self, data: bytes) -> None:
+        while data:
+            if self.left:
+                take, data = data[:self.left], data[self.left:]
+                self.left -= len(take)
+                self.kept += take[:max(0, self.cap - len(self.kept))]
+                continue
+            header = self.pending + data[:8 - len(self.pending)]
+            data = data[8 - len(self.pending):]
+            if len(header) < 8:
+                self.pending = header
+                return
+            self.pending, self.left = b"", int.from_bytes(header[4:8], "big")
+
+    def text(self) -> str:
+        return bytes(self.kept).decode("utf-8", errors="replace")
 
 
 def _docker_limits(limits: Limits) -> dict[str, Any]:
