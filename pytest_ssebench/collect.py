@@ -25,7 +25,7 @@ from ssebench.run import RunConfig, RunRecord
 from ssebench.task import Task
 
 if TYPE_CHECKING:
-    from pytest_ssebench.runner import Runner
+    from ssebench.session import RunSession
     from pytest_ssebench.sweep import Sweep
 
 RECORD = pytest.StashKey[RunRecord]()
@@ -113,7 +113,7 @@ def error_text(record: RunRecord) -> str:
 class RunItem(pytest.Item):
     """One run: task x agent x model x difficulty x mode (x trial)."""
 
-    def __init__(self, *, run: RunConfig, runner: Runner, **kwargs: Any) -> None:
+    def __init__(self, *, run: RunConfig, runner: RunSession, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.stash[CONFIG] = run
         self.runner = runner
@@ -168,7 +168,7 @@ class TaskDirectory(pytest.Directory):
         task = self._task()
         plugin = self.sweep
         for run in plugin.runs_of(task):
-            yield RunItem.from_parent(self, name=plugin.item_name(run), run=run, runner=plugin.runner)
+            yield RunItem.from_parent(self, name=plugin.item_name(run), run=run, runner=plugin.lifecycle)
 
     class CollectError(Exception):
         pass

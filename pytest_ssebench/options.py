@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from ssebench.defaults import AGENT_TIMEOUT, EGRESS, MODES, parse_dispatch, parse_modes, parse_registry
+from ssebench.defaults import AGENT_TIMEOUT, EGRESS, MODES, parse_budget, parse_dispatch, parse_modes, parse_registry
 
 DIFFICULTIES = range(0, 5)
 
@@ -82,26 +82,6 @@ def limits(text: str) -> dict[str, str]:
     return parsed
 
 
-def budget(text: str) -> dict[str, float]:
-    """`tokens=N,cost=USD` -> {"tokens": N, "cost": USD}."""
-    parsed: dict[str, float] = {}
-    for part in _csv(text):
-        key, _, value = part.partition("=")
-        key = key.strip()
-        try:
-            number = float(value)
-        except ValueError:
-            number = -1
-        if (key not in ("tokens", "cost") or not math.isfinite(number) or number <= 0
-                or (key == "tokens" and not number.is_integer())):
-            raise argparse.ArgumentTypeError(f"{text!r}: give tokens=N and/or cost=USD, both above zero, "
-                                             "e.g. tokens=2000000,cost=5")
-        parsed[key] = int(number) if key == "tokens" else number
-    if not parsed:
-        raise argparse.ArgumentTypeError(f"{text!r}: give tokens=N and/or cost=USD")
-    return parsed
-
-
 @dataclass(frozen=True)
 class Setting:
     """One option: its flag, and where else its value may come from, in order of precedence."""
@@ -147,7 +127,7 @@ SETTINGS = (
     Setting("--registry", "ssebench_registry", parse_registry,
             "a registry, HOST:PORT, that builds push images to and machines lacking one pull it from",
             "HOST:PORT", env="SSEBENCH_IMAGE_REGISTRY", ini="ssebench_registry"),
-    Setting("--model-budget", "ssebench_budget", budget,
+    Setting("--model-budget", "ssebench_budget", parse_budget,
             "what one run may use of its model, overriding the model file: tokens=N,cost=USD "
             "(e.g. tokens=2000000,cost=5)", "BUDGET"),
 )

@@ -7,11 +7,10 @@ import json
 import sys
 import time
 from collections.abc import Sequence
-from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ssebench.defaults import AGENT_TIMEOUT, EGRESS, MODES, parse_dispatch, parse_modes, parse_registry
+from ssebench.defaults import AGENT_TIMEOUT, EGRESS, MODES, parse_budget, parse_dispatch, parse_modes, parse_registry
 from ssebench.errors import ConfigError, ConfigErrors, SSEBenchError
 from ssebench.logs import for_terminal
 from ssebench.version import __version__
@@ -181,54 +180,28 @@ def _find_task(spec: str, search: Path) -> Path:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from ssebench.agent import load_agent
-    from ssebench.backend import DockerBackend
-    from ssebench.reaper import Session, reap_orphans, reap_session
     from ssebench.limits import parse_limits
-    from ssebench.run import RunConfig, execute, limits_for
+    from ssebench.run import RunConfig, limits_for
+    from ssebench.session import OptionError, Plan, RunSession
     from ssebench.settings import get_settings
     from ssebench.task import load_task
 
     settings = _with_registry(get_settings(), args.registry)
     task = load_task(_find_task(args.task, args.datasets))
     agent = load_agent(settings.agents_dir, args.agent)
-    if agent.needs_model and not args.model:
-        print(f"error: --model: agent {agent.name} needs a model", file=sys.stderr)
-        return 2
-    model = args.model if agent.needs_model else "none"
+    model = (args.model or "") if agent.needs_model else "none"
     limits = limits_for(settings, task, parse_limits(args.limits or "", "--limits"))
     config = RunConfig(task=task, agent=agent, model=model, difficulty=args.difficulty, timeout=args.agent_timeout,
                        mode=args.mode, egress=args.egress, keep_container=args.keep_container, limits=limits)
-    session = Session.new()
-    if args.dispatch == "ray":
-        from ssebench.dispatch import NodeModels, RayDispatch
-
-        if args.egress == "open":
-            print("error: --egress open with --dispatch ray: an open run could reach the cluster's own services "
-                  "from its node; run open-egress runs locally", file=sys.stderr)
-            return 2
-
-        dispatch = RayDispatch(settings, session, args.results.resolve(), args.ray_address,
-                               models=NodeModels(settings.models_dir) if agent.needs_model else None)
-        try:
-            record = dispatch.run(config)
-        finally:
-            dispatch.close(reap=not args.keep_container)
-        return _report_run(record, args.require_pass)
-    reap_orphans()
-    with ExitStack() as stack:
-        models = None
-        if agent.needs_model:
-            from ssebench.gateway import GatewayLink, GatewayProcess
-
-            gateway = stack.enter_context(GatewayProcess(settings.models_dir,
-                                                         args.results.resolve() / ".gateway" / session.id,
-                                                         model_port=settings.gateway_port))
-            models = GatewayLink(gateway.client())
-        try:
-            record = execute(config, settings, DockerBackend(), session, args.results.resolve(), models=models)
-        finally:
-            if not args.keep_container:
-                reap_session(session.id)
+    plan = Plan(results=args.results.resolve(), needs_model=agent.name if agent.needs_model else None,
+                models=(model,) if agent.needs_model and model else (), budget=args.model_budget,
+                dispatch=args.dispatch, ray_address=args.ray_address, egress=args.egress, keep=args.keep_container)
+    try:
+        with RunSession(settings, plan) as session:
+            record = session.run(config)
+    except OptionError as exc:
+        print(for_terminal(f"error: {exc}"), file=sys.stderr)
+        return 2
     return _report_run(record, args.require_pass)
 
 
@@ -342,6 +315,8 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--task", required=True, metavar="PATH|ID", help="a task folder, or a task id under --datasets")
     run.add_argument("--agent", required=True, metavar="NAME", help="an agent under agents/")
     run.add_argument("--model", metavar="NAME", help="the model, for agents that need one")
+    run.add_argument("--model-budget", type=parse_budget, metavar="BUDGET",
+                     help="what the run may use of its model, overriding the model file: tokens=N,cost=USD")
     run.add_argument("--difficulty", type=int, default=2, choices=range(5), metavar="0-4", help="default 2")
     run.add_argument("--agent-timeout", type=float, default=AGENT_TIMEOUT, metavar="SECONDS", help="the agent's time limit")
     run.add_argument("--limits", metavar="LIMITS",

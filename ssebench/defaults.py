@@ -7,6 +7,7 @@ loading the harness.
 from __future__ import annotations
 
 import argparse
+import math
 
 # sandbox: one container holds the agent and the task; sidecar: the agent in a container of its own,
 # with nothing of the task (SPEC §7).
@@ -46,3 +47,26 @@ def parse_registry(text: str) -> str:
         return parse(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def parse_budget(text: str) -> dict[str, float]:
+    """`tokens=N,cost=USD` -> {"tokens": N, "cost": USD} (an argparse `type=`): what one run may use of its
+    model, overriding the model file."""
+    parsed: dict[str, float] = {}
+    for part in (part.strip() for part in text.split(",")):
+        if not part:
+            continue
+        key, _, value = part.partition("=")
+        key = key.strip()
+        try:
+            number = float(value)
+        except ValueError:
+            number = -1
+        if (key not in ("tokens", "cost") or not math.isfinite(number) or number <= 0
+                or (key == "tokens" and not number.is_integer())):
+            raise argparse.ArgumentTypeError(f"{text!r}: give tokens=N and/or cost=USD, both above zero, "
+                                             "e.g. tokens=2000000,cost=5")
+        parsed[key] = int(number) if key == "tokens" else number
+    if not parsed:
+        raise argparse.ArgumentTypeError(f"{text!r}: give tokens=N and/or cost=USD")
+    return parsed

@@ -27,13 +27,13 @@ from pathlib import Path
 from typing import Any
 
 from ssebench.agent import load_agent
-from ssebench.backend import DockerBackend
 from ssebench.build import build_images
 from ssebench.engine import client, docker_errors
 from ssebench.image import image_names
 from ssebench.logs import for_terminal
-from ssebench.reaper import SESSION, Session, reap_orphans, reap_session
-from ssebench.run import RunConfig, RunRecord, execute, limits_for
+from ssebench.reaper import SESSION, Session
+from ssebench.run import RunConfig, RunRecord, limits_for
+from ssebench.session import Plan, RunSession
 from ssebench.settings import Settings
 from ssebench.task import Task
 
@@ -140,14 +140,12 @@ def verify(settings: Settings, tasks: list[Task], results: Path, *, jobs: int = 
                                               f"see {failure.log_path}")
         say(f"images for {name}: {len(outcome.report.built)} built, {len(outcome.report.reused)} reused "
             f"({time.monotonic() - started:.0f} s)")
-    session = Session.new()
-    reap_orphans()
-    backend = DockerBackend()
     lock = threading.Lock()
+    lifecycle = RunSession(settings, Plan(results=results))
 
     def hidden(task: Task) -> None:
         terms = leak_terms(task)
-        found = visible_mentions(image_names(settings, task)["tool"], terms, session)
+        found = visible_mentions(image_names(settings, task)["tool"], terms, lifecycle.session)
         with lock:
             if found:
                 verdicts[task.id].problems.append(
@@ -157,7 +155,7 @@ def verify(settings: Settings, tasks: list[Task], results: Path, *, jobs: int = 
 
     def one(task: Task, agent: str) -> None:
         config = RunConfig(task=task, agent=agents[agent], limits=limits_for(settings, task))
-        record = execute(config, settings, backend, session, results, build=False)
+        record = lifecycle.run(config, build=False)
         problems = judge(task, agent, record)
         with lock:
             verdicts[task.id].records[agent] = record
@@ -165,14 +163,11 @@ def verify(settings: Settings, tasks: list[Task], results: Path, *, jobs: int = 
             say(f"{task.id} {agent}: {record.grade}" + (f" — {problems[0]}" if problems else " — as expected"))
 
     runnable = [t for t in tasks if not verdicts[t.id].problems]
-    try:
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
-            futures = [pool.submit(hidden, t) for t in runnable]
-            futures += [pool.submit(one, t, a) for t in runnable for a in AGENTS]
-            for future in futures:
-                future.result()
-    finally:
-        reap_session(session.id)
+    with lifecycle, ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = [pool.submit(hidden, t) for t in runnable]
+        futures += [pool.submit(one, t, a) for t in runnable for a in AGENTS]
+        for future in futures:
+            future.result()
     return [verdicts[t.id] for t in tasks]
 
 

@@ -441,13 +441,13 @@ def test_resume_ignores_a_run_whose_result_disagrees_with_its_summary(tmp_path: 
 
 
 def test_a_run_that_cannot_get_a_directory_is_an_error_record_not_an_exception(tmp_path: Path) -> None:
-    from pytest_ssebench.runner import Runner
+    from ssebench.session import Plan, RunSession
 
     root = tmp_path / "results"
     root.mkdir()
     (root / "c-demo").symlink_to(tmp_path)  # a link where the task's runs would go
     config = RunConfig(task=load_task(DEMO / "c-demo"), agent=load_agent(get_settings().agents_dir, "dummy"))
-    record = Runner(settings=get_settings(), session=Session.new(), results=root, retries=1).run(config)
+    record = RunSession(get_settings(), Plan(results=root, retries=1)).run(config)
     assert record.grade == "error" and record.infra_error is not None and "is a link" in record.infra_error
 
 

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from pytest_ssebench.report import ScoreTable
-from pytest_ssebench.runner import Runner
+from ssebench.session import RunSession
 from ssebench.agent import load_agent
 from ssebench.cli import main
 from ssebench.errors import SSEBenchError
@@ -164,8 +164,9 @@ def test_the_plugin_shows_a_run_s_log_and_errors_escaped(demo: pytest.Pytester, 
     import ssebench.build
     import ssebench.reaper
 
-    def execute(runner: Runner, config: RunConfig) -> RunRecord:
-        run_dir = runner.results / config.task.id / str(len(list(runner.results.glob(f"{config.task.id}/*"))))
+    def execute(runner: RunSession, config: RunConfig, *, build: bool = True) -> RunRecord:
+        results = runner.plan.results
+        run_dir = results / config.task.id / str(len(list(results.glob(f"{config.task.id}/*"))))
         run_dir.mkdir(parents=True)
         record = _failed(run_dir) if config.task.id == "c-demo" else _broken(run_dir)
         record.config = config
@@ -174,7 +175,7 @@ def test_the_plugin_shows_a_run_s_log_and_errors_escaped(demo: pytest.Pytester, 
     def reap_orphans() -> int:
         raise SSEBenchError(f"the engine said: {ATTACK}")
 
-    monkeypatch.setattr(Runner, "execute", execute)
+    monkeypatch.setattr(RunSession, "execute", execute)
     monkeypatch.setattr(ssebench.reaper, "reap_orphans", reap_orphans)
     monkeypatch.setattr(ssebench.reaper, "reap_session", lambda session: 0)
     monkeypatch.setattr(ssebench.build, "build_images", lambda *a, **k: SimpleNamespace(

@@ -1,0 +1,267 @@
+"""A session's life, written once: what the pytest plugin, `ssebench run` and `dataset verify` all go through.
+
+A session is the runs one command asks for. Its life is always the same:
+check that the options make sense together and that every model is declared
+with its provider key exported, remove what dead sessions left, start the
+model gateway (here) or connect to the Ray cluster (whose nodes each start
+one, with the provider keys and budget sent along), run, then stop the
+gateway or the connection and remove everything labelled with the session.
+`RunSession` is that life; its `run` is one run with its retries and
+`--resume`, here or through the cluster.
+
+Words: `ssebench.reaper.Session` is the session's id (the label on every
+container, network and volume it starts); `RunSession` is its life.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+from ssebench.errors import ConfigError, ConfigErrors, SSEBenchError
+from ssebench.logs import for_terminal
+from ssebench.reaper import Session
+from ssebench.run import ModelLink, RunConfig, RunRecord, execute, finished_run
+from ssebench.settings import Settings
+
+if TYPE_CHECKING:
+    from ssebench.backend import Backend
+    from ssebench.dispatch import RayDispatch
+    from ssebench.gateway import GatewayLink, GatewayProcess
+
+
+class OptionError(SSEBenchError):
+    """Options that cannot run together, or a model that cannot be reached; one line naming the flag and the fix."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a session is asked for, as its command's options gave it."""
+
+    results: Path
+    # Whether any agent of the session needs a model, and the first that does (for the message when none is given).
+    needs_model: str | None = None
+    models: tuple[str, ...] = ()
+    budget: dict[str, float] | None = None
+    dispatch: str = "local"
+    ray_address: str | None = None
+    egress: str = "restricted"
+    workers: int = 0  # pytest-xdist's -n: processes that each run items
+    keep: bool = False  # leave containers in place (--keep-containers)
+    retries: int = 0  # attempts after the first when a run hits an infrastructure error (never after a grade)
+    resume: bool = False  # a run already finished in `results` is read back, not run again
+
+    def check(self) -> None:
+        """Raise OptionError for the first combination that cannot run."""
+        if self.dispatch == "ray" and self.workers:
+            raise OptionError("--dispatch ray: one pytest process submits every run to the cluster; drop -n (the "
+                              "cluster's resources decide how many run at once)")
+        if self.dispatch == "ray" and self.egress == "open":
+            raise OptionError("--egress open with --dispatch ray: an open run could reach the cluster's own "
+                              "services from its node; run open-egress runs locally")
+        if self.needs_model and not self.models:
+            raise OptionError(f"--model: agent {self.needs_model} needs a model; give --model NAME")
+
+
+def check_models(settings: Settings, names: Iterable[str]) -> None:
+    """Every model is declared in the models folder and its provider key is exported; OptionError if not."""
+    from ssebench.gateway import MODEL_NAME, load_models
+
+    try:
+        declared = load_models(settings.models_dir)
+    except (ConfigError, ConfigErrors) as exc:
+        raise OptionError(f"--model: {exc}") from None
+    for name in names:
+        model = declared.get(name)
+        if model is None:
+            known = ", ".join(sorted(declared)) or "none"
+            where = (f"no {settings.models_dir}/{name}.yaml" if MODEL_NAME.match(name) else
+                     "not a model name (letters and digits separated by '.', '_' or '-', as its file is named)")
+            raise OptionError(f"--model {name}: {where} (models declared: {known}); see models/README.md")
+        if model.api_key_env and not os.environ.get(model.api_key_env):
+            raise OptionError(f"--model {name}: {model.api_key_env} is not set; export the provider key on this "
+                              f"host (it never enters a run's container)")
+
+
+def provider_env(settings: Settings, names: Iterable[str]) -> dict[str, str]:
+    """The provider keys `names` need, from this host's environment: what a Ray node's gateway is sent."""
+    from ssebench.gateway import load_models
+
+    declared = load_models(settings.models_dir)
+    keys = {declared[name].api_key_env for name in names if name in declared}
+    return {key: os.environ[key] for key in sorted(k for k in keys if k) if os.environ.get(key)}
+
+
+class RunSession:
+    """One session's life: `with RunSession(settings, plan) as session: session.run(config)`.
+
+    The plugin calls the steps at its own hooks (`start_models` when it is
+    configured, so that xdist's workers are handed the gateway; `start` when
+    pytest's session starts; `close` when it finishes); the commands use it
+    as a context manager. A worker of an xdist controller is made with
+    `controller=False` and the controller's `gateway` (control URL and
+    token): it starts nothing and removes nothing, its controller does.
+    """
+
+    def __init__(self, settings: Settings, plan: Plan, *, session: Session | None = None, controller: bool = True,
+                 gateway: tuple[str, str] | None = None, backend: Callable[[], Backend] | None = None,
+                 link: Callable[[RunConfig], ModelLink | None] = lambda run: None) -> None:
+        plan.check()
+        self.settings, self.plan = settings, plan
+        self.session = session or Session.new()
+        self.is_controller = controller
+        self._backend = backend
+        self._backend_lock = threading.Lock()
+        self._chosen_link = link  # a plugin's own link for a run, tried first
+        self.gateway: GatewayProcess | None = None
+        self.gateway_access: tuple[str, str] | None = gateway
+        self.dispatch: RayDispatch | None = None
+        self._link: GatewayLink | None = None
+        self._started = False
+
+    # -- start ----------------------------------------------------------------
+
+    def start_models(self) -> None:
+        """Check every model, then start the gateway that serves them (here; with Ray each node starts its own)."""
+        if not (self.is_controller and self.plan.needs_model) or self.gateway_access is not None:
+            return
+        check_models(self.settings, self.plan.models)
+        if self.plan.dispatch == "ray":
+            return
+        from ssebench.gateway import GatewayError, GatewayProcess
+
+        state = self.plan.results / ".gateway" / self.session.id
+        self.gateway = GatewayProcess(self.settings.models_dir, state, model_port=self.settings.gateway_port)
+        try:
+            self.gateway.start()
+        except GatewayError as exc:
+            self.gateway = None
+            raise OptionError(f"--model: the model gateway did not start: {exc}") from None
+        assert self.gateway.control_url is not None
+        self.gateway_access = (self.gateway.control_url, self.gateway.admin_token)
+
+    def start(self, *, connect: bool = True) -> None:
+        """Remove what dead sessions left, and with Ray connect to the cluster (its nodes get the provider keys
+        and the budget; not when `connect` is false: pytest --collect-only runs nothing). The controller's
+        step: a worker of it has nothing to start."""
+        self._started = True
+        if not self.is_controller:
+            return
+        from ssebench.reaper import reap_orphans
+
+        try:
+            reap_orphans()
+        except SSEBenchError as exc:
+            print(for_terminal(f"ssebench: could not remove what dead sessions left: {exc}"), file=sys.stderr)
+        if self.plan.dispatch == "ray" and connect:
+            from ssebench.dispatch import NodeModels, RayDispatch
+
+            needs = bool(self.plan.needs_model)
+            self.dispatch = RayDispatch(
+                self.settings, self.session, self.plan.results, self.plan.ray_address,
+                models=NodeModels(self.settings.models_dir, self.plan.budget) if needs else None,
+                provider_env=provider_env(self.settings, self.plan.models) if needs else None)
+
+    def __enter__(self) -> RunSession:
+        try:
+            self.start_models()
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        self.close()
+
+    # -- runs -----------------------------------------------------------------
+
+    def backend(self) -> Backend:
+        with self._backend_lock:  # dataset verify runs from several threads
+            if self._backend is None:
+                from ssebench.backend import DockerBackend
+
+                backend = DockerBackend()
+                self._backend = lambda: backend
+        return self._backend()
+
+    def model_link(self, run: RunConfig) -> ModelLink | None:
+        """How a run reaches its model: a plugin's link, else the session's gateway; None without a model."""
+        chosen = self._chosen_link(run)
+        if chosen is not None or run.model == "none" or self.gateway_access is None:
+            return chosen
+        if self._link is None:
+            from ssebench.gateway import Budget, GatewayClient, GatewayLink
+
+            budget = Budget.model_validate(self.plan.budget) if self.plan.budget else None
+            self._link = GatewayLink(GatewayClient(*self.gateway_access), budget=budget)
+        return self._link
+
+    def execute(self, config: RunConfig, *, build: bool = True) -> RunRecord:
+        """One attempt of the run, here or on a node of the cluster."""
+        if self.dispatch is not None:
+            return self.dispatch.run(config)
+        return execute(config, self.settings, self.backend(), self.session, self.plan.results, build=build,
+                       models=self.model_link(config))
+
+    def run(self, config: RunConfig, on_attempt: Callable[[RunRecord], None] = lambda record: None, *,
+            build: bool = True) -> RunRecord:
+        """The run's record, after at most `plan.retries` more attempts when one hits an infrastructure error;
+        `on_attempt` sees every attempt's (a resumed run makes none)."""
+        if self.plan.resume:
+            record = finished_run(config, self.plan.results)
+            if record is not None:
+                return record
+        attempts = 1 + self.plan.retries
+        attempt = 0
+        while True:
+            try:
+                record = self.execute(config, build=build)
+            except (SSEBenchError, OSError) as exc:
+                # Before the run had a directory (a link in the results directory, a name too long): an error
+                # all the same, recorded in the item's report (the results root stands for its directory).
+                record = RunRecord(config=config, run_id="", run_dir=self.plan.results, infra_error=str(exc),
+                                   started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                                   session=self.session.id)
+            on_attempt(record)
+            attempt += 1
+            if record.infra_error is None or attempt == attempts:
+                return record
+            # Shown in the item's captured stderr; not a warning, which the
+            # project's warnings-as-errors setting would turn into an error.
+            print(for_terminal(f"ssebench: attempt {attempt} of {attempts} hit an infrastructure error, retrying: "
+                               f"{record.infra_error}"), file=sys.stderr)
+
+    # -- end ------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop the link, the gateway and the cluster's connection; the controller removes what the session
+        started (unless asked to keep it). Safe to call more than once."""
+        link, self._link = self._link, None
+        gateway, self.gateway = self.gateway, None
+        dispatch, self.dispatch = self.dispatch, None
+        try:
+            if link is not None:
+                link.client.close()
+            if gateway is not None:
+                gateway.stop()
+            if dispatch is not None:
+                dispatch.close(reap=not self.plan.keep)
+        finally:
+            started, self._started = self._started, False
+            if self.is_controller and started and not self.plan.keep:
+                from ssebench.reaper import reap_session
+
+                try:
+                    reap_session(self.session.id)
+                except SSEBenchError:
+                    pass
+

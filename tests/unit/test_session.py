@@ -1,0 +1,158 @@
+"""A session's life (ssebench.session): the option checks, the models, and what each command hands to Ray.
+
+`ssebench run --dispatch ray` once sent no provider key and no budget to the
+nodes, and checked no model, where the plugin did all three: two copies of a
+session's start had drifted. Both now go through RunSession; these tests hold
+both to what a node must be given, and to the same refusals.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ssebench import dispatch
+from ssebench.cli import main
+from ssebench.session import OptionError, Plan, RunSession, check_models, provider_env
+from ssebench.settings import Settings, get_settings
+from tests.helpers import DEMO
+
+pytest_plugins = ["pytester"]
+
+
+@pytest.fixture
+def models(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Two models with provider keys of their own (one exported), and one with none."""
+    folder = tmp_path / "models"
+    folder.mkdir()
+    for name, key in (("keyed", "SSEBENCH_TEST_KEY"), ("other", "SSEBENCH_OTHER_KEY"), ("keyless", None)):
+        line = f"api_key_env: {key}\n" if key else ""
+        (folder / f"{name}.yaml").write_text(f"name: {name}\nbase_url: http://127.0.0.1:9/v1\n{line}")
+    monkeypatch.setenv("SSEBENCH_MODELS_DIR", str(folder))
+    monkeypatch.setenv("SSEBENCH_TEST_KEY", "sk-test")
+    monkeypatch.setenv("SSEBENCH_OTHER_KEY", "sk-other")
+    monkeypatch.setenv("SSEBENCH_UNRELATED_KEY", "sk-unrelated")
+    get_settings.cache_clear()
+    yield folder
+    get_settings.cache_clear()
+
+
+class FakeDispatch:
+    """Stands for RayDispatch: records what a session hands it, runs nothing."""
+
+    made: list[dict[str, Any]] = []
+    pending: dict[int, Any] = {}  # nothing waits: every item is reported at once, from run()
+
+    def __init__(self, settings: Settings, session: Any, results: Path, address: str | None, *,
+                 models: dispatch.NodeModels | None = None, provider_env: dict[str, str] | None = None) -> None:
+        FakeDispatch.made.append({"address": address, "models": models, "provider_env": provider_env})
+
+    def submit(self, config: Any) -> None:
+        pass
+
+    def ready(self, timeout: float) -> list[Any]:
+        return []
+
+    def run(self, config: Any) -> Any:
+        raise dispatch.SSEBenchError("not here: the fake dispatch runs nothing")
+
+    def close(self, reap: bool = True) -> None:
+        pass
+
+
+@pytest.fixture
+def fake_ray(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    import ssebench.reaper
+
+    FakeDispatch.made = []
+    monkeypatch.setattr(dispatch, "RayDispatch", FakeDispatch)
+    monkeypatch.setattr(ssebench.reaper, "reap_orphans", lambda: 0)
+    monkeypatch.setattr(ssebench.reaper, "reap_session", lambda session: 0)
+    return FakeDispatch.made
+
+
+def test_each_combination_that_cannot_run_is_one_line_naming_its_flags(tmp_path: Path) -> None:
+    refusals = {
+        "drop -n": Plan(results=tmp_path, dispatch="ray", workers=2),
+        "--egress open with --dispatch ray": Plan(results=tmp_path, dispatch="ray", egress="open"),
+        "--model: agent chat-agent needs a model": Plan(results=tmp_path, needs_model="chat-agent"),
+    }
+    for said, plan in refusals.items():
+        with pytest.raises(OptionError) as caught:
+            plan.check()
+        assert said in str(caught.value) and "\n" not in str(caught.value)
+    Plan(results=tmp_path, dispatch="ray", needs_model="chat-agent", models=("m",)).check()  # the control
+
+
+def test_a_model_is_declared_and_its_key_exported(models: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    check_models(get_settings(), ["keyed", "keyless"])
+    with pytest.raises(OptionError, match=r"--model nope: no .*nope\.yaml \(models declared: keyed, keyless, other\)"):
+        check_models(get_settings(), ["nope"])
+    monkeypatch.delenv("SSEBENCH_TEST_KEY")
+    with pytest.raises(OptionError, match="--model keyed: SSEBENCH_TEST_KEY is not set"):
+        check_models(get_settings(), ["keyed"])
+
+
+def test_a_node_is_sent_the_keys_of_the_session_s_models_and_no_other(models: Path) -> None:
+    assert provider_env(get_settings(), ["keyed", "keyless"]) == {"SSEBENCH_TEST_KEY": "sk-test"}
+    assert provider_env(get_settings(), ["keyed", "other"]) == {"SSEBENCH_TEST_KEY": "sk-test",
+                                                                "SSEBENCH_OTHER_KEY": "sk-other"}
+    assert provider_env(get_settings(), ["keyless"]) == {}
+
+
+def test_ssebench_run_over_ray_sends_the_nodes_the_provider_key_and_the_budget(
+        models: Path, fake_ray: list[dict[str, Any]], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    main(["run", "--task", str(DEMO / "c-demo"), "--agent", "chat-agent", "--model", "keyed", "--dispatch", "ray",
+          "--ray-address", "127.0.0.1:6379", "--model-budget", "tokens=1000,cost=2", "--results", str(tmp_path)])
+    (made,) = fake_ray
+    assert made["provider_env"] == {"SSEBENCH_TEST_KEY": "sk-test"}
+    assert made["models"] == dispatch.NodeModels(models, {"tokens": 1000, "cost": 2.0})
+
+
+def test_ssebench_run_checks_the_model_before_anything_starts(
+        models: Path, fake_ray: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv("SSEBENCH_TEST_KEY")
+    for dispatched in ("ray", "local"):
+        status = main(["run", "--task", str(DEMO / "c-demo"), "--agent", "chat-agent", "--model", "keyed",
+                       "--dispatch", dispatched, "--ray-address", "127.0.0.1:6379"])
+        assert status == 2
+        assert "--model keyed: SSEBENCH_TEST_KEY is not set" in capsys.readouterr().err
+    assert not fake_ray  # no cluster was reached
+
+
+def test_the_plugin_over_ray_sends_the_nodes_what_ssebench_run_does(
+        models: Path, fake_ray: list[dict[str, Any]], pytester: pytest.Pytester, tmp_path: Path) -> None:
+    """The same session start as the command's: one code path, so the two cannot drift apart again."""
+    import shutil
+
+    shutil.copytree(DEMO / "c-demo", pytester.path / "c-demo")
+    pytester.runpytest_inprocess("c-demo", "--agent", "chat-agent", "--model", "keyed", "--dispatch", "ray",
+                                 "--ray-address", "127.0.0.1:6379", "--model-budget", "tokens=1000,cost=2",
+                                 "--results", str(tmp_path / "out"), "-p", "no:cacheprovider")
+    (made,) = fake_ray
+    assert made["provider_env"] == {"SSEBENCH_TEST_KEY": "sk-test"}
+    assert made["models"] == dispatch.NodeModels(models, {"tokens": 1000, "cost": 2.0})
+
+
+def test_a_session_removes_what_it_started_once_however_often_it_is_closed(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import ssebench.reaper
+
+    reaped: list[str] = []
+    monkeypatch.setattr(ssebench.reaper, "reap_orphans", lambda: 0)
+    monkeypatch.setattr(ssebench.reaper, "reap_session", reaped.append)
+    with RunSession(get_settings(), Plan(results=tmp_path)) as session:
+        pass
+    session.close()
+    assert reaped == [session.session.id]
+    kept = RunSession(get_settings(), Plan(results=tmp_path, keep=True))
+    with kept:
+        pass
+    worker = RunSession(get_settings(), Plan(results=tmp_path), controller=False)
+    with worker:
+        pass
+    assert reaped == [session.session.id]  # neither a kept session nor a worker removes anything
