@@ -61,9 +61,10 @@ chromium:
 typecheck: install
 	$(BIN)/python -m mypy
 
-# pytest's exit status 5 means it collected nothing: a failure, said plainly.
+# pytest's exit status 5 means it collected nothing: a failure, said plainly. The slowest
+# tests are listed at the end, against the suite's time limit per test (pyproject.toml).
 test: typecheck bootstrap chromium
-	@$(BIN)/python -m pytest $(TESTS) $(PYTEST_ARGS); status=$$?; \
+	@$(BIN)/python -m pytest $(TESTS) --durations=15 $(PYTEST_ARGS); status=$$?; \
 	  if [ $$status = 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$status
 
 clean-images:

@@ -2,12 +2,15 @@
 
 Tests that need Docker carry the `docker` marker. Where no engine answers
 they are skipped with a loud reason, counted in the header; on a machine
-with Docker they always run.
+with Docker they always run. Under CI (`CI=true`, which .ci/run sets) an
+engine that does not answer fails each of them instead: a CI that skipped
+its container tests would be green for nothing.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 
 import pytest
 
@@ -26,10 +29,16 @@ def docker_status() -> str | None:
     return None
 
 
+def under_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
+
+
 def pytest_report_header(config: pytest.Config) -> str:
     problem = docker_status()
     if problem is None:
         return "docker: engine reachable; docker-marked tests will run"
+    if under_ci():
+        return f"docker: NOT REACHABLE ({problem}); under CI EVERY docker-marked test WILL FAIL"
     return f"docker: NOT REACHABLE ({problem}); EVERY docker-marked test WILL BE SKIPPED"
 
 
@@ -40,6 +49,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     problem = docker_status()
     if problem is None:
         return
+    if under_ci():
+        for item in needs_docker:
+            item.stash[_NO_ENGINE] = problem
+        return
     skip = pytest.mark.skip(reason=f"DOCKER UNAVAILABLE, container test not run: {problem}")
     for item in needs_docker:
         item.add_marker(skip)
+
+
+_NO_ENGINE = pytest.StashKey[str]()
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    problem = item.stash.get(_NO_ENGINE, None)
+    if problem is not None:
+        pytest.fail(f"CI=true and the Docker engine does not answer ({problem}): a container test cannot "
+                    "be skipped under CI", pytrace=False)
