@@ -137,10 +137,12 @@ def test_containers_reach_only_their_own_runs_model(image: tuple[str, dict[str, 
         crossed = call(box_a, key_a, base_url=key_b.base_url)
         assert crossed["status"] in (401, None), crossed
 
-        # An expired key: refused.
-        short = gateway.register_run("gw-short", "scripted-fix", bind_host=ip_a, ttl_seconds=1)
+        # An expired key: refused. (Its life leaves a loaded machine's docker exec and Python start room to
+        # make the first call within it; the second waits out what is left of it.)
+        short = gateway.register_run("gw-short", "scripted-fix", bind_host=ip_a, ttl_seconds=8)
+        registered = time.monotonic()  # its life began before this
         assert call(box_a, short)["status"] == 200
-        time.sleep(1.5)
+        time.sleep(max(0.0, registered + 8.5 - time.monotonic()))
         expired = call(box_a, short)
         assert expired["status"] == 401 and "expired" in expired["body"]
 
