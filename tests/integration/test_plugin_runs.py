@@ -367,3 +367,20 @@ def test_chat_agent_fixes_the_demo_through_the_gateway_and_the_report_shows_it(d
     for seen in ("chat-agent with model scripted-fix", "Task prompt", "view_file", "edit_file", "test_patch",
                  "tokens: 1850 in / 74 out", "complete: done", "TLV_ERR_TOO_LONG", "model use"):
         assert seen in text, seen
+
+
+def test_sidecar_runs_through_the_plugin_are_graded_where_the_task_is(demo: pytest.Pytester) -> None:
+    """Sidecar mode as a user runs it: the plugin, two xdist workers sharing the controller's gateway, a model
+    agent that fixes c-demo and the dummy that does not; each graded in its task container."""
+    result = demo.runpytest_subprocess("datasets/demo/c-demo", "--agent", "chat-agent", "--agent", "dummy",
+                                       "--model", "scripted-fix", "--mode", "sidecar", "-n", "2", "--results", "out",
+                                       "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, failed=1)
+    summaries = {s["config"]["agent"]: s for s in (json.loads(p.read_text())
+                                                   for p in (demo.path / "out").glob("c-demo/*/*/*/summary.json"))}
+    assert {a: (s["grade"], s["config"]["mode"]) for a, s in summaries.items()} == {
+        "chat-agent": ("passed", "sidecar"), "dummy": ("failed", "sidecar")}
+    assert summaries["chat-agent"]["usage"]["calls"] >= 2  # through the controller's gateway, from a worker
+    result.stdout.fnmatch_lines(["*A proof of concept still reproduces*"])
+    (session,) = {s["session"] for s in summaries.values()}
+    assert list_containers({"label": f"ssebench.session={session}"}) == []  # the workers' runs, reaped

@@ -122,11 +122,12 @@ def test_admin_socket_cannot_be_reached_nor_sockets_moved(run: Any, where: str) 
 
 
 SECRETS = ["/ssebench/diffs/patch.diff", "/ssebench/diffs/test.diff", "/ssebench/pocs/long_value.tlv",
-           "/ssebench/config.yaml", "/ssebench/scripts/run.sh", f"{REPO}/tlv.c", "/reference/patch.diff",
-           "/var/lib/ssebench/results/result.json"]
+           "/ssebench/config.yaml", "/ssebench/scripts/run.sh", f"{REPO}/tlv.c"]
 
 
 def test_hidden_material_cannot_be_read_directly_or_through_the_bash_tool(run: Any) -> None:
+    # The control: each is there, where the task is, for root to read (a path that is not there proves nothing).
+    assert [p for p in SECRETS if run.status("root", f"test -s {p} && head -c1 {p} >/dev/null", task=True)] == []
     for path in SECRETS:
         code, out = sh(run, "1000", f"cat {path}")
         assert code != 0, (path, out)
@@ -136,6 +137,20 @@ def test_hidden_material_cannot_be_read_directly_or_through_the_bash_tool(run: A
     print(json.dumps([execute("cat " + p).code for p in {SECRETS!r}]))
     """)
     assert all(code != 0 for code in out)
+
+
+def test_the_reference_fix_is_mounted_for_the_reference_agent_alone(run: Any, launcher: Launcher) -> None:
+    """The fix is in no container of a run but the reference agent's (which applies it); the control is that
+    agent's run, where the same probe finds it."""
+    probe = "test -e /reference/patch.diff"
+    assert run.status("root", probe) != 0 and run.status("root", probe, task=True) != 0
+    if run.level != 2:
+        return  # one reference run is control enough
+    reference = launcher.start(agent="reference", level=2)
+    try:
+        assert reference.status("1000", "test -s /reference/patch.diff && grep -q '^+++ ' /reference/patch.diff") == 0
+    finally:
+        reference.close()
 
 
 def test_history_has_at_most_one_commit(run: Any) -> None:

@@ -83,6 +83,12 @@ def _markers(names: list[str]) -> list[str]:
 def test_planted_git_configuration_runs_nothing_and_capture_is_out_of_reach(launcher: Launcher, level: int) -> None:
     run = launcher.start(level=level)
     run.sh("1000", PLANT.replace("{m}", MARKER_DIR).replace("{src}", run.source))
+    # The control: what was planted does run when git runs in the tree as it usually does.
+    run.sh("1000", f"cd {run.source} && git status >/dev/null 2>&1; git diff HEAD >/dev/null 2>&1; true")
+    fired = set(_markers(run.sh("root", f"ls {MARKER_DIR}").split()))
+    # (git status runs the filter's process and the included config's fsmonitor, which overrides the first.)
+    assert {"m-include-top", "m-process-top"} <= fired, fired
+    run.sh("1000", f"rm -f {MARKER_DIR}/m-*")
     assert run.sh("1000", ATTACK_BASE, task=True).strip() == ""  # capture is where the task is
     owned = run.sh("root", "find /var/lib/ssebench-capture -not -user root | head", task=True)
     assert owned.strip() == "", f"capture files not root's:\n{owned}"

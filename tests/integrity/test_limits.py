@@ -3,8 +3,9 @@
 Every run container runs with no-new-privileges, only the capabilities the
 entrypoint needs, and pids, memory and CPU limits, all recorded in
 summary.json. A fork bomb, a memory hog and a 10 GB disk fill by the agent
-each end graded (or errored, with the limit named) within the run's time
-limit, while a run started beside it still passes, and leave nothing behind.
+each end graded, with the limit named, within the run's time limit (an
+ungraded error would take a failing agent's run out of its score), while a
+run started beside it still passes, and leave nothing behind.
 """
 
 from __future__ import annotations
@@ -136,8 +137,8 @@ def _attack(settings: Settings, tasks: dict[str, Task], tmp_path: Path, attack: 
         reap_session(session.id)
     assert elapsed < 180 + 600 + 300, elapsed
     text = f"{record.infra_error} {record.limits_hit} {record.patch_result}"
-    # A memory hog is always graded: whatever the OOM killer ended, the memory was the agent's.
-    assert record.grade in ("passed", "failed") or (record.infra_error and attack != "memory-hog"), text
+    # Always graded: whatever the pids, the OOM killer or the full disk ended, they were the agent's to take.
+    assert record.grade in ("passed", "failed"), text
     named = " ".join(record.limits_hit) if said != "patch limit" else str(record.patch_result.error_log)
     assert said in named, f"the record does not name the limit ({said}): {text}"
     print(f"{attack}: grade {record.grade}, limits hit {record.limits_hit}, "
