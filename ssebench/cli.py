@@ -270,10 +270,12 @@ def parser() -> argparse.ArgumentParser:
     validate.set_defaults(func=cmd_dataset_validate)
 
     check = dataset_sub.add_parser(
-        "verify", help="run reference and dummy on every task and check the task is valid",
-        description="Run the reference and dummy agents on every task under PATH: the reference must pass every "
-        "check, the dummy must build, pass the function test and fail every PoC. Writes a summary (markdown and "
-        "JSON) beside the runs; exits 1 naming each task and check that disagrees.",
+        "verify", help="run reference, dummy and hollow on every task and check the task is valid",
+        description="Run the reference, dummy and hollow agents on every task under PATH: the reference must pass "
+        "every check with nothing of its fix set aside, the dummy must build, pass the function test and fail every "
+        "PoC, and the hollow agent (which leaves the bug and edits only build files, tests and harnesses) must fail "
+        "with its edits set aside. Also searches what the agent can read for names of the fix. Writes a summary "
+        "(markdown and JSON) beside the runs; exits 1 naming each task and check that disagrees.",
     )
     check.add_argument("path", nargs="?", type=Path, default=DEFAULT_PATH, help="default: ./datasets")
     check.add_argument("-n", "--jobs", type=_positive, default=1, metavar="N", help="runs at a time (default 1)")
