@@ -19,6 +19,7 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Iterable
+from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -118,7 +119,7 @@ class RunSession:
         self.session = session or Session.new()
         self.is_controller = controller
         self._backend = backend
-        self._backend_lock = threading.Lock()
+        self._backend_lock = threading.Lock()  # the backend's and the link's: verify runs from threads
         self._chosen_link = link  # a plugin's own link for a run, tried first
         self.gateway: GatewayProcess | None = None
         self.gateway_access: tuple[str, str] | None = gateway
@@ -141,7 +142,7 @@ class RunSession:
         self.gateway = GatewayProcess(self.settings.models_dir, state, model_port=self.settings.gateway_port)
         try:
             self.gateway.start()
-        except GatewayError as exc:
+        except (GatewayError, OSError) as exc:
             self.gateway = None
             raise OptionError(f"--model: the model gateway did not start: {exc}") from None
         assert self.gateway.control_url is not None
@@ -198,12 +199,13 @@ class RunSession:
         chosen = self._chosen_link(run)
         if chosen is not None or run.model == "none" or self.gateway_access is None:
             return chosen
-        if self._link is None:
-            from ssebench.gateway import Budget, GatewayClient, GatewayLink
+        with self._backend_lock:
+            if self._link is None:
+                from ssebench.gateway import Budget, GatewayClient, GatewayLink
 
-            budget = Budget.model_validate(self.plan.budget) if self.plan.budget else None
-            self._link = GatewayLink(GatewayClient(*self.gateway_access), budget=budget)
-        return self._link
+                budget = Budget.model_validate(self.plan.budget) if self.plan.budget else None
+                self._link = GatewayLink(GatewayClient(*self.gateway_access), budget=budget)
+            return self._link
 
     def execute(self, config: RunConfig, *, build: bool = True) -> RunRecord:
         """One attempt of the run, here or on a node of the cluster."""
@@ -248,20 +250,24 @@ class RunSession:
         link, self._link = self._link, None
         gateway, self.gateway = self.gateway, None
         dispatch, self.dispatch = self.dispatch, None
-        try:
-            if link is not None:
-                link.client.close()
-            if gateway is not None:
-                gateway.stop()
-            if dispatch is not None:
-                dispatch.close(reap=not self.plan.keep)
-        finally:
-            started, self._started = self._started, False
+        started, self._started = self._started, False
+        with ExitStack() as steps:  # each step runs whatever the others raise; the last pushed runs first
             if self.is_controller and started and not self.plan.keep:
                 from ssebench.reaper import reap_session
 
-                try:
-                    reap_session(self.session.id)
-                except SSEBenchError:
-                    pass
+                steps.callback(_quietly, reap_session, self.session.id)
+            if dispatch is not None:
+                steps.callback(dispatch.close, reap=not self.plan.keep)
+            if gateway is not None:
+                steps.callback(gateway.stop)
+            if link is not None:
+                steps.callback(link.client.close)
+
+
+def _quietly(step: Callable[..., object], *args: object) -> None:
+    """A clean-up step whose failure is no reason to stop the others (the next session removes what is left)."""
+    try:
+        step(*args)
+    except SSEBenchError:
+        pass
 

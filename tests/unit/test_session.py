@@ -65,12 +65,20 @@ class FakeDispatch:
 
 @pytest.fixture
 def fake_ray(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """RayDispatch, the clean-up and the gateway stood in for; what a session did is in the list returned."""
+    import ssebench.gateway
     import ssebench.reaper
 
     FakeDispatch.made = []
     monkeypatch.setattr(dispatch, "RayDispatch", FakeDispatch)
-    monkeypatch.setattr(ssebench.reaper, "reap_orphans", lambda: 0)
-    monkeypatch.setattr(ssebench.reaper, "reap_session", lambda session: 0)
+    monkeypatch.setattr(ssebench.reaper, "reap_orphans", lambda: FakeDispatch.made.append({"reaped": "orphans"}))
+    monkeypatch.setattr(ssebench.reaper, "reap_session", lambda session: FakeDispatch.made.append({"reaped": session}))
+
+    class NoGateway:
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            FakeDispatch.made.append({"gateway": "started"})
+
+    monkeypatch.setattr(ssebench.gateway, "GatewayProcess", NoGateway)
     return FakeDispatch.made
 
 
@@ -107,7 +115,7 @@ def test_ssebench_run_over_ray_sends_the_nodes_the_provider_key_and_the_budget(
         models: Path, fake_ray: list[dict[str, Any]], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     main(["run", "--task", str(DEMO / "c-demo"), "--agent", "chat-agent", "--model", "keyed", "--dispatch", "ray",
           "--ray-address", "127.0.0.1:6379", "--model-budget", "tokens=1000,cost=2", "--results", str(tmp_path)])
-    (made,) = fake_ray
+    (made,) = [m for m in fake_ray if "address" in m]
     assert made["provider_env"] == {"SSEBENCH_TEST_KEY": "sk-test"}
     assert made["models"] == dispatch.NodeModels(models, {"tokens": 1000, "cost": 2.0})
 
@@ -121,7 +129,7 @@ def test_ssebench_run_checks_the_model_before_anything_starts(
                        "--dispatch", dispatched, "--ray-address", "127.0.0.1:6379"])
         assert status == 2
         assert "--model keyed: SSEBENCH_TEST_KEY is not set" in capsys.readouterr().err
-    assert not fake_ray  # no cluster was reached
+    assert fake_ray == []  # nothing started: no cluster reached, no gateway, no clean-up
 
 
 def test_the_plugin_over_ray_sends_the_nodes_what_ssebench_run_does(
@@ -133,7 +141,7 @@ def test_the_plugin_over_ray_sends_the_nodes_what_ssebench_run_does(
     pytester.runpytest_inprocess("c-demo", "--agent", "chat-agent", "--model", "keyed", "--dispatch", "ray",
                                  "--ray-address", "127.0.0.1:6379", "--model-budget", "tokens=1000,cost=2",
                                  "--results", str(tmp_path / "out"), "-p", "no:cacheprovider")
-    (made,) = fake_ray
+    (made,) = [m for m in fake_ray if "address" in m]
     assert made["provider_env"] == {"SSEBENCH_TEST_KEY": "sk-test"}
     assert made["models"] == dispatch.NodeModels(models, {"tokens": 1000, "cost": 2.0})
 
@@ -156,3 +164,33 @@ def test_a_session_removes_what_it_started_once_however_often_it_is_closed(
     with worker:
         pass
     assert reaped == [session.session.id]  # neither a kept session nor a worker removes anything
+
+
+def test_a_session_whose_start_fails_is_removed_once(fake_ray: list[dict[str, Any]], tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    def unreachable(*args: Any, **kwargs: Any) -> None:
+        raise dispatch.SSEBenchError("--ray-address 127.0.0.1:6379: no Ray cluster answers")
+
+    monkeypatch.setattr(dispatch, "RayDispatch", unreachable)
+    session = RunSession(get_settings(), Plan(results=tmp_path, dispatch="ray"))
+    with pytest.raises(dispatch.SSEBenchError, match="no Ray cluster answers"):
+        with session:
+            pytest.fail("the session started")
+    session.close()
+    assert fake_ray == [{"reaped": "orphans"}, {"reaped": session.session.id}]
+
+
+def test_every_step_of_the_end_runs_whatever_another_raises(fake_ray: list[dict[str, Any]], tmp_path: Path) -> None:
+    class Broken:
+        def stop(self) -> None:
+            raise RuntimeError("the gateway would not stop")
+
+    session = RunSession(get_settings(), Plan(results=tmp_path, dispatch="ray"))
+    session.start()
+    assert session.dispatch is not None
+    closed: list[bool] = []
+    session.dispatch.close = lambda reap=True: closed.append(reap)  # type: ignore[method-assign]
+    session.gateway = Broken()  # type: ignore[assignment]
+    with pytest.raises(RuntimeError, match="would not stop"):
+        session.close()
+    assert closed == [True] and fake_ray[-1] == {"reaped": session.session.id}

@@ -45,9 +45,11 @@ def test_under_ci_a_container_test_fails_when_the_engine_does_not_answer(no_engi
                                  "*CI=true and the Docker engine does not answer*"])
 
 
-def test_a_hung_test_fails_alone_within_the_suite_s_time_limit(pytester: pytest.Pytester) -> None:
-    """pyproject.toml gives every test a time limit (pytest-timeout); here it is cut to 2 s, and a test that
-    hangs fails while the next one still runs."""
+def test_a_hung_test_fails_alone_within_the_suite_s_time_limit(pytester: pytest.Pytester,
+                                                               request: pytest.FixtureRequest) -> None:
+    """pyproject.toml gives every test a time limit (pytest-timeout), in force in this very run; cut to 2 s,
+    a test that hangs fails while the next one still runs."""
+    assert request.config.getini("timeout") == "1800"
     pytester.makepyfile(test_hang="""
         import time
 
