@@ -10,7 +10,7 @@ import argparse
 import math
 
 # sandbox: one container holds the agent and the task; sidecar: the agent in a container of its own,
-# with nothing of the task (SPEC §7).
+# with nothing of the task (docs/integrity.md, "Sidecar mode").
 MODES = ("sandbox", "sidecar")
 EGRESS = ("restricted", "open")
 # local: every run on this machine's engine; ray: each run a task of a Ray cluster (ssebench.dispatch).

@@ -2,7 +2,7 @@
 
 A task is valid when the reference agent passes every check it supports,
 and the dummy agent (no change) builds, passes the function test and fails
-every proof of concept (SPEC §3). Grading must also rest on nothing the
+every proof of concept (README, "Quick start"). Grading must also rest on nothing the
 agent's files decide: the hollow agent leaves the bug and edits only build
 files, tests and harnesses, the ways that once forged a pass, so on a valid
 task it is graded failed with those files set aside; and the reference fix

@@ -1,4 +1,4 @@
-"""Fixed paths and users inside a task container (SPEC §4)."""
+"""Fixed paths and users inside a task container (docs/architecture.md, "Contracts between the two sides")."""
 
 from __future__ import annotations
 

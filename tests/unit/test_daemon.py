@@ -156,7 +156,7 @@ ENDPOINTS = ([f"bencher:{a}" for a in ACTIONS] + [f"bencher:{a}:grading" for a i
 
 
 def expected_allowed(endpoint: str, kind: str, agent_phase: bool, difficulty: int) -> bool:
-    """SPEC §5, written out independently of the daemon's code."""
+    """What the daemon offers at each difficulty level (docs/architecture.md, "Difficulty levels"), written out independently of its code."""
     if endpoint == "bash" and not agent_phase:
         return False  # the shell is model's: no listener starts it once the phase is over
     if kind == ADMIN:
