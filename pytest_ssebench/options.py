@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from ssebench.defaults import AGENT_TIMEOUT, EGRESS, MODES, parse_budget, parse_dispatch, parse_modes, parse_registry
+from ssebench.defaults import AGENT_TIMEOUT, EGRESS, parse_budget, parse_dispatch, parse_modes, parse_registry
 
 DIFFICULTIES = range(0, 5)
 

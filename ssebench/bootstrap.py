@@ -17,7 +17,7 @@ from pathlib import Path
 from filelock import FileLock
 
 from ssebench.engine import client, docker_errors, image_id, pull_image
-from ssebench.errors import BootstrapError, SSEBenchError
+from ssebench.errors import BootstrapError
 from ssebench.logs import file_tail
 from ssebench.registry import fetch
 from ssebench.settings import Settings

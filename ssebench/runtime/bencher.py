@@ -48,7 +48,6 @@ import json
 import os
 import re
 import secrets
-import shutil
 import signal
 import subprocess
 import tempfile

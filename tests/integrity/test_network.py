@@ -20,7 +20,6 @@ from typing import Any
 
 import pytest
 
-from ssebench.engine import client
 from tests.integrity.harness import LEVELS, HeldRun, Launcher
 
 pytestmark = [pytest.mark.docker, pytest.mark.integrity, pytest.mark.slow]

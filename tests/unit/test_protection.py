@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from ssebench.runtime.bencher import crash_report
-from ssebench.runtime.capture import BASE_REPO, Capture, make_base
+from ssebench.runtime.capture import Capture, make_base
 from ssebench.runtime.files import prune_tree, remove_tree
 from ssebench.runtime.process import User
 from ssebench.runtime.protection import CODE, PROTECTED, Protection

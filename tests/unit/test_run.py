@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from typing import Any
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
