@@ -157,28 +157,28 @@ class RunRecord:
     def runtime_result(self) -> RuntimeResult:
         return RuntimeResult.of((self.result or {}).get("runtime_result"))
 
+    def _signal(self, name: str, item: Callable[[object], Any | None]) -> tuple[list[Any], int]:
+        """result.json's signals.<name> (a list, each entry read by `item`, None dropping it) and
+        signals.<name>_count, which is at least the list's length."""
+        signals = (self.result or {}).get("signals")
+        if not isinstance(signals, dict):
+            return [], 0
+        given = [entry for raw in signals.get(name) or [] if (entry := item(raw)) is not None]
+        count = signals.get(f"{name}_count")
+        return given, count if isinstance(count, int) and count >= len(given) else len(given)
+
     @property
     def hiding_code(self) -> tuple[list[dict[str, str]], int]:
         """Lines of the graded change that can hide a bug from the checks rather than fix it (result.json's
         signals.hiding_code, at most 50 given) and how many there were."""
-        signals = (self.result or {}).get("signals")
-        if not isinstance(signals, dict):
-            return [], 0
-        given = [{"path": str(h.get("path", "")), "line": str(h.get("line", ""))}
-                 for h in signals.get("hiding_code") or [] if isinstance(h, dict)]
-        count = signals.get("hiding_code_count")
-        return given, count if isinstance(count, int) and count >= len(given) else len(given)
+        return self._signal("hiding_code", lambda h: {"path": str(h.get("path", "")), "line": str(h.get("line", ""))}
+                            if isinstance(h, dict) else None)
 
     @property
     def set_aside(self) -> tuple[list[str], int]:
         """The changed files grading set aside (outside the code under repair; result.json's
         signals.protected_files, at most 200 named) and how many there were."""
-        signals = (self.result or {}).get("signals")
-        if not isinstance(signals, dict):
-            return [], 0
-        named = [str(p) for p in signals.get("protected_files") or [] if isinstance(p, str)]
-        count = signals.get("protected_files_count")
-        return named, count if isinstance(count, int) and count >= len(named) else len(named)
+        return self._signal("protected_files", lambda p: p if isinstance(p, str) else None)
 
 
 def limits_for(settings: Settings, task: Task, overrides: dict[str, str] | None = None) -> Limits:

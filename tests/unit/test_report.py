@@ -161,3 +161,18 @@ def test_the_score_table_keeps_modes_apart() -> None:
     by_mode = {row[header.index("mode")]: dict(zip(header, row)) for row in rows}
     assert set(by_mode) == {"sandbox", "sidecar"}
     assert by_mode["sandbox"]["passed"] == "1" and by_mode["sidecar"]["failed"] == "1"
+
+
+def test_signals_a_run_wrote_are_read_whatever_their_shape(tmp_path: Path) -> None:
+    """result.json comes out of the run's container: entries of the wrong type are dropped, and a count below
+    what is listed, or not a number, is the list's length."""
+    record = _record("c-demo", tmp_path)
+    record.result = {"signals": "not a mapping"}
+    assert record.set_aside == ([], 0) and record.hiding_code == ([], 0)
+    record.result = {"signals": {"protected_files": ["Makefile", 7, None, "build.rs"], "protected_files_count": 1,
+                                 "hiding_code": [{"path": "a.c", "line": "#define main x"}, "text", 3],
+                                 "hiding_code_count": "many"}}
+    assert record.set_aside == (["Makefile", "build.rs"], 2)
+    assert record.hiding_code == ([{"path": "a.c", "line": "#define main x"}], 1)
+    record.result["signals"]["protected_files_count"] = 40
+    assert record.set_aside == (["Makefile", "build.rs"], 40)
