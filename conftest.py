@@ -64,5 +64,7 @@ _NO_ENGINE = pytest.StashKey[str]()
 def pytest_runtest_setup(item: pytest.Item) -> None:
     problem = item.stash.get(_NO_ENGINE, None)
     if problem is not None:
-        pytest.fail(f"CI=true and the Docker engine does not answer ({problem}): a container test cannot "
-                    "be skipped under CI", pytrace=False)
+        pytest.fail(
+            f"CI=true and the Docker engine does not answer ({problem}): a container test cannot be skipped under CI",
+            pytrace=False,
+        )

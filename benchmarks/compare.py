@@ -32,9 +32,26 @@ sys.path.insert(0, str(ROOT))
 
 def run(tree: Path, task_dir: Path, results: Path, env: dict[str, str]) -> tuple[float, dict[str, float]]:
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "pytest", str(task_dir), "--agent", "dummy", "-q", "-p",
-                           "no:cacheprovider", "--results", str(results)], capture_output=True, text=True,
-                          check=False, cwd=tree, env=env)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            str(task_dir),
+            "--agent",
+            "dummy",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--results",
+            str(results),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tree,
+        env=env,
+    )
     elapsed = time.monotonic() - started
     if done.returncode not in (0, 1):
         raise SystemExit(f"pytest failed in {tree}:\n{done.stdout[-3000:]}")
@@ -70,18 +87,28 @@ def main() -> int:
                 elapsed, where = run(tree, tree / "datasets" / args.dataset / task.id, Path(scratch) / side, env)
                 times[side].append(elapsed)
                 parts[side].append(where)
-            print(f"round {n + 1}: floor {times['floor'][-1]:.2f} s, before {times['before'][-1]:.2f} s, "
-                  f"after {times['after'][-1]:.2f} s", file=sys.stderr)
-    print(f"{task.id}, {args.rounds} rounds interleaved, medians (p95)"
-          + (", the floor as sse-runner" if args.as_runner else ""))
+            print(
+                f"round {n + 1}: floor {times['floor'][-1]:.2f} s, before {times['before'][-1]:.2f} s, "
+                f"after {times['after'][-1]:.2f} s",
+                file=sys.stderr,
+            )
+    print(
+        f"{task.id}, {args.rounds} rounds interleaved, medians (p95)"
+        + (", the floor as sse-runner" if args.as_runner else "")
+    )
     for name, values in times.items():
-        over = "" if name == "floor" else \
-            f"   overhead {statistics.median(v - f for v, f in zip(values, times['floor'])):+.2f} s"
+        over = (
+            ""
+            if name == "floor"
+            else f"   overhead {statistics.median(v - f for v, f in zip(values, times['floor'])):+.2f} s"
+        )
         print(f"  {name:6} {statistics.median(values):6.2f} s ({q(values, 0.95):5.2f}){over}")
     for side, runs in parts.items():
         keys = [k for k in runs[0] if all(k in r for r in runs)]
-        print(f"  {side} inside the container: " + ", ".join(
-            f"{k} {statistics.median(r[k] for r in runs):.2f}" for k in keys))
+        print(
+            f"  {side} inside the container: "
+            + ", ".join(f"{k} {statistics.median(r[k] for r in runs):.2f}" for k in keys)
+        )
     return 0
 
 

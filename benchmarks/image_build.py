@@ -56,11 +56,15 @@ def main() -> int:
             for failure in outcome.failures.values():
                 print(f"error: {str(failure).splitlines()[0]}", file=sys.stderr)
             return 1
-        print(f"jobs={jobs}: {len(outcome.report.built)} images in {figures[jobs]:.0f} s "
-              f"(removed {removed} afterwards)", flush=True)
+        print(
+            f"jobs={jobs}: {len(outcome.report.built)} images in {figures[jobs]:.0f} s (removed {removed} afterwards)",
+            flush=True,
+        )
     cores = os.cpu_count()
-    print(f"\n{len(tasks)} tasks, {cores} cores: {args.jobs} jobs took {figures[args.jobs]:.0f} s, "
-          f"one job {figures[1]:.0f} s: {figures[1] / figures[args.jobs]:.2f}x faster")
+    print(
+        f"\n{len(tasks)} tasks, {cores} cores: {args.jobs} jobs took {figures[args.jobs]:.0f} s, "
+        f"one job {figures[1]:.0f} s: {figures[1] / figures[args.jobs]:.2f}x faster"
+    )
     return 0
 
 

@@ -37,8 +37,11 @@ def layer_build(settings: Any, task: Any, kind: str, agent: str = "dummy") -> di
     from ssebench.image import build_layer, head_image, plan
 
     scratch = SCRATCH.format(kind=kind)
-    planned = next(layer for layer in plan(settings, task, ensure_os_image(settings),
-                                           load_agent(settings.agents_dir, agent)) if layer.kind == kind)
+    planned = next(
+        layer
+        for layer in plan(settings, task, ensure_os_image(settings), load_agent(settings.agents_dir, agent))
+        if layer.kind == kind
+    )
     layer = replace(planned, image=scratch)
     assert layer.dockerfile is not None
     started = time.monotonic()
@@ -47,8 +50,12 @@ def layer_build(settings: Any, task: Any, kind: str, agent: str = "dummy") -> di
     _remove(scratch, head_image(scratch))
     args = [a for key, value in layer.buildargs.items() for a in ("--build-arg", f"{key}={value}")]
     started = time.monotonic()
-    done = subprocess.run(["docker", "build", "-q", "--no-cache", *args, "-f", str(layer.dockerfile), "-t", scratch,
-                           str(layer.context)], capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        ["docker", "build", "-q", "--no-cache", *args, "-f", str(layer.dockerfile), "-t", scratch, str(layer.context)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     theirs = time.monotonic() - started
     _remove(scratch)
     if done.returncode != 0:

@@ -42,7 +42,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -102,26 +102,48 @@ def floor_script(task: Any, as_runner: bool = False) -> str:
     config = task.config
     stage = "/tmp/floor-stage" if as_runner else "/ssebench"
     pocs = " ".join(f"{stage}/{p}" for p in config.files.poc)
-    hidden = (f"git apply -p1 {stage}/{config.files.future_test} && bash /ssebench/{config.scripts.test} "
-              ">/dev/null 2>&1; " if config.files.future_test and config.scripts.test else "")
-    work = (f"cd /tmp/floor && bash /ssebench/{config.scripts.build} >/tmp/floor-build.log 2>&1 || "
-            f"{{ tail -20 /tmp/floor-build.log; exit 1; }}; "
-            f"for p in {pocs}; do bash {stage}/{config.scripts.run} $p >/dev/null 2>&1; done; "
-            f"bash /ssebench/{config.scripts.test} >/dev/null 2>&1; {hidden}exit 0")
+    hidden = (
+        f"git apply -p1 {stage}/{config.files.future_test} && bash /ssebench/{config.scripts.test} >/dev/null 2>&1; "
+        if config.files.future_test and config.scripts.test
+        else ""
+    )
+    work = (
+        f"cd /tmp/floor && bash /ssebench/{config.scripts.build} >/tmp/floor-build.log 2>&1 || "
+        f"{{ tail -20 /tmp/floor-build.log; exit 1; }}; "
+        f"for p in {pocs}; do bash {stage}/{config.scripts.run} $p >/dev/null 2>&1; done; "
+        f"bash /ssebench/{config.scripts.test} >/dev/null 2>&1; {hidden}exit 0"
+    )
     copy = f"set -u; rm -rf /tmp/floor && cp -a {config.source} /tmp/floor && rm -rf /tmp/floor/.git && "
     if not as_runner:
         return copy + work
     staged = [config.scripts.run, *config.files.poc, *([config.files.future_test] if config.files.future_test else [])]
-    return (copy + f"mkdir -p /tmp/floor-home {stage} && (cd /ssebench && cp --parents {' '.join(staged)} {stage}/) && "
-            f"chown -R sse-runner: /tmp/floor /tmp/floor-home {stage} && "
-            f"exec setpriv --reuid sse-runner --regid sse-runner --clear-groups env HOME=/tmp/floor-home "
-            f"TMPDIR=/tmp/floor-home bash -c {shlex.quote(work)}")
+    return (
+        copy + f"mkdir -p /tmp/floor-home {stage} && (cd /ssebench && cp --parents {' '.join(staged)} {stage}/) && "
+        f"chown -R sse-runner: /tmp/floor /tmp/floor-home {stage} && "
+        f"exec setpriv --reuid sse-runner --regid sse-runner --clear-groups env HOME=/tmp/floor-home "
+        f"TMPDIR=/tmp/floor-home bash -c {shlex.quote(work)}"
+    )
 
 
 def floor(task: Any, image: str, as_runner: bool = False) -> float:
     started = time.monotonic()
-    done = subprocess.run(["docker", "run", "--rm", "--network", "none", "--entrypoint", "bash", image, "-c",
-                           floor_script(task, as_runner)], capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [
+            "docker",
+            "run",
+            "--rm",
+            "--network",
+            "none",
+            "--entrypoint",
+            "bash",
+            image,
+            "-c",
+            floor_script(task, as_runner),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if done.returncode != 0:
         raise SystemExit(f"the floor of {task.id} failed: {done.stdout[-2000:]}{done.stderr[-2000:]}")
     return time.monotonic() - started
@@ -129,8 +151,8 @@ def floor(task: Any, image: str, as_runner: bool = False) -> float:
 
 def _stamp(near: float, clock: str) -> float:
     """An entrypoint time stamp (HH:MM:SS.mmm, UTC) as epoch seconds: the one within half a day of `near`."""
-    date = datetime.fromtimestamp(near, timezone.utc).strftime("%Y-%m-%d")
-    at = datetime.strptime(f"{date} {clock}", "%Y-%m-%d %H:%M:%S.%f").replace(tzinfo=timezone.utc).timestamp()
+    date = datetime.fromtimestamp(near, UTC).strftime("%Y-%m-%d")
+    at = datetime.strptime(f"{date} {clock}", "%Y-%m-%d %H:%M:%S.%f").replace(tzinfo=UTC).timestamp()
     return at + 86400 * round((near - at) / 86400)
 
 
@@ -140,10 +162,17 @@ def phases(run_dir: Path) -> dict[str, float]:
 
     summary = json.loads((run_dir / "summary.json").read_text())
     started, ended = summary["timeline"]["container_started"], summary["timeline"]["container_ended"]
-    said = {message.split(":")[0].split(" with ")[0].split(" (")[0]: _stamp(started, stamp)
-            for stamp, message in entrypoint_lines((run_dir / "container.log").read_text())}
-    marks = [("to entrypoint", said.get("starting")), ("to agent start", said.get("agent")),
-             ("agent", said.get("agent exited")), ("grading", said.get("graded")), ("end", ended)]
+    said = {
+        message.split(":")[0].split(" with ")[0].split(" (")[0]: _stamp(started, stamp)
+        for stamp, message in entrypoint_lines((run_dir / "container.log").read_text())
+    }
+    marks = [
+        ("to entrypoint", said.get("starting")),
+        ("to agent start", said.get("agent")),
+        ("agent", said.get("agent exited")),
+        ("grading", said.get("graded")),
+        ("end", ended),
+    ]
     out, last = {}, started
     for name, at in marks:
         if at is None:
@@ -156,9 +185,27 @@ def phases(run_dir: Path) -> dict[str, float]:
 
 def pytest_run(task_dir: Path, results: Path, mode: str = "sandbox") -> tuple[float, Path]:
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "pytest", str(task_dir), "--agent", "dummy", "-q",
-                           "-p", "no:cacheprovider", "--results", str(results), "--mode", mode],
-                          capture_output=True, text=True, check=False, cwd=ROOT)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            str(task_dir),
+            "--agent",
+            "dummy",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--results",
+            str(results),
+            "--mode",
+            mode,
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=ROOT,
+    )
     elapsed = time.monotonic() - started
     if done.returncode not in (0, 1):
         raise SystemExit(f"pytest failed on {task_dir}:\n{done.stdout[-3000:]}")
@@ -170,16 +217,26 @@ def latency(image: str, runtime: str, calls: int) -> dict[str, dict[str, float]]
     from ssebench.engine import client
     from ssebench.image import runtime_binds
 
-    container = client().containers.run(image, ["sleep", "3600"], detach=True, init=True, network_disabled=True,
-                                        labels={"ssebench.session": "benchmark"}, volumes=runtime_binds(runtime))
+    container = client().containers.run(
+        image,
+        ["sleep", "3600"],
+        detach=True,
+        init=True,
+        network_disabled=True,
+        labels={"ssebench.session": "benchmark"},
+        volumes=runtime_binds(runtime),
+    )
     try:
         deadline = time.monotonic() + 120
         while b"] agent: " not in container.logs():
             if time.monotonic() > deadline:
                 raise SystemExit(container.logs().decode()[-3000:])
             time.sleep(0.1)
-        code, out = container.exec_run(["/opt/ssebench/venv/bin/python", "-c", LATENCY.replace("CALLS", str(calls))],
-                                       user="1000", environment={"SSE_DAEMON_SOCKET": "/tmp/sse.sock"})
+        code, out = container.exec_run(
+            ["/opt/ssebench/venv/bin/python", "-c", LATENCY.replace("CALLS", str(calls))],
+            user="1000",
+            environment={"SSE_DAEMON_SOCKET": "/tmp/sse.sock"},
+        )
         if code != 0:
             raise SystemExit(out.decode()[-3000:])
         times = json.loads(out.decode().strip().splitlines()[-1])
@@ -205,8 +262,14 @@ def volume_size(volume: str, image: str) -> int:
     """Bytes in a volume, counted by `du` in a container of `image` that mounts it read-only."""
     from ssebench.engine import client
 
-    out = client().containers.run(image, ["du", "-sb", "/v"], entrypoint=[], remove=True, network_disabled=True,
-                                  volumes={volume: {"bind": "/v", "mode": "ro,nocopy"}})
+    out = client().containers.run(
+        image,
+        ["du", "-sb", "/v"],
+        entrypoint=[],
+        remove=True,
+        network_disabled=True,
+        volumes={volume: {"bind": "/v", "mode": "ro,nocopy"}},
+    )
     return int(out.decode().split()[0])
 
 
@@ -232,8 +295,13 @@ def main() -> int:
     wanted = set(filter(None, args.tasks.split(",")))
     tasks = [t for t in dataset.tasks if not wanted or t.id in wanted]
     dummy = load_agent(settings.agents_dir, "dummy")
-    report: dict[str, Any] = {"dataset": dataset.name, "version": dataset.version, "rounds": args.rounds,
-                              "machine": {"cpus": os.cpu_count()}, "tasks": {}}
+    report: dict[str, Any] = {
+        "dataset": dataset.name,
+        "version": dataset.version,
+        "rounds": args.rounds,
+        "machine": {"cpus": os.cpu_count()},
+        "tasks": {},
+    }
 
     modes = ("sandbox", "sidecar") if args.sidecar else ("sandbox",)
     started = time.monotonic()
@@ -263,7 +331,9 @@ def main() -> int:
                     sidecar_breakdowns.append(phases(run_dir))
             parts = {k: statistics.median(b[k] for b in breakdowns if k in b) for k in breakdowns[0]}
             report["tasks"][task.id] = {
-                "floor_s": stats(floors), "floor_as_runner_s": stats(runner_floors), "run_s": stats(runs),
+                "floor_s": stats(floors),
+                "floor_as_runner_s": stats(runner_floors),
+                "run_s": stats(runs),
                 "overhead_s": statistics.median(runs) - statistics.median(floors),
                 "ratio": statistics.median(runs) / statistics.median(floors),
                 "run_phases_s": parts,
@@ -273,13 +343,16 @@ def main() -> int:
                 report["tasks"][task.id]["sidecar"] = {
                     "run_s": stats(sidecar_runs),
                     "overhead_s": statistics.median(sidecar_runs) - statistics.median(floors),
-                    "run_phases_s": {k: statistics.median(b[k] for b in sidecar_breakdowns if k in b)
-                                     for k in sidecar_breakdowns[0]},
+                    "run_phases_s": {
+                        k: statistics.median(b[k] for b in sidecar_breakdowns if k in b) for k in sidecar_breakdowns[0]
+                    },
                     # the task's own image only: the agent image is one for every task
                     "disk_beyond_case_bytes": image_size(names["tool"]) - image_size(names["case"]),
                 }
-            print(f"{task.id}: floor {statistics.median(floors):.1f} s, run {statistics.median(runs):.1f} s",
-                  file=sys.stderr)
+            print(
+                f"{task.id}: floor {statistics.median(floors):.1f} s, run {statistics.median(runs):.1f} s",
+                file=sys.stderr,
+            )
         first = tasks[0]
         names = image_names(settings, first, "dummy")
         runtime = ensure_runtime_volume(settings, names["runtime"])
@@ -290,15 +363,38 @@ def main() -> int:
             walls, busy = {}, {}
             for workers in ("1", "2"):
                 started, cpu = time.monotonic(), cpu_busy()
-                subprocess.run([sys.executable, "-m", "pytest", str(args.dataset), "--agent", "dummy", "--agent",
-                                "reference", "-q", "-p", "no:cacheprovider", "--results",
-                                str(Path(scratch) / f"workers-{workers}"), "-n", workers],
-                               capture_output=True, check=False, cwd=ROOT)
+                subprocess.run(
+                    [
+                        sys.executable,
+                        "-m",
+                        "pytest",
+                        str(args.dataset),
+                        "--agent",
+                        "dummy",
+                        "--agent",
+                        "reference",
+                        "-q",
+                        "-p",
+                        "no:cacheprovider",
+                        "--results",
+                        str(Path(scratch) / f"workers-{workers}"),
+                        "-n",
+                        workers,
+                    ],
+                    capture_output=True,
+                    check=False,
+                    cwd=ROOT,
+                )
                 walls[workers] = time.monotonic() - started
                 busy[workers] = cpu_busy() - cpu
-            report["workers_s"] = {"n1": walls["1"], "n2": walls["2"], "speedup": walls["1"] / walls["2"],
-                                   # the machine's CPUs kept busy, on average, over each sweep
-                                   "cpus_busy_n1": busy["1"] / walls["1"], "cpus_busy_n2": busy["2"] / walls["2"]}
+            report["workers_s"] = {
+                "n1": walls["1"],
+                "n2": walls["2"],
+                "speedup": walls["1"] / walls["2"],
+                # the machine's CPUs kept busy, on average, over each sweep
+                "cpus_busy_n1": busy["1"] / walls["1"],
+                "cpus_busy_n2": busy["2"] / walls["2"],
+            }
 
     args.json.write_text(json.dumps(report, indent=2) + "\n")
     print_table(report)
@@ -307,48 +403,72 @@ def main() -> int:
 
 
 def print_table(report: dict[str, Any]) -> None:
-    print(f"SSEBench overhead on {report['dataset']} ({report['version']}), {report['machine']['cpus']} CPUs, "
-          f"{report['rounds']} rounds, medians (p95)")
-    print(f"{'task':32} {'floor':>14} {'run':>14} {'overhead':>9} {'ratio':>6} {'disk+':>8} {'floor as sse-runner':>20}")
+    print(
+        f"SSEBench overhead on {report['dataset']} ({report['version']}), {report['machine']['cpus']} CPUs, "
+        f"{report['rounds']} rounds, medians (p95)"
+    )
+    print(
+        f"{'task':32} {'floor':>14} {'run':>14} {'overhead':>9} {'ratio':>6} {'disk+':>8} {'floor as sse-runner':>20}"
+    )
     for task_id, t in report["tasks"].items():
         runner = t.get("floor_as_runner_s")
-        print(f"{task_id:32} {t['floor_s']['median']:7.1f} s ({t['floor_s']['p95']:4.1f}) "
-              f"{t['run_s']['median']:7.1f} s ({t['run_s']['p95']:4.1f}) {t['overhead_s']:+8.2f}s "
-              f"{t['ratio']:5.2f}x {t['disk_beyond_case_bytes'] / 1e6:6.1f}MB"
-              + (f" {runner['median']:12.1f} s ({runner['p95']:4.1f})" if runner else ""))
+        print(
+            f"{task_id:32} {t['floor_s']['median']:7.1f} s ({t['floor_s']['p95']:4.1f}) "
+            f"{t['run_s']['median']:7.1f} s ({t['run_s']['p95']:4.1f}) {t['overhead_s']:+8.2f}s "
+            f"{t['ratio']:5.2f}x {t['disk_beyond_case_bytes'] / 1e6:6.1f}MB"
+            + (f" {runner['median']:12.1f} s ({runner['p95']:4.1f})" if runner else "")
+        )
     sidecar = {task_id: t["sidecar"] for task_id, t in report["tasks"].items() if "sidecar" in t}
     if sidecar:
         print(f"\nsidecar mode: {'task':23} {'run':>14} {'overhead':>9} {'disk+':>8}")
         for task_id, t in sidecar.items():
-            print(f"{'':14}{task_id:23} {t['run_s']['median']:7.1f} s ({t['run_s']['p95']:4.1f}) "
-                  f"{t['overhead_s']:+8.1f}s {t['disk_beyond_case_bytes'] / 1e6:6.1f}MB")
-        print("inside a sidecar run (median seconds): "
-              + "; ".join(f"{task_id}: " + ", ".join(f"{k} {v:.2f}" for k, v in t["run_phases_s"].items())
-                          for task_id, t in sidecar.items()))
-    print("\ninside a run (median seconds): "
-          + "; ".join(f"{task_id}: " + ", ".join(f"{k} {v:.2f}" for k, v in t["run_phases_s"].items())
-                      for task_id, t in report["tasks"].items()))
+            print(
+                f"{'':14}{task_id:23} {t['run_s']['median']:7.1f} s ({t['run_s']['p95']:4.1f}) "
+                f"{t['overhead_s']:+8.1f}s {t['disk_beyond_case_bytes'] / 1e6:6.1f}MB"
+            )
+        print(
+            "inside a sidecar run (median seconds): "
+            + "; ".join(
+                f"{task_id}: " + ", ".join(f"{k} {v:.2f}" for k, v in t["run_phases_s"].items())
+                for task_id, t in sidecar.items()
+            )
+        )
+    print(
+        "\ninside a run (median seconds): "
+        + "; ".join(
+            f"{task_id}: " + ", ".join(f"{k} {v:.2f}" for k, v in t["run_phases_s"].items())
+            for task_id, t in report["tasks"].items()
+        )
+    )
     print("\ndaemon round trips inside a container, as model:")
     for name, s in report["latency_ms"].items():
         print(f"  {name:22} median {s['median']:6.2f} ms   p95 {s['p95']:6.2f} ms")
     images = report["images_current_s"]
-    print(f"\ndeciding no image needs rebuilding: {images['again']:.2f} s for {len(report['tasks'])} tasks "
-          f"({images['per_task']:.2f} s per task)")
+    print(
+        f"\ndeciding no image needs rebuilding: {images['again']:.2f} s for {len(report['tasks'])} tasks "
+        f"({images['per_task']:.2f} s per task)"
+    )
     built = report["agent_layer_build_s"]
     if isinstance(built, dict):
-        print(f"building one agent layer (dummy, no cache): {built['assembled']:.1f} s "
-              f"(Docker's build of its Dockerfile: {built['docker_build']:.1f} s)")
+        print(
+            f"building one agent layer (dummy, no cache): {built['assembled']:.1f} s "
+            f"(Docker's build of its Dockerfile: {built['docker_build']:.1f} s)"
+        )
     else:
         print(f"building one agent layer (dummy, no cache): {built:.1f} s")
     if "runtime_volume_bytes" in report:
-        print(f"the runtime, in one volume that every task of a language shares: "
-              f"{report['runtime_volume_bytes'] / 1e6:.1f} MB")
+        print(
+            f"the runtime, in one volume that every task of a language shares: "
+            f"{report['runtime_volume_bytes'] / 1e6:.1f} MB"
+        )
     if "workers_s" in report:
         w = report["workers_s"]
         print(f"reference + dummy on the dataset: -n 1 {w['n1']:.1f} s, -n 2 {w['n2']:.1f} s: {w['speedup']:.2f}x")
         if "cpus_busy_n1" in w:
-            print(f"  CPUs busy on average: {w['cpus_busy_n1']:.2f} at -n 1, {w['cpus_busy_n2']:.2f} at -n 2 "
-                  f"(of {report['machine']['cpus']})")
+            print(
+                f"  CPUs busy on average: {w['cpus_busy_n1']:.2f} at -n 1, {w['cpus_busy_n2']:.2f} at -n 2 "
+                f"(of {report['machine']['cpus']})"
+            )
 
 
 if __name__ == "__main__":

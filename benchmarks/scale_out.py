@@ -34,19 +34,30 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.raycluster import delete_netns, in_loopback_netns  # noqa: E402
+from tests.raycluster import delete_netns, in_loopback_netns
 
 
 def one_run(inside: list[str], address: str | None, results: Path) -> dict[str, float]:
-    command = [*inside, sys.executable, "-m", "ssebench.cli", "run", "--task", "datasets/demo/c-demo", "--agent",
-               "dummy", "--results", str(results)]
+    command = [
+        *inside,
+        sys.executable,
+        "-m",
+        "ssebench.cli",
+        "run",
+        "--task",
+        "datasets/demo/c-demo",
+        "--agent",
+        "dummy",
+        "--results",
+        str(results),
+    ]
     if address:
         command += ["--dispatch", "ray", "--ray-address", address]
     started = time.monotonic()
@@ -79,8 +90,24 @@ def added(summaries: list[dict[str, Any]]) -> list[float]:
 
 
 def sweep(inside: list[str], address: str | None, results: Path, trials: int) -> dict[str, float]:
-    command = [*inside, sys.executable, "-m", "pytest", "datasets/demo", "--agent", "reference", "--agent", "dummy",
-               "--trials", str(trials), "--results", str(results), "-p", "no:cacheprovider", "-q"]
+    command = [
+        *inside,
+        sys.executable,
+        "-m",
+        "pytest",
+        "datasets/demo",
+        "--agent",
+        "reference",
+        "--agent",
+        "dummy",
+        "--trials",
+        str(trials),
+        "--results",
+        str(results),
+        "-p",
+        "no:cacheprovider",
+        "-q",
+    ]
     command += ["--dispatch", "ray", "--ray-address", address] if address else ["-n", "2"]
     started = time.monotonic()
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
@@ -90,8 +117,9 @@ def sweep(inside: list[str], address: str | None, results: Path, trials: int) ->
         raise SystemExit(f"the sweep did not grade as expected:\n{done.stdout[-3000:]}")
     row: dict[str, Any] = {"wall": wall, "runs": runs, "runs_per_minute": 60 * runs / wall}
     if address:
-        summaries = [json.loads(p.read_text()) for p in results.glob("*/*/*/*/summary.json")
-                     if not p.parent.is_symlink()]
+        summaries = [
+            json.loads(p.read_text()) for p in results.glob("*/*/*/*/summary.json") if not p.parent.is_symlink()
+        ]
         row["added"] = sorted(added(summaries))
         row["nodes"] = sorted({s["node"] for s in summaries})
     return row
@@ -110,8 +138,13 @@ def main() -> int:
     name = "ssebench-ray-bench"
     delete_netns(name)
     inside = in_loopback_netns(name)
-    cluster = subprocess.Popen([*inside, sys.executable, "-m", "tests.raycluster", "2"], cwd=ROOT, text=True,
-                               stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    cluster = subprocess.Popen(
+        [*inside, sys.executable, "-m", "tests.raycluster", "2"],
+        cwd=ROOT,
+        text=True,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
     try:
         assert cluster.stdout is not None and cluster.stdin is not None
         address = json.loads(cluster.stdout.readline())["address"]
@@ -132,28 +165,41 @@ def main() -> int:
             cluster.kill()
         delete_netns(name)
     report: dict[str, Any] = {
-        "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "when": datetime.now(UTC).isoformat(timespec="seconds"),
         "rounds": args.rounds,
-        "single_run": {"local": local, "ray": ray,
-                       "median_wall_local": median(local, "wall"), "median_wall_ray": median(ray, "wall"),
-                       "median_run_local": median(local, "run"), "median_run_ray": median(ray, "run"),
-                       "median_dispatch_added": median(ray, "added")},
+        "single_run": {
+            "local": local,
+            "ray": ray,
+            "median_wall_local": median(local, "wall"),
+            "median_wall_ray": median(ray, "wall"),
+            "median_run_local": median(local, "run"),
+            "median_run_ray": median(ray, "run"),
+            "median_dispatch_added": median(ray, "added"),
+        },
         "sweep": {"local_n2": sweep_local, "ray_two_nodes": sweep_ray},
     }
     args.json.write_text(json.dumps(report, indent=2) + "\n")
     s = report["single_run"]
     print(f"{'figure':58} {'local':>10} {'ray':>10}")
-    print(f"{'one c-demo dummy run, ssebench run, wall (median, s)':58} {s['median_wall_local']:>10.2f} "
-          f"{s['median_wall_ray']:>10.2f}")
-    print(f"{'  the run itself, execute on its machine (median, s)':58} {s['median_run_local']:>10.2f} "
-          f"{s['median_run_ray']:>10.2f}")
+    print(
+        f"{'one c-demo dummy run, ssebench run, wall (median, s)':58} {s['median_wall_local']:>10.2f} "
+        f"{s['median_wall_ray']:>10.2f}"
+    )
+    print(
+        f"{'  the run itself, execute on its machine (median, s)':58} {s['median_run_local']:>10.2f} "
+        f"{s['median_run_ray']:>10.2f}"
+    )
     print(f"{'  dispatch added to that run (median, s)':58} {'-':>10} {s['median_dispatch_added']:>10.3f}")
-    print(f"{f'demo sweep, {6 * args.trials} runs (-n 2 / two Ray nodes), wall s':58} {sweep_local['wall']:>10.1f} "
-          f"{sweep_ray['wall']:>10.1f}")
+    print(
+        f"{f'demo sweep, {6 * args.trials} runs (-n 2 / two Ray nodes), wall s':58} {sweep_local['wall']:>10.1f} "
+        f"{sweep_ray['wall']:>10.1f}"
+    )
     print(f"{'  runs per minute':58} {sweep_local['runs_per_minute']:>10.2f} {sweep_ray['runs_per_minute']:>10.2f}")
     extra = sweep_ray["added"]
-    print(f"{'  dispatch added per run in the sweep (median / max, s)':58} {'-':>10} "
-          f"{statistics.median(extra):>5.3f} / {max(extra):.3f}")
+    print(
+        f"{'  dispatch added per run in the sweep (median / max, s)':58} {'-':>10} "
+        f"{statistics.median(extra):>5.3f} / {max(extra):.3f}"
+    )
     print(f"{'  nodes the runs went to':58} {'-':>10} {len(sweep_ray['nodes']):>10}")
     print(f"\nwritten: {args.json}")
     return 0

@@ -66,10 +66,28 @@ def sweep(dataset: Path, workers: int, results: Path) -> dict[str, Any]:
     task's item time (setup, call and teardown, from the junit XML: pytest's start and collection apart)."""
     junit = results.with_suffix(".xml")
     started, cpu = time.monotonic(), cpu_busy()
-    done = subprocess.run([sys.executable, "-m", "pytest", str(dataset), "--agent", "dummy", "-q", "-p",
-                           "no:cacheprovider", "--results", str(results), "-n", str(workers),
-                           f"--junitxml={junit}"],
-                          capture_output=True, text=True, check=False, cwd=ROOT)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            str(dataset),
+            "--agent",
+            "dummy",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--results",
+            str(results),
+            "-n",
+            str(workers),
+            f"--junitxml={junit}",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=ROOT,
+    )
     wall = time.monotonic() - started
     if done.returncode not in (0, 1):
         raise SystemExit(f"the sweep of {dataset} at -n {workers} failed:\n{done.stdout[-3000:]}")
@@ -113,22 +131,32 @@ def measure(name: str, dataset: Path, scratch: Path) -> dict[str, Any]:
         floors[task.id] = floor(task, names[task.id]["tool"])
         if floors[task.id] >= LONG_FLOOR_S:  # the same work as the user a run's scripts run as
             runner_floors[task.id] = floor(task, names[task.id]["tool"], as_runner=True)
-        print(f"{name}: floor of {task.id} {floors[task.id]:.1f} s"
-              + (f", as sse-runner {runner_floors[task.id]:.1f} s" if task.id in runner_floors else ""),
-              file=sys.stderr)
+        print(
+            f"{name}: floor of {task.id} {floors[task.id]:.1f} s"
+            + (f", as sse-runner {runner_floors[task.id]:.1f} s" if task.id in runner_floors else ""),
+            file=sys.stderr,
+        )
     sweeps = {f"n{w}": sweep(dataset, w, scratch / f"{name}-n{w}") for w in (1, 2)}
     total_floor = sum(floors.values())
     return {
-        "tasks": len(tasks), "images_built": built, "images_build_s": built_s,
+        "tasks": len(tasks),
+        "images_built": built,
+        "images_build_s": built_s,
         "nothing_to_build_s_per_task": current_s / len(tasks),
-        "disk_per_task_bytes": sum(disk.values()) / len(tasks), "disk_bytes": disk,
-        "harness_disk_per_task_bytes": sum(harness_disk.values()) / len(tasks), "harness_disk_bytes": harness_disk,
-        "floor_s": floors, "floor_total_s": total_floor, "floor_as_runner_s": runner_floors, "sweeps": sweeps,
+        "disk_per_task_bytes": sum(disk.values()) / len(tasks),
+        "disk_bytes": disk,
+        "harness_disk_per_task_bytes": sum(harness_disk.values()) / len(tasks),
+        "harness_disk_bytes": harness_disk,
+        "floor_s": floors,
+        "floor_total_s": total_floor,
+        "floor_as_runner_s": runner_floors,
+        "sweeps": sweeps,
         "overhead_per_run_s": (sweeps["n1"]["wall_s"] - total_floor) / len(tasks),
         "speedup": sweeps["n1"]["wall_s"] / sweeps["n2"]["wall_s"],
         # Each task's run at -n 1 against its floor: the ratio the performance issue sets for long tasks.
-        "run_over_floor": {t: sweeps["n1"]["item_s"][t] / f for t, f in floors.items()
-                           if f > 0 and t in sweeps["n1"]["item_s"]},
+        "run_over_floor": {
+            t: sweeps["n1"]["item_s"][t] / f for t, f in floors.items() if f > 0 and t in sweeps["n1"]["item_s"]
+        },
     }
 
 
@@ -164,20 +192,32 @@ def remove_copies(dataset: str) -> None:
 
 def print_table(report: dict[str, Any]) -> None:
     print(f"SSEBench scaling, dummy agent, {report['machine']['cpus']} CPUs")
-    print(f"{'dataset':9} {'tasks':>5} {'built':>12} {'current':>9} {'disk/task':>9} {'harness':>8} {'floors':>8} "
-          f"{'-n 1':>8} {'over/run':>8} {'-n 2':>8} {'speedup':>7} {'CPUs busy 1/2':>14}")
+    print(
+        f"{'dataset':9} {'tasks':>5} {'built':>12} {'current':>9} {'disk/task':>9} {'harness':>8} {'floors':>8} "
+        f"{'-n 1':>8} {'over/run':>8} {'-n 2':>8} {'speedup':>7} {'CPUs busy 1/2':>14}"
+    )
     for name, d in report["datasets"].items():
         s = d["sweeps"]
-        harness = f"{d['harness_disk_per_task_bytes'] / 1e6:6.1f}MB" if "harness_disk_per_task_bytes" in d else "       -"
-        print(f"{name:9} {d['tasks']:5} {d['images_built']:3} in {d['images_build_s']:4.0f}s "
-              f"{d['nothing_to_build_s_per_task']:7.3f}s {d['disk_per_task_bytes'] / 1e6:7.1f}MB {harness} "
-              f"{d['floor_total_s']:7.1f}s {s['n1']['wall_s']:7.1f}s {d['overhead_per_run_s']:+7.2f}s "
-              f"{s['n2']['wall_s']:7.1f}s {d['speedup']:6.2f}x {s['n1']['cpus_busy']:6.2f} / {s['n2']['cpus_busy']:.2f}")
-    long = [(name, task, f, d["sweeps"]["n1"]["item_s"][task], ratio) for name, d in report["datasets"].items()
-            for task, ratio in d["run_over_floor"].items() if (f := d["floor_s"][task]) >= LONG_FLOOR_S]
+        harness = (
+            f"{d['harness_disk_per_task_bytes'] / 1e6:6.1f}MB" if "harness_disk_per_task_bytes" in d else "       -"
+        )
+        print(
+            f"{name:9} {d['tasks']:5} {d['images_built']:3} in {d['images_build_s']:4.0f}s "
+            f"{d['nothing_to_build_s_per_task']:7.3f}s {d['disk_per_task_bytes'] / 1e6:7.1f}MB {harness} "
+            f"{d['floor_total_s']:7.1f}s {s['n1']['wall_s']:7.1f}s {d['overhead_per_run_s']:+7.2f}s "
+            f"{s['n2']['wall_s']:7.1f}s {d['speedup']:6.2f}x {s['n1']['cpus_busy']:6.2f} / {s['n2']['cpus_busy']:.2f}"
+        )
+    long = [
+        (name, task, f, d["sweeps"]["n1"]["item_s"][task], ratio)
+        for name, d in report["datasets"].items()
+        for task, ratio in d["run_over_floor"].items()
+        if (f := d["floor_s"][task]) >= LONG_FLOOR_S
+    ]
     if long:
-        print(f"\ntasks whose floor is at least {LONG_FLOOR_S:.0f} s: the run at -n 1 (its item) against the floor, "
-              "and against the floor's work done as sse-runner")
+        print(
+            f"\ntasks whose floor is at least {LONG_FLOOR_S:.0f} s: the run at -n 1 (its item) against the floor, "
+            "and against the floor's work done as sse-runner"
+        )
         print(f"{'dataset':9} {'task':36} {'floor':>8} {'run':>8} {'ratio':>6} {'as runner':>10} {'ratio':>6}")
         for name, task, f, run, ratio in sorted(long, key=lambda row: -row[2]):
             runner = report["datasets"][name].get("floor_as_runner_s", {}).get(task)

@@ -67,9 +67,27 @@ def in_container(image: str, user: str) -> dict[str, float]:
     volume = f"ssebench-benchmark-unprivileged-{os.getpid()}"
     script = f"mkdir -p /work/w && chmod 1777 /work/w && {USERS[user]}bash -c {shlex.quote(PROBE)} probe /work/w"
     try:
-        done = subprocess.run(["docker", "run", "--rm", "--network", "none", "--label", "ssebench.session=benchmark",
-                               "-v", f"{volume}:/work", "--entrypoint", "bash", image, "-c", script],
-                              capture_output=True, text=True, check=False)
+        done = subprocess.run(
+            [
+                "docker",
+                "run",
+                "--rm",
+                "--network",
+                "none",
+                "--label",
+                "ssebench.session=benchmark",
+                "-v",
+                f"{volume}:/work",
+                "--entrypoint",
+                "bash",
+                image,
+                "-c",
+                script,
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
     finally:
         subprocess.run(["docker", "volume", "rm", "-f", volume], capture_output=True, check=False)
     if done.returncode != 0:
@@ -90,14 +108,31 @@ class KernelOverlay:
         if os.geteuid() != 0:
             self.why = "not root"
             return None
-        data = json.loads(subprocess.run(["docker", "inspect", "--format", "{{json .GraphDriver.Data}}", self.image],
-                                         capture_output=True, text=True, check=True).stdout)
+        data = json.loads(
+            subprocess.run(
+                ["docker", "inspect", "--format", "{{json .GraphDriver.Data}}", self.image],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+        )
         layers = ":".join(p for p in (data.get("UpperDir"), data.get("LowerDir")) if p)
         for sub in ("merged", "upper", "work"):
             (self.dir / sub).mkdir()
-        mount = subprocess.run(["mount", "-t", "overlay", "overlay", "-o",
-                                f"lowerdir={layers},upperdir={self.dir / 'upper'},workdir={self.dir / 'work'}",
-                                str(self.root)], capture_output=True, text=True, check=False)
+        mount = subprocess.run(
+            [
+                "mount",
+                "-t",
+                "overlay",
+                "overlay",
+                "-o",
+                f"lowerdir={layers},upperdir={self.dir / 'upper'},workdir={self.dir / 'work'}",
+                str(self.root),
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         if mount.returncode != 0:
             self.why = mount.stderr.strip() or "mount failed"
             return None
@@ -111,9 +146,18 @@ class KernelOverlay:
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir(parents=True)
         work.chmod(0o1777)
-        done = subprocess.run(["chroot", str(self.root), "bash", "-c",
-                               f"{USERS[user]}bash -c {shlex.quote(PROBE)} probe /tmp/probe-{user}"],
-                              capture_output=True, text=True, check=False)
+        done = subprocess.run(
+            [
+                "chroot",
+                str(self.root),
+                "bash",
+                "-c",
+                f"{USERS[user]}bash -c {shlex.quote(PROBE)} probe /tmp/probe-{user}",
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         if done.returncode != 0:
             raise SystemExit(f"the probe failed on the kernel's overlay as {user}: {done.stderr[-2000:]}")
         return _parse(done.stdout)
@@ -131,23 +175,53 @@ def driver_requests(image: str) -> dict[str, dict[str, int]] | None:
     loop = "python3 -c 'import os\nfor i in range(20000): os.stat(\"/usr/include/stdio.h\")'"
     out: dict[str, dict[str, int]] = {}
     for user, prefix in USERS.items():
-        container = subprocess.run(["docker", "run", "-d", "--rm", "--network", "none", "--label",
-                                    "ssebench.session=benchmark", "--entrypoint", "bash", image, "-c",
-                                    f"sleep 2; {prefix}{loop}; sleep 1"], capture_output=True, text=True,
-                                   check=True).stdout.strip()
+        container = subprocess.run(
+            [
+                "docker",
+                "run",
+                "-d",
+                "--rm",
+                "--network",
+                "none",
+                "--label",
+                "ssebench.session=benchmark",
+                "--entrypoint",
+                "bash",
+                image,
+                "-c",
+                f"sleep 2; {prefix}{loop}; sleep 1",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
         try:
-            merged = json.loads(subprocess.run(["docker", "inspect", "--format", "{{json .GraphDriver}}", container],
-                                               capture_output=True, text=True, check=True).stdout)
+            merged = json.loads(
+                subprocess.run(
+                    ["docker", "inspect", "--format", "{{json .GraphDriver}}", container],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                ).stdout
+            )
             if merged.get("Name") != "fuse-overlayfs":
                 return None
             target = merged["Data"]["MergedDir"]
-            pids = [line.split()[0] for line in subprocess.run(["ps", "-eo", "pid,stat,args"], capture_output=True,
-                                                                text=True, check=True).stdout.splitlines()
-                    if "fuse-overlayfs" in line and target in line and " Z" not in line]
+            pids = [
+                line.split()[0]
+                for line in subprocess.run(
+                    ["ps", "-eo", "pid,stat,args"], capture_output=True, text=True, check=True
+                ).stdout.splitlines()
+                if "fuse-overlayfs" in line and target in line and " Z" not in line
+            ]
             if not pids:
                 return None
-            traced = subprocess.run(["timeout", "-s", "INT", "30", "strace", "-f", "-c", "-p", pids[0]],
-                                    capture_output=True, text=True, check=False)
+            traced = subprocess.run(
+                ["timeout", "-s", "INT", "30", "strace", "-f", "-c", "-p", pids[0]],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
             subprocess.run(["docker", "wait", container], capture_output=True, check=False)
             calls: dict[str, int] = {}
             for line in traced.stderr.splitlines():
@@ -161,8 +235,9 @@ def driver_requests(image: str) -> dict[str, dict[str, int]] | None:
 
 
 def default_image() -> str:
-    names = subprocess.run(["docker", "images", "--format", "{{.Repository}}:{{.Tag}}"], capture_output=True,
-                           text=True, check=True).stdout.split()
+    names = subprocess.run(
+        ["docker", "images", "--format", "{{.Repository}}:{{.Tag}}"], capture_output=True, text=True, check=True
+    ).stdout.split()
     for wanted in ("/tool/pilot/c-ares-", "/tool/demo/c-demo:"):
         found = [n for n in names if wanted in n]
         if found:
@@ -177,8 +252,9 @@ def main() -> int:
     parser.add_argument("--json", type=Path, default=Path("unprivileged.json"))
     args = parser.parse_args()
     image = args.image or default_image()
-    driver = subprocess.run(["docker", "info", "--format", "{{.Driver}}"], capture_output=True, text=True,
-                            check=True).stdout.strip()
+    driver = subprocess.run(
+        ["docker", "info", "--format", "{{.Driver}}"], capture_output=True, text=True, check=True
+    ).stdout.strip()
     times: dict[str, dict[str, list[dict[str, float]]]] = {}
     started = time.monotonic()
     with KernelOverlay(image) as overlay:
@@ -190,10 +266,14 @@ def main() -> int:
                 for user in USERS:
                     got = in_container(image, user) if mount is None else mount.probe(user)
                     times.setdefault(place, {}).setdefault(user, []).append(got)
-    report: dict[str, Any] = {"image": image, "driver": driver, "rounds": args.rounds,
-                              "kernel_overlay": "measured" if overlay else f"not measured: {getattr(overlay, 'why', '')}",
-                              "medians": {}, "driver_requests": driver_requests(image) if driver == "fuse-overlayfs"
-                              else None}
+    report: dict[str, Any] = {
+        "image": image,
+        "driver": driver,
+        "rounds": args.rounds,
+        "kernel_overlay": "measured" if overlay else f"not measured: {getattr(overlay, 'why', '')}",
+        "medians": {},
+        "driver_requests": driver_requests(image) if driver == "fuse-overlayfs" else None,
+    }
     print(f"SSEBench: root against sse-runner in {image}, {args.rounds} rounds interleaved, medians (s)")
     print(f"{'where':28} {'user':11}" + "".join(f"{op:>11}" for op in OPERATIONS))
     for place, users in times.items():

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from sse.grading import PatchResult
 
 from pytest_ssebench.report import identity, outcome
-from sse.grading import PatchResult
 from ssebench.errors import ConfigError, ConfigErrors
 from ssebench.logs import for_terminal, last_lines
 from ssebench.result import read_safely
@@ -25,8 +25,8 @@ from ssebench.run import RunConfig, RunRecord
 from ssebench.task import Task
 
 if TYPE_CHECKING:
-    from ssebench.session import RunSession
     from pytest_ssebench.sweep import Sweep
+    from ssebench.session import RunSession
 
 RECORD = pytest.StashKey[RunRecord]()
 CONFIG = pytest.StashKey[RunConfig]()
@@ -61,8 +61,10 @@ def _mark(value: Any) -> str:
 
 def checks_line(patch: PatchResult) -> str:
     pocs = "not run" if patch.pov_total is None else f"{patch.pov_passed}/{patch.pov_total} fixed"
-    return (f"build {_mark(patch.build_success)}; PoCs {pocs}; function test "
-            f"{_mark(patch.func_test_success)}; intent test {_mark(patch.intent_test_success)}")
+    return (
+        f"build {_mark(patch.build_success)}; PoCs {pocs}; function test "
+        f"{_mark(patch.func_test_success)}; intent test {_mark(patch.intent_test_success)}"
+    )
 
 
 def set_aside_list(named: list[str], count: int, shown: int = 10) -> str:
@@ -78,7 +80,7 @@ def failure_text(record: RunRecord) -> str:
     sentence = message
     for prefix, template in _SENTENCES:
         if message.startswith(prefix):
-            sentence = template.format(rest=message[len(prefix):])
+            sentence = template.format(rest=message[len(prefix) :])
             break
     # Written out before it is split, so that a carriage return shows as one, not as a line break.
     log = last_lines(for_terminal(patch.error_log or ""), LOG_LINES).splitlines()
@@ -89,8 +91,10 @@ def failure_text(record: RunRecord) -> str:
     hiding, hidden = record.hiding_code
     if hidden:
         first = hiding[0] if hiding else {"path": "?", "line": ""}
-        lines.append(f"Lines that can hide a bug from the checks: {hidden} (first, {first['path']}: "
-                     f"{first['line'].strip()[:100]}).")
+        lines.append(
+            f"Lines that can hide a bug from the checks: {hidden} (first, {first['path']}: "
+            f"{first['line'].strip()[:100]})."
+        )
     if record.limits_hit:
         lines.append(f"Limits hit: {'; '.join(record.limits_hit)}.")
     if record.usage and record.usage.get("stopped"):
@@ -128,8 +132,9 @@ class RunItem(pytest.Item):
     def setup(self) -> None:
         # Who the run is, first: should anything below raise, the score table still counts it as an error.
         self.user_properties.extend(identity(self.run))
-        record = self.runner.run(self.run, lambda attempt: self.ihook.pytest_ssebench_run_finished(
-            item=self, record=attempt))
+        record = self.runner.run(
+            self.run, lambda attempt: self.ihook.pytest_ssebench_run_finished(item=self, record=attempt)
+        )
         self.stash[RECORD] = record
         self.user_properties.extend(outcome(record))
         if record.infra_error is not None:

@@ -97,62 +97,160 @@ class Setting:
 
 
 SETTINGS = (
-    Setting("--difficulty", "ssebench_difficulty", difficulties, "comma-separated levels 0-4 (default 2)",
-            "LEVELS", env="SSEBENCH_DIFFICULTY", ini="ssebench_difficulty", default="2"),
-    Setting("--mode", "ssebench_mode", parse_modes, "comma-separated modes: sandbox (default), sidecar", "MODES",
-            default="sandbox"),
-    Setting("--agent-timeout", "ssebench_timeout", seconds,
-            f"the agent's time limit per run (default {AGENT_TIMEOUT:.0f})", "SECONDS",
-            env="SSEBENCH_TIMEOUT", default=str(AGENT_TIMEOUT)),
-    Setting("--egress", "ssebench_egress", egress,
-            "restricted (default): an internal network with no route out; open: a normal bridge",
-            "restricted|open", env="SSEBENCH_EGRESS", default="restricted"),
-    Setting("--results", "ssebench_results", None, "where run directories go (default results/)", "DIR",
-            env="SSEBENCH_RESULTS", ini="ssebench_results", default="results"),
-    Setting("--infra-retries", "ssebench_retries", count(0),
-            "retry a run N times after an infrastructure error (never after a failed grade)", "N",
-            env="SSEBENCH_RETRIES", ini="ssebench_retries", default="0"),
-    Setting("--trials", "ssebench_trials", count(1),
-            "run each task x agent x model x difficulty N times, as N items (default 1)", "N",
-            env="SSEBENCH_TRIALS", ini="ssebench_trials", default="1"),
-    Setting("--run-limits", "ssebench_limits", limits,
-            "resource limits of every run container, overriding settings and tasks: "
-            "pids=N,memory=SIZE,cpus=N,file_size=SIZE (e.g. pids=512,memory=2g)", "LIMITS"),
-    Setting("--dispatch", "ssebench_dispatch", parse_dispatch,
-            "where runs execute: local (default, this machine's engine) or ray (tasks of a Ray cluster; "
-            "docs/scale-out.md)", "local|ray", env="SSEBENCH_DISPATCH", ini="ssebench_dispatch", default="local"),
-    Setting("--ray-address", "ssebench_ray_address", None,
-            "the Ray cluster for --dispatch ray, HOST:PORT of its head (default: the one `ray start` left "
-            "on this machine)", "ADDR", env="SSEBENCH_RAY_ADDRESS", ini="ssebench_ray_address"),
-    Setting("--registry", "ssebench_registry", parse_registry,
-            "a registry, HOST:PORT, that builds push images to and machines lacking one pull it from",
-            "HOST:PORT", env="SSEBENCH_IMAGE_REGISTRY", ini="ssebench_registry"),
-    Setting("--model-budget", "ssebench_budget", parse_budget,
-            "what one run may use of its model, overriding the model file: tokens=N,cost=USD "
-            "(e.g. tokens=2000000,cost=5)", "BUDGET"),
+    Setting(
+        "--difficulty",
+        "ssebench_difficulty",
+        difficulties,
+        "comma-separated levels 0-4 (default 2)",
+        "LEVELS",
+        env="SSEBENCH_DIFFICULTY",
+        ini="ssebench_difficulty",
+        default="2",
+    ),
+    Setting(
+        "--mode",
+        "ssebench_mode",
+        parse_modes,
+        "comma-separated modes: sandbox (default), sidecar",
+        "MODES",
+        default="sandbox",
+    ),
+    Setting(
+        "--agent-timeout",
+        "ssebench_timeout",
+        seconds,
+        f"the agent's time limit per run (default {AGENT_TIMEOUT:.0f})",
+        "SECONDS",
+        env="SSEBENCH_TIMEOUT",
+        default=str(AGENT_TIMEOUT),
+    ),
+    Setting(
+        "--egress",
+        "ssebench_egress",
+        egress,
+        "restricted (default): an internal network with no route out; open: a normal bridge",
+        "restricted|open",
+        env="SSEBENCH_EGRESS",
+        default="restricted",
+    ),
+    Setting(
+        "--results",
+        "ssebench_results",
+        None,
+        "where run directories go (default results/)",
+        "DIR",
+        env="SSEBENCH_RESULTS",
+        ini="ssebench_results",
+        default="results",
+    ),
+    Setting(
+        "--infra-retries",
+        "ssebench_retries",
+        count(0),
+        "retry a run N times after an infrastructure error (never after a failed grade)",
+        "N",
+        env="SSEBENCH_RETRIES",
+        ini="ssebench_retries",
+        default="0",
+    ),
+    Setting(
+        "--trials",
+        "ssebench_trials",
+        count(1),
+        "run each task x agent x model x difficulty N times, as N items (default 1)",
+        "N",
+        env="SSEBENCH_TRIALS",
+        ini="ssebench_trials",
+        default="1",
+    ),
+    Setting(
+        "--run-limits",
+        "ssebench_limits",
+        limits,
+        "resource limits of every run container, overriding settings and tasks: "
+        "pids=N,memory=SIZE,cpus=N,file_size=SIZE (e.g. pids=512,memory=2g)",
+        "LIMITS",
+    ),
+    Setting(
+        "--dispatch",
+        "ssebench_dispatch",
+        parse_dispatch,
+        "where runs execute: local (default, this machine's engine) or ray (tasks of a Ray cluster; docs/scale-out.md)",
+        "local|ray",
+        env="SSEBENCH_DISPATCH",
+        ini="ssebench_dispatch",
+        default="local",
+    ),
+    Setting(
+        "--ray-address",
+        "ssebench_ray_address",
+        None,
+        "the Ray cluster for --dispatch ray, HOST:PORT of its head (default: the one `ray start` left on this machine)",
+        "ADDR",
+        env="SSEBENCH_RAY_ADDRESS",
+        ini="ssebench_ray_address",
+    ),
+    Setting(
+        "--registry",
+        "ssebench_registry",
+        parse_registry,
+        "a registry, HOST:PORT, that builds push images to and machines lacking one pull it from",
+        "HOST:PORT",
+        env="SSEBENCH_IMAGE_REGISTRY",
+        ini="ssebench_registry",
+    ),
+    Setting(
+        "--model-budget",
+        "ssebench_budget",
+        parse_budget,
+        "what one run may use of its model, overriding the model file: tokens=N,cost=USD (e.g. tokens=2000000,cost=5)",
+        "BUDGET",
+    ),
 )
 FLAGS = (
     ("--keep-containers", "ssebench_keep", "leave each run's container in place after it ends (for debugging)"),
-    ("--rebuild", "ssebench_rebuild", "rebuild every image of the collected tasks before running, ignoring "
-                                      "Docker's cache"),
-    ("--resume", "ssebench_resume", "report an item from its finished run in the results directory (same task "
-                                    "and version, agent, model, difficulty, mode and trial) instead of running it"),
+    (
+        "--rebuild",
+        "ssebench_rebuild",
+        "rebuild every image of the collected tasks before running, ignoring Docker's cache",
+    ),
+    (
+        "--resume",
+        "ssebench_resume",
+        "report an item from its finished run in the results directory (same task "
+        "and version, agent, model, difficulty, mode and trial) instead of running it",
+    ),
 )
 
 
 def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup("ssebench", "SSEBench runs (every run is a test item)")
-    group.addoption("--agent", action="append", default=[], metavar="NAME",
-                    help="agent to run on each collected task; repeatable (ini: ssebench_agents)")
-    group.addoption("--model", action="append", default=[], metavar="NAME",
-                    help="model for the agents that need one; repeatable (ini: ssebench_models). "
-                         "dummy and reference record 'none'")
+    group.addoption(
+        "--agent",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="agent to run on each collected task; repeatable (ini: ssebench_agents)",
+    )
+    group.addoption(
+        "--model",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="model for the agents that need one; repeatable (ini: ssebench_models). dummy and reference record 'none'",
+    )
     parser.addini("ssebench_agents", "default --agent values", type="args", default=[])
     parser.addini("ssebench_models", "default --model values", type="args", default=[])
     for s in SETTINGS:
         sources = ", ".join(filter(None, (s.env and f"env {s.env}", s.ini and f"ini {s.ini}")))
-        group.addoption(s.flag, dest=s.dest, default=None, metavar=s.metavar, type=s.parse,
-                        help=s.help + (f" ({sources})" if sources else ""))
+        group.addoption(
+            s.flag,
+            dest=s.dest,
+            default=None,
+            metavar=s.metavar,
+            type=s.parse,
+            help=s.help + (f" ({sources})" if sources else ""),
+        )
         if s.ini:
             parser.addini(s.ini, f"default {s.flag}", default=s.default)
     for flag, dest, text in FLAGS:
@@ -210,9 +308,19 @@ def parse_options(config: pytest.Config) -> Options:
     return Options(
         agents=tuple(opt.agent or config.getini("ssebench_agents")),
         models=tuple(opt.model or config.getini("ssebench_models")),
-        difficulties=value["ssebench_difficulty"], modes=value["ssebench_mode"], timeout=value["ssebench_timeout"],
-        egress=value["ssebench_egress"], results=results, retries=value["ssebench_retries"],
-        trials=value["ssebench_trials"], keep_containers=bool(opt.ssebench_keep), rebuild=bool(opt.ssebench_rebuild),
-        resume=bool(opt.ssebench_resume), limits=value["ssebench_limits"] or {}, budget=value["ssebench_budget"],
-        dispatch=value["ssebench_dispatch"], ray_address=value["ssebench_ray_address"] or None,
-        registry=value["ssebench_registry"] or None)
+        difficulties=value["ssebench_difficulty"],
+        modes=value["ssebench_mode"],
+        timeout=value["ssebench_timeout"],
+        egress=value["ssebench_egress"],
+        results=results,
+        retries=value["ssebench_retries"],
+        trials=value["ssebench_trials"],
+        keep_containers=bool(opt.ssebench_keep),
+        rebuild=bool(opt.ssebench_rebuild),
+        resume=bool(opt.ssebench_resume),
+        limits=value["ssebench_limits"] or {},
+        budget=value["ssebench_budget"],
+        dispatch=value["ssebench_dispatch"],
+        ray_address=value["ssebench_ray_address"] or None,
+        registry=value["ssebench_registry"] or None,
+    )

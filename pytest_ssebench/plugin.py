@@ -13,8 +13,11 @@ from pytest_ssebench import hookspecs
 from pytest_ssebench.options import add_options
 
 MARKERS = {
-    "c": "a task in C", "go": "a task in Go", "rust": "a task in Rust",
-    "sandbox": "a run in sandbox mode", "sidecar": "a run in sidecar mode (the agent in a container of its own)",
+    "c": "a task in C",
+    "go": "a task in Go",
+    "rust": "a task in Rust",
+    "sandbox": "a run in sandbox mode",
+    "sidecar": "a run in sidecar mode (the agent in a container of its own)",
     "ssebench": "an SSEBench run",
 }
 

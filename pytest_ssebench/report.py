@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pytest_ssebench.transcript import render_transcript
 from sse.dialog import parse
 
+from pytest_ssebench.transcript import render_transcript
 from ssebench.logs import for_terminal
 from ssebench.result import read_safely, recorded_status
 from ssebench.run import RunConfig, RunRecord
@@ -26,8 +26,7 @@ from ssebench.run import RunConfig, RunRecord
 DIALOG_BYTES = 8 << 20
 
 PREFIX = "ssebench."
-PATCH_FIELDS = ("build_success", "pov_passed", "pov_total", "func_test_success",
-                "intent_test_success", "error_msg")
+PATCH_FIELDS = ("build_success", "pov_passed", "pov_total", "func_test_success", "intent_test_success", "error_msg")
 RUNTIME_FIELDS = ("agent_duration", "agent_timeout", "evaluator_timeout", "agent_exit_code")
 USAGE_FIELDS = ("calls", "prompt_tokens", "completion_tokens", "cost", "stopped")
 
@@ -38,10 +37,18 @@ def _prefixed(props: list[tuple[str, object]]) -> list[tuple[str, object]]:
 
 def _identity(config: RunConfig) -> list[tuple[str, object]]:
     task = config.task
-    return [("task", task.id), ("project", task.config.project), ("language", task.language),
-            ("advisories", ", ".join(task.advisories())), ("dataset_version", task.dataset_version),
-            ("agent", config.agent.name), ("model", config.model), ("difficulty", config.difficulty),
-            ("mode", config.mode), ("trial", config.trial)]
+    return [
+        ("task", task.id),
+        ("project", task.config.project),
+        ("language", task.language),
+        ("advisories", ", ".join(task.advisories())),
+        ("dataset_version", task.dataset_version),
+        ("agent", config.agent.name),
+        ("model", config.model),
+        ("difficulty", config.difficulty),
+        ("mode", config.mode),
+        ("trial", config.trial),
+    ]
 
 
 def identity(config: RunConfig) -> list[tuple[str, object]]:
@@ -57,8 +64,10 @@ def properties(record: RunRecord) -> list[tuple[str, object]]:
 def outcome(record: RunRecord) -> list[tuple[str, object]]:
     """What a run produced (grade, checks, times, usage, limits) as junit-xml properties."""
     props: list[tuple[str, object]] = [
-        ("resumed", record.resumed), ("run_id", record.run_id),
-        ("run_dir", str(record.run_dir)), ("grade", record.grade),
+        ("resumed", record.resumed),
+        ("run_id", record.run_id),
+        ("run_dir", str(record.run_dir)),
+        ("grade", record.grade),
     ]
     patch, runtime = record.patch_result, record.runtime_result
     # The grade the evaluator recorded (no result.json, none); PatchResult.status is the SDK's method, not a value.
@@ -76,8 +85,10 @@ def outcome(record: RunRecord) -> list[tuple[str, object]]:
         props += [("signal.protected_files", ", ".join(set_aside)), ("signal.protected_files_count", count)]
     hiding, hidden = record.hiding_code
     if hidden:  # a signal, never a grade: graded lines that can hide a bug from the checks
-        props += [("signal.hiding_code", "; ".join(f"{h['path']}: {h['line'].strip()}" for h in hiding[:10])),
-                  ("signal.hiding_code_count", hidden)]
+        props += [
+            ("signal.hiding_code", "; ".join(f"{h['path']}: {h['line'].strip()}" for h in hiding[:10])),
+            ("signal.hiding_code_count", hidden),
+        ]
     return _prefixed(props)
 
 
@@ -101,34 +112,56 @@ def grade_card(record: RunRecord) -> str:
     pocs = "— not run" if patch.pov_total is None else f"{patch.pov_passed} / {patch.pov_total} fixed"
     task = record.config.task
     what = f"{task.id}: {task.config.project} ({task.language})"
-    rows = [("task", html.escape(what)),
-            ("advisories", html.escape(", ".join(task.advisories()) or "—")),
-            ("ran", html.escape(f"difficulty {record.config.difficulty}, {record.config.mode} mode, "
-                                f"egress {record.config.egress}")),
-            ("grade", f'<b style="color:{colour}">{html.escape(record.grade)}</b>'),
-            ("build", _cell(patch.build_success)), ("PoCs", html.escape(pocs)),
-            ("function test", _cell(patch.func_test_success)),
-            ("intent test", _cell(patch.intent_test_success)),
-            ("first failure", html.escape(str(patch.error_msg or record.infra_error or "—"))),
-            ("agent time", f"{record.durations.get('agent', 0):.1f} s")]
+    rows = [
+        ("task", html.escape(what)),
+        ("advisories", html.escape(", ".join(task.advisories()) or "—")),
+        (
+            "ran",
+            html.escape(
+                f"difficulty {record.config.difficulty}, {record.config.mode} mode, egress {record.config.egress}"
+            ),
+        ),
+        ("grade", f'<b style="color:{colour}">{html.escape(record.grade)}</b>'),
+        ("build", _cell(patch.build_success)),
+        ("PoCs", html.escape(pocs)),
+        ("function test", _cell(patch.func_test_success)),
+        ("intent test", _cell(patch.intent_test_success)),
+        ("first failure", html.escape(str(patch.error_msg or record.infra_error or "—"))),
+        ("agent time", f"{record.durations.get('agent', 0):.1f} s"),
+    ]
     if record.usage:
         u = record.usage
         stopped = f"; stopped: {html.escape(str(u['stopped']))}" if u.get("stopped") else ""
-        rows.append(("model use", f"{u.get('calls', 0)} calls, {u.get('prompt_tokens', 0)} in + "
-                                  f"{u.get('completion_tokens', 0)} out tokens, ${float(u.get('cost') or 0):.4f}"
-                                  f"{stopped}"))
+        rows.append(
+            (
+                "model use",
+                f"{u.get('calls', 0)} calls, {u.get('prompt_tokens', 0)} in + "
+                f"{u.get('completion_tokens', 0)} out tokens, ${float(u.get('cost') or 0):.4f}"
+                f"{stopped}",
+            )
+        )
     if record.limits_hit:
         rows.append(("limits hit", html.escape("; ".join(record.limits_hit))))
     set_aside, count = record.set_aside
     if count:
-        rows.append(("set aside", html.escape(f"the patch's changes to {count} file(s) outside the code under "
-                                              f"repair, which grading took from the original: "
-                                              + ", ".join(set_aside[:50]))))
+        rows.append(
+            (
+                "set aside",
+                html.escape(
+                    f"the patch's changes to {count} file(s) outside the code under "
+                    f"repair, which grading took from the original: " + ", ".join(set_aside[:50])
+                ),
+            )
+        )
     hiding, hidden = record.hiding_code
     if hidden:
-        rows.append(("can hide the bug", html.escape(f"{hidden} added line(s) that can hide a bug from the checks "
-                                                     "rather than fix it: ")
-                     + "<br>".join(html.escape(f"{h['path']}: {h['line'].strip()}") for h in hiding[:10])))
+        rows.append(
+            (
+                "can hide the bug",
+                html.escape(f"{hidden} added line(s) that can hide a bug from the checks rather than fix it: ")
+                + "<br>".join(html.escape(f"{h['path']}: {h['line'].strip()}") for h in hiding[:10]),
+            )
+        )
     rows.append(("run", html.escape(str(record.run_dir))))
     body = "".join(f"<tr><th style='text-align:left;padding-right:1em'>{k}</th><td>{v}</td></tr>" for k, v in rows)
     return f"<div><table>{body}</table></div>"
@@ -149,11 +182,16 @@ def html_extras(record: RunRecord) -> list[dict[str, Any]]:
         card += f"<details open><summary>final.patch</summary><pre>{shown}</pre></details>"
     dialog = read_safely(record.run_dir, "archive/dialog.jsonl", limit=DIALOG_BYTES, tail=False)
     if dialog:
-        card += ("<details open><summary>what the agent did (archive/dialog.jsonl)</summary>"
-                 f"{render_transcript(parse(dialog))}</details>")
+        card += (
+            "<details open><summary>what the agent did (archive/dialog.jsonl)</summary>"
+            f"{render_transcript(parse(dialog))}</details>"
+        )
     items = [extras.html(card)]
-    for relative, name in (("archive/dialog.jsonl", "dialog.jsonl"), ("evaluator.log", "evaluator.log"),
-                           ("agent.log", "agent.log")):
+    for relative, name in (
+        ("archive/dialog.jsonl", "dialog.jsonl"),
+        ("evaluator.log", "evaluator.log"),
+        ("agent.log", "agent.log"),
+    ):
         text = read_safely(record.run_dir, relative)
         if text:
             items.append(extras.text(text, name=name))
@@ -179,8 +217,11 @@ class Tally:
             counts = self.per_task[f"{props.get(PREFIX + 'task')}/{props.get(PREFIX + 'mode')}"]
             counts[0] += 1
             counts[1] += outcome == "passed"
-        for check, key in (("build", "build_success"), ("function", "func_test_success"),
-                           ("intent", "intent_test_success")):
+        for check, key in (
+            ("build", "build_success"),
+            ("function", "func_test_success"),
+            ("intent", "intent_test_success"),
+        ):
             value = props.get(PREFIX + key)
             if isinstance(value, bool):
                 self.checks[check].append(value)
@@ -259,24 +300,61 @@ class ScoreTable:
         if PREFIX + "agent" not in props:
             return
         self.seen.add(nodeid)
-        key = (str(props[PREFIX + "agent"]), str(props[PREFIX + "model"]), int(props[PREFIX + "difficulty"]),  # type: ignore[call-overload]
-               str(props.get(PREFIX + "mode", "sandbox")))
+        key = (
+            str(props[PREFIX + "agent"]),
+            str(props[PREFIX + "model"]),
+            int(props[PREFIX + "difficulty"]),  # type: ignore[call-overload]
+            str(props.get(PREFIX + "mode", "sandbox")),
+        )
         self.rows[key].add(outcome, props)
 
     def cells(self) -> list[tuple[str, ...]]:
         """The table as rows of cells, the header first."""
         k = self.trials
-        header = ("agent", "model", "diff", "mode", "runs", "passed", "failed", "error", "pass rate [95% CI]",
-                  *(("pass@1", f"pass@{k}") if k > 1 else ()), "build", "PoC", "function", "intent",
-                  "agent time", "tokens", "cost")
+        header = (
+            "agent",
+            "model",
+            "diff",
+            "mode",
+            "runs",
+            "passed",
+            "failed",
+            "error",
+            "pass rate [95% CI]",
+            *(("pass@1", f"pass@{k}") if k > 1 else ()),
+            "build",
+            "PoC",
+            "function",
+            "intent",
+            "agent time",
+            "tokens",
+            "cost",
+        )
         table: list[tuple[str, ...]] = [header]
         for (agent, model, level, mode), t in sorted(self.rows.items()):
             mean = f"{sum(t.agent_times) / len(t.agent_times):.1f}s" if t.agent_times else "-"
             tokens, cost = (str(t.tokens), f"${t.cost:.4f}") if t.metered else ("-", "-")
-            table.append((agent, model, str(level), mode, str(t.runs), str(t.outcomes["passed"]),
-                          str(t.outcomes["failed"]), str(t.outcomes["error"]), t.pass_rate(),
-                          *((t.pass_at(1), t.pass_at(k)) if k > 1 else ()), t.rate("build"), t.rate("poc"),
-                          t.rate("function"), t.rate("intent"), mean, tokens, cost))
+            table.append(
+                (
+                    agent,
+                    model,
+                    str(level),
+                    mode,
+                    str(t.runs),
+                    str(t.outcomes["passed"]),
+                    str(t.outcomes["failed"]),
+                    str(t.outcomes["error"]),
+                    t.pass_rate(),
+                    *((t.pass_at(1), t.pass_at(k)) if k > 1 else ()),
+                    t.rate("build"),
+                    t.rate("poc"),
+                    t.rate("function"),
+                    t.rate("intent"),
+                    mean,
+                    tokens,
+                    cost,
+                )
+            )
         return table
 
     def lines(self) -> list[str]:
@@ -288,11 +366,14 @@ class ScoreTable:
         header, *rows = self.cells()
         cell = "padding:3px 10px;border:1px solid #d0d7de;text-align:left;white-space:nowrap"
         head = "".join(f'<th style="{cell};background:#f6f8fa">{html.escape(c)}</th>' for c in header)
-        body = "".join("<tr>" + "".join(f'<td style="{cell}">{html.escape(c)}</td>' for c in row) + "</tr>"
-                       for row in rows)
-        return (f'<h2>SSEBench scores</h2><table id="ssebench-scores" style="border-collapse:collapse">'
-                f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table><p>Pass rates count graded runs (errors are infrastructure, not "
-                "grades); the interval is Wilson's 95 %. pass@k is averaged over tasks.</p>")
+        body = "".join(
+            "<tr>" + "".join(f'<td style="{cell}">{html.escape(c)}</td>' for c in row) + "</tr>" for row in rows
+        )
+        return (
+            f'<h2>SSEBench scores</h2><table id="ssebench-scores" style="border-collapse:collapse">'
+            f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table><p>Pass rates count graded runs (errors are infrastructure, not "
+            "grades); the interval is Wilson's 95 %. pass@k is averaged over tasks.</p>"
+        )
 
 
 class ReportHooks:

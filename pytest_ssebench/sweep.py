@@ -54,23 +54,41 @@ class Sweep:
         workerinput = getattr(config, "workerinput", None)
         if workerinput is not None:
             session = Session(id=workerinput["ssebench_session"], controller=int(workerinput["ssebench_controller"]))
-            gateway = (workerinput["ssebench_gateway"], workerinput["ssebench_gateway_token"]) \
-                if "ssebench_gateway" in workerinput else None
+            gateway = (
+                (workerinput["ssebench_gateway"], workerinput["ssebench_gateway_token"])
+                if "ssebench_gateway" in workerinput
+                else None
+            )
         else:
             session, gateway = Session.new(), None
         self.is_controller = workerinput is None
         self._backend: Any = None
         self.loader = TaskLoader()
         o = self.options
-        plan = Plan(results=o.results, needs_model=needing, models=o.models, budget=o.budget, dispatch=o.dispatch,
-                    ray_address=o.ray_address, egress=o.egress,
-                    workers=getattr(config.option, "numprocesses", None) or 0, keep=o.keep_containers,
-                    retries=o.retries, resume=o.resume)
+        plan = Plan(
+            results=o.results,
+            needs_model=needing,
+            models=o.models,
+            budget=o.budget,
+            dispatch=o.dispatch,
+            ray_address=o.ray_address,
+            egress=o.egress,
+            workers=getattr(config.option, "numprocesses", None) or 0,
+            keep=o.keep_containers,
+            retries=o.retries,
+            resume=o.resume,
+        )
         try:
             # The session's life (ssebench.session): the gateway starts here, so that xdist's workers get it.
-            self.lifecycle = RunSession(self.settings, plan, session=session, controller=workerinput is None,
-                                        gateway=gateway, backend=self.backend,
-                                        link=lambda run: config.hook.pytest_ssebench_model_link(config=config, run=run))
+            self.lifecycle = RunSession(
+                self.settings,
+                plan,
+                session=session,
+                controller=workerinput is None,
+                gateway=gateway,
+                backend=self.backend,
+                link=lambda run: config.hook.pytest_ssebench_model_link(config=config, run=run),
+            )
             self.lifecycle.start_models()
         except OptionError as exc:
             raise pytest.UsageError(for_terminal(str(exc))) from None
@@ -78,8 +96,12 @@ class Sweep:
         self._registered_markers: set[str] = set()
         if config.pluginmanager.hasplugin("xdist"):
             config.pluginmanager.register(_XdistHooks(self), "ssebench-xdist")
-        self.reports = ReportHooks(self.options.results, html=config.pluginmanager.hasplugin("html"),
-                                   show_table=self.is_controller, trials=self.options.trials)
+        self.reports = ReportHooks(
+            self.options.results,
+            html=config.pluginmanager.hasplugin("html"),
+            show_table=self.is_controller,
+            trials=self.options.trials,
+        )
         config.pluginmanager.register(self.reports, "ssebench-report")
         if self.is_controller:  # how long each item took, for the next sweep's order (pytest_ssebench.schedule)
             config.pluginmanager.register(DurationHooks(self.settings.cache_dir), "ssebench-durations")
@@ -140,15 +162,24 @@ class Sweep:
             raise TaskDirectory.CollectError(str(exc)) from None
         runs = []
         for agent in self.agents:
-            for model in (self.options.models if agent.needs_model else ("none",)):
+            for model in self.options.models if agent.needs_model else ("none",):
                 for difficulty in self.options.difficulties:
                     for mode in self.options.modes:
                         for trial in range(1, self.options.trials + 1):
-                            runs.append(RunConfig(task=task, agent=agent, model=model, difficulty=difficulty,
-                                                  mode=mode, timeout=self.options.timeout,
-                                                  egress=self.options.egress,
-                                                  keep_container=self.options.keep_containers, limits=limits,
-                                                  trial=trial))
+                            runs.append(
+                                RunConfig(
+                                    task=task,
+                                    agent=agent,
+                                    model=model,
+                                    difficulty=difficulty,
+                                    mode=mode,
+                                    timeout=self.options.timeout,
+                                    egress=self.options.egress,
+                                    keep_container=self.options.keep_containers,
+                                    limits=limits,
+                                    trial=trial,
+                                )
+                            )
         return runs
 
     def item_name(self, run: RunConfig) -> str:
@@ -204,9 +235,11 @@ class Sweep:
         resume = "; resuming finished runs" if o.resume else ""
         ray = f"; dispatch ray ({o.ray_address or 'auto'})" if o.dispatch == "ray" else ""
         registry = f"; registry {o.registry}" if o.registry else ""
-        return (f"ssebench: agents {','.join(o.agents)}; models {','.join(o.models) or 'none'}; difficulty "
-                f"{','.join(map(str, o.difficulties))}; mode {','.join(o.modes)}{trials}; egress {o.egress}; "
-                f"results {o.results}{resume}{ray}{registry}")
+        return (
+            f"ssebench: agents {','.join(o.agents)}; models {','.join(o.models) or 'none'}; difficulty "
+            f"{','.join(map(str, o.difficulties))}; mode {','.join(o.modes)}{trials}; egress {o.egress}; "
+            f"results {o.results}{resume}{ray}{registry}"
+        )
 
 
 class _XdistHooks:

@@ -17,8 +17,7 @@ FOLD_LINES = 20
 FOLD_CHARS = 2000
 SHOW_CHARS = 100_000
 KNOWN = ("init", "prompt", "message", "thinking", "tool_call", "tool_result", "complete")
-STATUS_COLOURS = {"done": "#1a7f37", "error": "#cf222e", "timeout": "#9a6700", "budget": "#9a6700",
-                  "turns": "#9a6700"}
+STATUS_COLOURS = {"done": "#1a7f37", "error": "#cf222e", "timeout": "#9a6700", "budget": "#9a6700", "turns": "#9a6700"}
 
 STYLE = (
     "<style>"
@@ -39,14 +38,17 @@ def _text(value: Any) -> str:
 
 def _block(text: str, label: str, *, open_: bool = False) -> str:
     """Text in a <pre>, folded under `label` when it is long."""
-    shown = text if len(text) <= SHOW_CHARS else text[:SHOW_CHARS] + f"\n[... {len(text) - SHOW_CHARS} characters not shown]"
+    shown = (
+        text
+        if len(text) <= SHOW_CHARS
+        else text[:SHOW_CHARS] + f"\n[... {len(text) - SHOW_CHARS} characters not shown]"
+    )
     pre = f"<pre>{escape(shown)}</pre>"
     lines = text.count("\n") + 1
     if lines <= FOLD_LINES and len(text) <= FOLD_CHARS:
         return pre
     opened = " open" if open_ else ""
-    return (f"<details{opened}><summary>{escape(label)} ({lines} lines, {len(text)} characters)</summary>"
-            f"{pre}</details>")
+    return f"<details{opened}><summary>{escape(label)} ({lines} lines, {len(text)} characters)</summary>{pre}</details>"
 
 
 def _raw(record: Any) -> str:
@@ -57,8 +59,10 @@ def _raw(record: Any) -> str:
 
 
 def _invalid(index: int, problem: str, record: Any) -> str:
-    return (f'<div class="rec bad"><b class="err">invalid record {index}</b>: {escape(problem)}'
-            f"{_block(_raw(record), 'raw record')}</div>")
+    return (
+        f'<div class="rec bad"><b class="err">invalid record {index}</b>: {escape(problem)}'
+        f"{_block(_raw(record), 'raw record')}</div>"
+    )
 
 
 def _tokens(tokens: Any) -> str:
@@ -101,8 +105,13 @@ def _problem(record: dict[str, Any]) -> str | None:
     """Why a record of a known type cannot be shown as one, or None."""
     kind = record["type"]
     need: dict[str, tuple[str, ...]] = {
-        "init": ("agent", "model"), "prompt": ("text",), "message": ("text",), "thinking": ("text",),
-        "tool_call": ("tool_id", "name"), "tool_result": ("tool_id",), "complete": ("status",),
+        "init": ("agent", "model"),
+        "prompt": ("text",),
+        "message": ("text",),
+        "thinking": ("text",),
+        "tool_call": ("tool_id", "name"),
+        "tool_result": ("tool_id",),
+        "complete": ("status",),
     }
     for name in need[kind]:
         if not isinstance(record.get(name), str):
@@ -132,16 +141,21 @@ def render_transcript(records: list[Any]) -> str:
             out.append(_invalid(index, problem, record))
             continue
         if kind == "init":
-            extra = ", ".join(f"{k}={_text(v)}" for k, v in record.items()
-                              if k not in ("seq", "ts", "type", "agent", "model"))
-            out.append(f'<div class="rec"><b>{escape(record["agent"])}</b> with model '
-                       f'<b>{escape(record["model"])}</b>'
-                       f'{f" <span class=meta>({escape(extra)})</span>" if extra else ""}</div>')
+            extra = ", ".join(
+                f"{k}={_text(v)}" for k, v in record.items() if k not in ("seq", "ts", "type", "agent", "model")
+            )
+            out.append(
+                f'<div class="rec"><b>{escape(record["agent"])}</b> with model '
+                f"<b>{escape(record['model'])}</b>"
+                f"{f' <span class=meta>({escape(extra)})</span>' if extra else ''}</div>"
+            )
         elif kind == "prompt":
             out.append(f'<div class="rec"><b>Task prompt</b>{_block(record["text"], "the prompt")}</div>')
         elif kind == "thinking":
-            out.append(f'<div class="rec"><details><summary>thinking{escape(_tokens(record.get("tokens")))}'
-                       f"</summary><pre>{escape(record['text'])}</pre></details></div>")
+            out.append(
+                f'<div class="rec"><details><summary>thinking{escape(_tokens(record.get("tokens")))}'
+                f"</summary><pre>{escape(record['text'])}</pre></details></div>"
+            )
         elif kind == "message":
             tokens = record.get("tokens")
             if isinstance(tokens, dict):
@@ -152,27 +166,34 @@ def render_transcript(records: list[Any]) -> str:
             out.append(f'<div class="rec msg"><div class="meta">{escape(label + _tokens(tokens))}</div>{body}</div>')
         elif kind == "tool_call":
             result = results.get(record["tool_id"])
-            answer = ('<div class="err">no result recorded for this call</div>' if result is None
-                      else f'<div class="meta">result</div>{_result(result)}')
+            answer = (
+                '<div class="err">no result recorded for this call</div>'
+                if result is None
+                else f'<div class="meta">result</div>{_result(result)}'
+            )
             if result is not None:
                 shown_results.add(id(result))
-            out.append(f'<div class="rec tool"><b>{escape(record["name"])}</b> '
-                       f'<span class="meta">{escape(record["tool_id"])}</span>'
-                       f"{_arguments(record.get('input'))}{answer}</div>")
+            out.append(
+                f'<div class="rec tool"><b>{escape(record["name"])}</b> '
+                f'<span class="meta">{escape(record["tool_id"])}</span>'
+                f"{_arguments(record.get('input'))}{answer}</div>"
+            )
         elif kind == "tool_result":
             if id(record) not in shown_results:
-                out.append(f'<div class="rec bad"><span class="err">result of {escape(record["tool_id"])}, '
-                           f"that no earlier call is waiting for</span>{_result(record)}</div>")
+                out.append(
+                    f'<div class="rec bad"><span class="err">result of {escape(record["tool_id"])}, '
+                    f"that no earlier call is waiting for</span>{_result(record)}</div>"
+                )
         elif kind == "complete":
             status = record["status"]
             colour = STATUS_COLOURS.get(status, "#9a6700")
             reason = record.get("reason")
             totals = record.get("totals")
-            totals_text = (", ".join(f"{k} {_text(v)}" for k, v in totals.items())
-                           if isinstance(totals, dict) else "")
-            out.append(f'<div class="rec"><b>complete: <span style="color:{colour}">{escape(status)}</span></b>'
-                       f"{f' — {escape(_text(reason))}' if reason else ''}"
-                       f'{f"<div class=meta>{escape(totals_text)}</div>" if totals_text else ""}</div>')
+            totals_text = ", ".join(f"{k} {_text(v)}" for k, v in totals.items()) if isinstance(totals, dict) else ""
+            out.append(
+                f'<div class="rec"><b>complete: <span style="color:{colour}">{escape(status)}</span></b>'
+                f"{f' — {escape(_text(reason))}' if reason else ''}"
+                f"{f'<div class=meta>{escape(totals_text)}</div>' if totals_text else ''}</div>"
+            )
     out.append("</div>")
     return "".join(out)
-

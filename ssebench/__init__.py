@@ -29,13 +29,25 @@ if TYPE_CHECKING:
 from ssebench.version import __version__
 
 _HOMES = {
-    "Agent": "agent", "AgentConfig": "agent", "load_agent": "agent",
-    "Dataset": "dataset", "DatasetConfig": "dataset", "find_datasets": "dataset", "load_dataset": "dataset",
+    "Agent": "agent",
+    "AgentConfig": "agent",
+    "load_agent": "agent",
+    "Dataset": "dataset",
+    "DatasetConfig": "dataset",
+    "find_datasets": "dataset",
+    "load_dataset": "dataset",
     "load_tasks": "dataset",
-    "BootstrapError": "errors", "ConfigError": "errors", "ConfigErrors": "errors",
-    "DockerUnavailableError": "errors", "ImageBuildError": "errors", "SSEBenchError": "errors",
-    "Settings": "settings", "get_settings": "settings",
-    "Task": "task", "TaskConfig": "task", "load_task": "task",
+    "BootstrapError": "errors",
+    "ConfigError": "errors",
+    "ConfigErrors": "errors",
+    "DockerUnavailableError": "errors",
+    "ImageBuildError": "errors",
+    "SSEBenchError": "errors",
+    "Settings": "settings",
+    "get_settings": "settings",
+    "Task": "task",
+    "TaskConfig": "task",
+    "load_task": "task",
 }
 
 
@@ -44,6 +56,7 @@ def __getattr__(name: str) -> Any:
     if home is None:
         raise AttributeError(f"module 'ssebench' has no attribute {name!r}")
     return getattr(import_module(f"ssebench.{home}"), name)
+
 
 __all__ = [
     "Agent",

@@ -11,6 +11,7 @@ from ssebench.errors import ConfigError
 from ssebench.schema import Strict, load
 from ssebench.task import TASK_ID_PATTERN
 
+
 class AgentConfig(Strict):
     """`agent.yaml`."""
 
@@ -61,5 +62,7 @@ def load_agent(agents_dir: Path, name: str) -> Agent:
     if config.name != name:
         raise ConfigError(path / "agent.yaml", "name", f"'{config.name}' differs from the folder name '{name}'")
     if not (path / "Dockerfile").is_file():
-        raise ConfigError(path / "Dockerfile", "", "file not found; an agent image is built from it FROM ${SSEBENCH_TOOL}")
+        raise ConfigError(
+            path / "Dockerfile", "", "file not found; an agent image is built from it FROM ${SSEBENCH_TOOL}"
+        )
     return Agent(path=path, config=config)

@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-
 # The most entries (files and directories) and the deepest path the host writes of one directory, and the most
 # drops it lists one by one.
 MAX_ENTRIES, MAX_DEPTH, LISTED_DROPS = 100_000, 64, 1000
@@ -53,8 +52,13 @@ class Collected:
         self.dropped_under[top] = self.dropped_under.get(top, 0) + 1
 
     def describe(self) -> dict[str, Any]:
-        return {"files": self.files, "bytes": self.bytes, "dropped": self.dropped[:200],
-                "dropped_count": self.dropped_count, "truncated": self.truncated}
+        return {
+            "files": self.files,
+            "bytes": self.bytes,
+            "dropped": self.dropped[:200],
+            "dropped_count": self.dropped_count,
+            "truncated": self.truncated,
+        }
 
 
 class _OverBudget(OSError):
@@ -105,8 +109,15 @@ def _kind(member: tarfile.TarInfo) -> str:
     return "special file"
 
 
-def extract(chunks: Iterator[bytes], dest: Path, *, file_cap: int, total_cap: int, max_entries: int = MAX_ENTRIES,
-            max_depth: int = MAX_DEPTH) -> Collected:
+def extract(
+    chunks: Iterator[bytes],
+    dest: Path,
+    *,
+    file_cap: int,
+    total_cap: int,
+    max_entries: int = MAX_ENTRIES,
+    max_depth: int = MAX_DEPTH,
+) -> Collected:
     """Write the regular files and directories of a tar stream of one directory under `dest`.
 
     The stream's top directory (the one exported) is dropped from every

@@ -20,7 +20,6 @@ from ssebench.errors import SSEBenchError
 from ssebench.limits import Limits
 from ssebench.settings import Settings
 
-
 LogStream = Literal["all", "stdout", "stderr"]
 
 
@@ -235,7 +234,6 @@ class DockerHandle(Handle):
         return bool(state.get("OOMKilled"))
 
     def execute(self, argv: list[str], timeout: float) -> tuple[int, str]:
-        import socket
 
         from ssebench.engine import client, docker_errors
 
@@ -249,9 +247,10 @@ class DockerHandle(Handle):
             try:
                 while chunk := sock.recv(1 << 16):
                     output.feed(chunk)
-            except socket.timeout:
-                raise RunTimeoutError(f"{argv[:3]} in container {self.id[:12]} still running after "
-                                      f"{timeout:.0f} s") from None
+            except TimeoutError:
+                raise RunTimeoutError(
+                    f"{argv[:3]} in container {self.id[:12]} still running after {timeout:.0f} s"
+                ) from None
             finally:
                 stream.close()
             status = api.exec_inspect(exec_id).get("ExitCode")
@@ -283,12 +282,12 @@ class _Demuxed:
     def feed(self, data: bytes) -> None:
         while data:
             if self.left:
-                take, data = data[:self.left], data[self.left:]
+                take, data = data[: self.left], data[self.left :]
                 self.left -= len(take)
-                self.kept += take[:max(0, self.cap - len(self.kept))]
+                self.kept += take[: max(0, self.cap - len(self.kept))]
                 continue
-            header = self.pending + data[:8 - len(self.pending)]
-            data = data[8 - len(self.pending):]
+            header = self.pending + data[: 8 - len(self.pending)]
+            data = data[8 - len(self.pending) :]
             if len(header) < 8:
                 self.pending = header
                 return
@@ -357,8 +356,9 @@ class DockerBackend(Backend):
         from ssebench.engine import client, docker_errors
 
         with docker_errors(f"creating network {name}"):
-            network = client().networks.create(name, driver="bridge", internal=internal, labels=labels,
-                                               check_duplicate=True)
+            network = client().networks.create(
+                name, driver="bridge", internal=internal, labels=labels, check_duplicate=True
+            )
             network.reload()
         config = (network.attrs.get("IPAM") or {}).get("Config") or [{}]
         return Network(name=name, gateway=config[0].get("Gateway"))

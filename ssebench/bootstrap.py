@@ -72,7 +72,9 @@ def bootstrap(settings: Settings) -> str:
         with log.open("w") as out:
             run = subprocess.run(
                 [debootstrap, "--variant=minbase", settings.debian_suite, str(root), settings.debian_mirror],
-                stdout=out, stderr=subprocess.STDOUT, check=False,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                check=False,
             )
         if run.returncode != 0:
             tail = file_tail(log, 15)
@@ -88,7 +90,9 @@ def bootstrap(settings: Settings) -> str:
         repository, _, tag = settings.os_image.rpartition(":")
         with docker_errors(f"importing {settings.os_image}"):
             client().api.import_image_from_file(
-                str(tarball), repository=repository, tag=tag,
+                str(tarball),
+                repository=repository,
+                tag=tag,
                 changes=['CMD ["bash"]', "ENV LANG=C.UTF-8"],
             )
     finally:

@@ -67,8 +67,9 @@ class BuildOutcome:
     failures: dict[str, ImageBuildError] = field(default_factory=dict)
 
 
-def task_plan(settings: Settings, task: Task, os_id: str, agent: Agent | None = None,
-              modes: tuple[str, ...] = ("sandbox",)) -> list[Layer]:
+def task_plan(
+    settings: Settings, task: Task, os_id: str, agent: Agent | None = None, modes: tuple[str, ...] = ("sandbox",)
+) -> list[Layer]:
     def stager(language: str) -> Callable[[Path], None]:
         return runtime_stager(settings, f"{settings.prefix}/base-{language}:{settings.base_version}")
 
@@ -119,8 +120,9 @@ def build_images(
 
     def chain(task: Task) -> None:
         try:
-            ensure_layers(settings, plans[task.id], force=force, report=outcome.report, say=say, cancel=cancel,
-                          push=push)
+            ensure_layers(
+                settings, plans[task.id], force=force, report=outcome.report, say=say, cancel=cancel, push=push
+            )
         except ImageBuildError as exc:
             outcome.failures[task.id] = exc
 

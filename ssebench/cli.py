@@ -35,9 +35,17 @@ def cmd_tasks_list(args: argparse.Namespace) -> int:
     tasks = load_tasks(args.path, check_files=False)
     if args.json:
         rows = [
-            {"id": t.id, "dataset": t.dataset, "dataset_version": t.dataset_version, "language": t.language,
-             "project": t.config.project, "advisories": t.advisories(), "path": str(t.path), "checks": t.checks(),
-             "originality": t.config.originality}
+            {
+                "id": t.id,
+                "dataset": t.dataset,
+                "dataset_version": t.dataset_version,
+                "language": t.language,
+                "project": t.config.project,
+                "advisories": t.advisories(),
+                "path": str(t.path),
+                "checks": t.checks(),
+                "originality": t.config.originality,
+            }
             for t in tasks
         ]
         print(json.dumps(rows, indent=2))
@@ -46,8 +54,12 @@ def cmd_tasks_list(args: argparse.Namespace) -> int:
     adv = max((len(", ".join(t.advisories())) for t in tasks), default=8)
     print(f"{'TASK':<{width}}  {'DATASET':<10} {'LANG':<5} {'PROJECT':<18} {'ADVISORY':<{adv}}  CHECKS")
     for t in tasks:
-        print(for_terminal(f"{t.id:<{width}}  {t.dataset:<10} {t.language:<5} {t.config.project:<18} "
-                           f"{', '.join(t.advisories()) or '-':<{adv}}  {','.join(t.checks())}"))
+        print(
+            for_terminal(
+                f"{t.id:<{width}}  {t.dataset:<10} {t.language:<5} {t.config.project:<18} "
+                f"{', '.join(t.advisories()) or '-':<{adv}}  {','.join(t.checks())}"
+            )
+        )
     print(f"{len(tasks)} task(s)")
     return 0
 
@@ -72,8 +84,9 @@ def cmd_dataset_validate(args: argparse.Namespace) -> int:
     outcome = build_images(get_settings(), tasks)
     for task_id, failure in outcome.failures.items():
         last = failure.tail.strip().splitlines()[-1] if failure.tail.strip() else "no output"
-        print(for_terminal(f"{task_id}: the {failure.layer} layer does not build: {last} "
-                           f"(full log: {failure.log_path})"))
+        print(
+            for_terminal(f"{task_id}: the {failure.layer} layer does not build: {last} (full log: {failure.log_path})")
+        )
     if outcome.failures:
         print(f"{len(outcome.failures)} of {len(tasks)} task(s) do not build", file=sys.stderr)
         return 1
@@ -92,8 +105,13 @@ def cmd_dataset_verify(args: argparse.Namespace) -> int:
     name = ",".join(d.resolve().name for d in datasets) or tasks[0].dataset
     version = ",".join(load_dataset_config(d).version for d in datasets) or None
     results = args.results.resolve()
-    verdicts = verify(get_settings(), tasks, results, jobs=args.jobs,
-                      say=lambda m: print(for_terminal(m), file=sys.stderr, flush=True))
+    verdicts = verify(
+        get_settings(),
+        tasks,
+        results,
+        jobs=args.jobs,
+        say=lambda m: print(for_terminal(m), file=sys.stderr, flush=True),
+    )
     report = summary(verdicts, name, version, time.monotonic() - started)
     md, js = write_reports(report, results)
     for verdict in verdicts:
@@ -129,8 +147,15 @@ def cmd_images_build(args: argparse.Namespace) -> int:
     reused: set[str] = set()
     pushed: set[str] = set()
     for agent in agents:
-        outcome = build_images(settings, tasks, agent, modes=args.mode, force=args.force, jobs=args.jobs,
-                               push=bool(settings.image_registry))
+        outcome = build_images(
+            settings,
+            tasks,
+            agent,
+            modes=args.mode,
+            force=args.force,
+            jobs=args.jobs,
+            push=bool(settings.image_registry),
+        )
         built += outcome.report.built
         reused |= set(outcome.report.reused) | set(outcome.report.pulled)
         pushed |= set(outcome.report.pushed)
@@ -174,7 +199,9 @@ def _find_task(spec: str, search: Path) -> Path:
     if not matches:
         raise ConfigError(search, "", f"--task {spec}: no task folder at that path and no task with that id here")
     if len(matches) > 1:
-        raise ConfigError(search, "", f"--task {spec}: several datasets have it ({', '.join(map(str, matches))}); give the path")
+        raise ConfigError(
+            search, "", f"--task {spec}: several datasets have it ({', '.join(map(str, matches))}); give the path"
+        )
     return matches[0]
 
 
@@ -191,11 +218,27 @@ def cmd_run(args: argparse.Namespace) -> int:
     agent = load_agent(settings.agents_dir, args.agent)
     model = (args.model or "") if agent.needs_model else "none"
     limits = limits_for(settings, task, parse_limits(args.limits or "", "--limits"))
-    config = RunConfig(task=task, agent=agent, model=model, difficulty=args.difficulty, timeout=args.agent_timeout,
-                       mode=args.mode, egress=args.egress, keep_container=args.keep_container, limits=limits)
-    plan = Plan(results=args.results.resolve(), needs_model=agent.name if agent.needs_model else None,
-                models=(model,) if agent.needs_model and model else (), budget=args.model_budget,
-                dispatch=args.dispatch, ray_address=args.ray_address, egress=args.egress, keep=args.keep_container)
+    config = RunConfig(
+        task=task,
+        agent=agent,
+        model=model,
+        difficulty=args.difficulty,
+        timeout=args.agent_timeout,
+        mode=args.mode,
+        egress=args.egress,
+        keep_container=args.keep_container,
+        limits=limits,
+    )
+    plan = Plan(
+        results=args.results.resolve(),
+        needs_model=agent.name if agent.needs_model else None,
+        models=(model,) if agent.needs_model and model else (),
+        budget=args.model_budget,
+        dispatch=args.dispatch,
+        ray_address=args.ray_address,
+        egress=args.egress,
+        keep=args.keep_container,
+    )
     try:
         with RunSession(settings, plan) as session:
             record = session.run(config)
@@ -252,8 +295,11 @@ def parser() -> argparse.ArgumentParser:
 
     tasks = sub.add_parser("tasks", help="list tasks", description="Look at the tasks of datasets.")
     tasks_sub = tasks.add_subparsers(dest="action", required=True, metavar="ACTION")
-    listing = tasks_sub.add_parser("list", help="list the tasks under PATH",
-                                   description="List the tasks under PATH (a task, a dataset, or a folder above datasets).")
+    listing = tasks_sub.add_parser(
+        "list",
+        help="list the tasks under PATH",
+        description="List the tasks under PATH (a task, a dataset, or a folder above datasets).",
+    )
     listing.add_argument("path", nargs="?", type=Path, default=DEFAULT_PATH, help="default: ./datasets")
     listing.add_argument("--json", action="store_true", help="print a JSON array instead of a table")
     listing.set_defaults(func=cmd_tasks_list)
@@ -261,7 +307,8 @@ def parser() -> argparse.ArgumentParser:
     dataset = sub.add_parser("dataset", help="check datasets", description="Check datasets.")
     dataset_sub = dataset.add_subparsers(dest="action", required=True, metavar="ACTION")
     validate = dataset_sub.add_parser(
-        "validate", help="check every task's config, files and image build",
+        "validate",
+        help="check every task's config, files and image build",
         description="Check every task under PATH: config.yaml against the task format, the files it names, "
         "and that its images build. Prints one line per problem; exits 1 if there is any.",
     )
@@ -270,7 +317,8 @@ def parser() -> argparse.ArgumentParser:
     validate.set_defaults(func=cmd_dataset_validate)
 
     check = dataset_sub.add_parser(
-        "verify", help="run reference, dummy and hollow on every task and check the task is valid",
+        "verify",
+        help="run reference, dummy and hollow on every task and check the task is valid",
         description="Run the reference, dummy and hollow agents on every task under PATH: the reference must pass "
         "every check with nothing of its fix set aside, the dummy must build, pass the function test and fail every "
         "PoC, and the hollow agent (which leaves the bug and edits only build files, tests and harnesses) must fail "
@@ -285,24 +333,41 @@ def parser() -> argparse.ArgumentParser:
     images = sub.add_parser("images", help="build images", description="Build and bootstrap images.")
     images_sub = images.add_subparsers(dest="action", required=True, metavar="ACTION")
     build = images_sub.add_parser(
-        "build", help="build the images of the tasks under PATH",
+        "build",
+        help="build the images of the tasks under PATH",
         description="Build the base, runtime, case and tool images of every task under PATH (and the agent "
         "images with --agent). Images whose inputs are unchanged are reused.",
     )
     build.add_argument("path", nargs="?", type=Path, default=DEFAULT_PATH, help="default: ./datasets")
-    build.add_argument("--agent", action="append", default=[], metavar="NAME",
-                       help="also build agents/NAME on each task (repeatable)")
-    build.add_argument("--mode", type=parse_modes, default=("sandbox",), metavar="MODES",
-                       help="comma-separated modes to build the agents' images for: sandbox (default: one image "
-                       "per agent and task), sidecar (one image per agent, for every task)")
+    build.add_argument(
+        "--agent", action="append", default=[], metavar="NAME", help="also build agents/NAME on each task (repeatable)"
+    )
+    build.add_argument(
+        "--mode",
+        type=parse_modes,
+        default=("sandbox",),
+        metavar="MODES",
+        help="comma-separated modes to build the agents' images for: sandbox (default: one image "
+        "per agent and task), sidecar (one image per agent, for every task)",
+    )
     build.add_argument("--force", action="store_true", help="rebuild every layer, ignoring Docker's cache")
-    build.add_argument("--registry", type=parse_registry, metavar="HOST:PORT",
-                       help="push every image to this registry (machines lacking one pull it from there)")
-    build.add_argument("--jobs", "-j", type=_positive, metavar="N",
-                       help="tasks whose images build at once (default: SSEBENCH_BUILD_JOBS, else 2)")
+    build.add_argument(
+        "--registry",
+        type=parse_registry,
+        metavar="HOST:PORT",
+        help="push every image to this registry (machines lacking one pull it from there)",
+    )
+    build.add_argument(
+        "--jobs",
+        "-j",
+        type=_positive,
+        metavar="N",
+        help="tasks whose images build at once (default: SSEBENCH_BUILD_JOBS, else 2)",
+    )
     build.set_defaults(func=cmd_images_build)
     boot = images_sub.add_parser(
-        "bootstrap", help="make the OS image without a registry",
+        "bootstrap",
+        help="make the OS image without a registry",
         description="Make the OS image (default debian:bookworm-slim): pull it if a registry answers, "
         "else build it with debootstrap and docker import (needs root and debootstrap).",
     )
@@ -310,41 +375,65 @@ def parser() -> argparse.ArgumentParser:
     boot.set_defaults(func=cmd_images_bootstrap)
 
     run = sub.add_parser(
-        "run", help="one run outside pytest",
+        "run",
+        help="one run outside pytest",
         description="Run one agent on one task through the same code as the pytest plugin; print the grade "
         "and the run directory.",
     )
     run.add_argument("--task", required=True, metavar="PATH|ID", help="a task folder, or a task id under --datasets")
     run.add_argument("--agent", required=True, metavar="NAME", help="an agent under agents/")
     run.add_argument("--model", metavar="NAME", help="the model, for agents that need one")
-    run.add_argument("--model-budget", type=parse_budget, metavar="BUDGET",
-                     help="what the run may use of its model, overriding the model file: tokens=N,cost=USD")
+    run.add_argument(
+        "--model-budget",
+        type=parse_budget,
+        metavar="BUDGET",
+        help="what the run may use of its model, overriding the model file: tokens=N,cost=USD",
+    )
     run.add_argument("--difficulty", type=int, default=2, choices=range(5), metavar="0-4", help="default 2")
-    run.add_argument("--agent-timeout", type=float, default=AGENT_TIMEOUT, metavar="SECONDS", help="the agent's time limit")
-    run.add_argument("--limits", metavar="LIMITS",
-                     help="resource limits of the run container: pids=N,memory=SIZE,cpus=N,file_size=SIZE")
+    run.add_argument(
+        "--agent-timeout", type=float, default=AGENT_TIMEOUT, metavar="SECONDS", help="the agent's time limit"
+    )
+    run.add_argument(
+        "--limits",
+        metavar="LIMITS",
+        help="resource limits of the run container: pids=N,memory=SIZE,cpus=N,file_size=SIZE",
+    )
     run.add_argument("--mode", choices=MODES, default="sandbox", help="default sandbox")
     run.add_argument("--egress", choices=EGRESS, default="restricted")
     run.add_argument("--results", type=Path, default=Path("results"), metavar="DIR", help="default ./results")
     run.add_argument("--datasets", type=Path, default=DEFAULT_PATH, metavar="DIR", help="where to look up a task id")
     run.add_argument("--keep-container", action="store_true", help="leave the container in place afterwards")
     run.add_argument("--require-pass", action="store_true", help="exit 1 unless the grade is passed")
-    run.add_argument("--dispatch", type=parse_dispatch, default="local", metavar="local|ray",
-                     help="run here (default) or as a task of a Ray cluster (docs/scale-out.md)")
+    run.add_argument(
+        "--dispatch",
+        type=parse_dispatch,
+        default="local",
+        metavar="local|ray",
+        help="run here (default) or as a task of a Ray cluster (docs/scale-out.md)",
+    )
     run.add_argument("--ray-address", metavar="HOST:PORT", help="the Ray cluster's head (default: auto)")
-    run.add_argument("--registry", type=parse_registry, metavar="HOST:PORT",
-                     help="pull missing images from this registry, push built ones to it")
+    run.add_argument(
+        "--registry",
+        type=parse_registry,
+        metavar="HOST:PORT",
+        help="pull missing images from this registry, push built ones to it",
+    )
     run.set_defaults(func=cmd_run)
 
-    ps = sub.add_parser("ps", help="list the runs in flight",
-                        description="List the runs in flight on this Docker engine (task, agent, model, phase, "
-                                    "elapsed), from their containers' labels and the entrypoint's log lines.")
+    ps = sub.add_parser(
+        "ps",
+        help="list the runs in flight",
+        description="List the runs in flight on this Docker engine (task, agent, model, phase, "
+        "elapsed), from their containers' labels and the entrypoint's log lines.",
+    )
     ps.add_argument("--json", action="store_true", help="print a JSON array instead of a table")
     ps.set_defaults(func=cmd_ps)
 
-    doctor = sub.add_parser("doctor", help="check this machine",
-                            description="Check Docker, disk, the OS and base images and debootstrap; "
-                            "print OK or the fix for each.")
+    doctor = sub.add_parser(
+        "doctor",
+        help="check this machine",
+        description="Check Docker, disk, the OS and base images and debootstrap; print OK or the fix for each.",
+    )
     doctor.set_defaults(func=cmd_doctor)
     return top
 

@@ -76,7 +76,9 @@ def load_dataset_config(dataset_dir: Path) -> DatasetConfig:
 def check_dataset_name(dataset_dir: Path) -> None:
     name = dataset_dir.resolve().name
     if not TASK_ID_PATTERN.match(name):
-        raise ConfigError(dataset_dir, "", f"dataset folder name '{name}' must be letters and digits separated by '.', '_' or '-'")
+        raise ConfigError(
+            dataset_dir, "", f"dataset folder name '{name}' must be letters and digits separated by '.', '_' or '-'"
+        )
 
 
 @dataclass
@@ -112,8 +114,11 @@ def _load_members(dataset_dir: Path, check_files: bool) -> _Members:
             continue
         other = seen.get(task.id.lower())
         if other is not None:
-            members.task_problems[key] = [ConfigError(
-                task.config_path, "id", f"'{task.id}' clashes with {other.name} (ids are unique case-insensitively)")]
+            members.task_problems[key] = [
+                ConfigError(
+                    task.config_path, "id", f"'{task.id}' clashes with {other.name} (ids are unique case-insensitively)"
+                )
+            ]
             continue
         seen[task.id.lower()] = task_dir
         members.tasks[key] = task
@@ -156,8 +161,12 @@ class TaskLoader:
             raise ConfigErrors(problems)
         task = members.tasks.get(task_dir)
         if task is None:  # not a task folder by the dataset's rules (a hidden folder, say)
-            return load_task(task_dir, dataset_dir.name, check_files=self.check_files,
-                             dataset_version=members.config.version if members.config else None)
+            return load_task(
+                task_dir,
+                dataset_dir.name,
+                check_files=self.check_files,
+                dataset_version=members.config.version if members.config else None,
+            )
         return task
 
 

@@ -62,10 +62,15 @@ def parse_budget(text: str) -> dict[str, float]:
             number = float(value)
         except ValueError:
             number = -1
-        if (key not in ("tokens", "cost") or not math.isfinite(number) or number <= 0
-                or (key == "tokens" and not number.is_integer())):
-            raise argparse.ArgumentTypeError(f"{text!r}: give tokens=N and/or cost=USD, both above zero, "
-                                             "e.g. tokens=2000000,cost=5")
+        if (
+            key not in ("tokens", "cost")
+            or not math.isfinite(number)
+            or number <= 0
+            or (key == "tokens" and not number.is_integer())
+        ):
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: give tokens=N and/or cost=USD, both above zero, e.g. tokens=2000000,cost=5"
+            )
         parsed[key] = int(number) if key == "tokens" else number
     if not parsed:
         raise argparse.ArgumentTypeError(f"{text!r}: give tokens=N and/or cost=USD")

@@ -26,6 +26,7 @@ Ray is imported only when a Ray dispatch is made (`pip install 'ssebench[ray]'`)
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import ipaddress
@@ -40,7 +41,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -66,8 +67,22 @@ from ssebench.version import __version__
 HOME_FILE_CAP = RESULTS_FILE_CAP
 HOME_CAP = RESULTS_CAP + ARCHIVE_CAP + (64 << 20)
 # The record's fields a node sends back (its config and directory are the controller's).
-RECORD_FIELDS = ("run_id", "started_at", "grade", "result", "infra_error", "exit_code", "network", "limits_hit",
-                 "files", "usage", "durations", "session", "timeline", "images")
+RECORD_FIELDS = (
+    "run_id",
+    "started_at",
+    "grade",
+    "result",
+    "infra_error",
+    "exit_code",
+    "network",
+    "limits_hit",
+    "files",
+    "usage",
+    "durations",
+    "session",
+    "timeline",
+    "images",
+)
 # The form of `ssebench.result.new_run_id`'s ids: a node sends nothing else as one.
 RUN_ID = re.compile(r"[0-9]{8}T[0-9]{6}-d[0-4]-[a-z]+-[0-9a-f]{6}")
 RAY_HINT = "start one with `ray start --head` (docs/scale-out.md), or give --ray-address HOST:PORT"
@@ -198,8 +213,9 @@ def node_name() -> str:
     return f"{socket.gethostname()}/{ray.get_runtime_context().get_node_id()[:8]}"
 
 
-def run_on_node(config: RunConfig, settings: Settings, session_id: str, models: NodeModels | None,
-                version: str = __version__) -> NodeOutcome:
+def run_on_node(
+    config: RunConfig, settings: Settings, session_id: str, models: NodeModels | None, version: str = __version__
+) -> NodeOutcome:
     """One run on this node's engine, into a scratch directory sent home whole (a Ray task's body)."""
     from ssebench.backend import DockerBackend
     from ssebench.reaper import reap_orphans
@@ -211,8 +227,9 @@ def run_on_node(config: RunConfig, settings: Settings, session_id: str, models: 
     except SSEBenchError as exc:
         print(f"ssebench: could not remove what dead runs left on this node: {exc}", file=sys.stderr)
     if version != __version__:
-        raise SSEBenchError(f"this node runs ssebench {__version__}, the controller {version}: install the same "
-                            f"checkout on every node")
+        raise SSEBenchError(
+            f"this node runs ssebench {__version__}, the controller {version}: install the same checkout on every node"
+        )
     started = time.time()
     link: Any = _node_link(models, settings) if models is not None and config.model != "none" else None
     scratch = Path(tempfile.mkdtemp(prefix="ssebench-run-"))
@@ -226,8 +243,13 @@ def run_on_node(config: RunConfig, settings: Settings, session_id: str, models: 
             link.client.close()
         # rm, not shutil.rmtree: no depth of tree a run leaves can stop it.
         subprocess.run(["rm", "-rf", "--one-file-system", str(scratch)], check=False)
-    return NodeOutcome(node=node_name(), fields={name: getattr(record, name) for name in RECORD_FIELDS},
-                       tar=data, left_behind=left, sha256=hashlib.sha256(data).hexdigest())
+    return NodeOutcome(
+        node=node_name(),
+        fields={name: getattr(record, name) for name in RECORD_FIELDS},
+        tar=data,
+        left_behind=left,
+        sha256=hashlib.sha256(data).hexdigest(),
+    )
 
 
 def reap_node(session_id: str) -> tuple[str, int]:
@@ -243,7 +265,7 @@ def reap_node(session_id: str) -> tuple[str, int]:
 def _chunks(data: bytes) -> Iterator[bytes]:
     view = memoryview(data)
     for start in range(0, len(view), 1 << 20):
-        yield bytes(view[start:start + (1 << 20)])
+        yield bytes(view[start : start + (1 << 20)])
 
 
 def bring_home(config: RunConfig, outcome: NodeOutcome, results: Path, submitted: float | None = None) -> RunRecord:
@@ -255,8 +277,12 @@ def bring_home(config: RunConfig, outcome: NodeOutcome, results: Path, submitted
     """
     fields = dict(outcome.fields)
     if not RUN_ID.fullmatch(str(fields.get("run_id"))):
-        return lost_run(config, results, Session(str(fields.get("session") or ""), 0),
-                        f"{outcome.node} sent a run id that is not one: {str(fields.get('run_id'))[:80]!r}")
+        return lost_run(
+            config,
+            results,
+            Session(str(fields.get("session") or ""), 0),
+            f"{outcome.node} sent a run id that is not one: {str(fields.get('run_id'))[:80]!r}",
+        )
     run_dir = make_run_dir(results, config.task.id, config.model, config.agent.name, str(fields["run_id"]))
     record = RunRecord(config=config, run_dir=run_dir, **fields)
     record.node = outcome.node
@@ -266,18 +292,28 @@ def bring_home(config: RunConfig, outcome: NodeOutcome, results: Path, submitted
         record.durations["dispatched"] = round(record.timeline["home"] - submitted, 3)
     try:
         if hashlib.sha256(outcome.tar).hexdigest() != outcome.sha256:
-            raise SSEBenchError(f"the run directory from {outcome.node} did not arrive as it was sent "
-                                f"({len(outcome.tar)} bytes, checksum differs)")
+            raise SSEBenchError(
+                f"the run directory from {outcome.node} did not arrive as it was sent "
+                f"({len(outcome.tar)} bytes, checksum differs)"
+            )
         # The node capped each part of the run directory (results, archive/) as a container's: room for both.
-        collected = extract(_chunks(outcome.tar), run_dir, file_cap=HOME_FILE_CAP, total_cap=HOME_CAP,
-                            max_entries=2 * MAX_ENTRIES + 10_000, max_depth=MAX_DEPTH + 1)
+        collected = extract(
+            _chunks(outcome.tar),
+            run_dir,
+            file_cap=HOME_FILE_CAP,
+            total_cap=HOME_CAP,
+            max_entries=2 * MAX_ENTRIES + 10_000,
+            max_depth=MAX_DEPTH + 1,
+        )
         record.files["home"] = collected.describe() | {"left_on_node": outcome.left_behind}
         # What the agent left (its archive) may not fit here as it did there (a longer path, another
         # filesystem): listed, as a container's drops are. Anything else missing is an error.
         harness = sum(count for top, count in collected.dropped_under.items() if top != "archive")
         if collected.truncated or harness:
-            raise SSEBenchError(f"the run directory from {outcome.node} came home incomplete: "
-                                f"{harness} of the harness's entr(ies) dropped, truncated={collected.truncated}")
+            raise SSEBenchError(
+                f"the run directory from {outcome.node} came home incomplete: "
+                f"{harness} of the harness's entr(ies) dropped, truncated={collected.truncated}"
+            )
     except (SSEBenchError, OSError) as exc:
         record.grade, record.infra_error = "error", f"bringing the run home failed: {exc}"
     write_summary(record)
@@ -288,10 +324,14 @@ def bring_home(config: RunConfig, outcome: NodeOutcome, results: Path, submitted
 def lost_run(config: RunConfig, results: Path, session: Session, error: str) -> RunRecord:
     """The record of a run whose node (or worker) was lost: an infrastructure error, with a directory."""
     run_id = new_run_id(config.difficulty, config.mode)
-    record = RunRecord(config=config, run_id=run_id,
-                       run_dir=make_run_dir(results, config.task.id, config.model, config.agent.name, run_id),
-                       started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), session=session.id,
-                       infra_error=error)
+    record = RunRecord(
+        config=config,
+        run_id=run_id,
+        run_dir=make_run_dir(results, config.task.id, config.model, config.agent.name, run_id),
+        started_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        session=session.id,
+        infra_error=error,
+    )
     write_summary(record)
     point_latest(record.run_dir)
     return record
@@ -310,9 +350,11 @@ def check_cluster_access(address: str) -> None:
     host = address.rpartition(":")[0].strip("[]") if ":" in address else address
     loopback = host in ("localhost", "::1") or host.startswith("127.")
     if not loopback and not token_configured():
-        raise SSEBenchError(f"--ray-address {address}: start the cluster with token authentication and export "
-                            f"RAY_AUTH_MODE=token and its token here (docs/scale-out.md#security): a run's "
-                            f"container can reach its node's addresses, Ray's ports among them")
+        raise SSEBenchError(
+            f"--ray-address {address}: start the cluster with token authentication and export "
+            f"RAY_AUTH_MODE=token and its token here (docs/scale-out.md#security): a run's "
+            f"container can reach its node's addresses, Ray's ports among them"
+        )
 
 
 def listening(net: Path = Path("/proc/net")) -> list[tuple[str, int]] | None:
@@ -332,8 +374,7 @@ def listening(net: Path = Path("/proc/net")) -> list[tuple[str, int]] | None:
                 continue
             address, _, port = fields[1].partition(":")
             # The kernel prints the address as 32-bit words in this machine's byte order.
-            packed = b"".join(int(address[i:i + 8], 16).to_bytes(4, sys.byteorder)
-                              for i in range(0, len(address), 8))
+            packed = b"".join(int(address[i : i + 8], 16).to_bytes(4, sys.byteorder) for i in range(0, len(address), 8))
             found.append((str(ipaddress.ip_address(packed)), int(port, 16)))
     return found
 
@@ -345,8 +386,9 @@ def _loopback(address: str) -> bool:
     return ip.is_loopback
 
 
-def beyond_loopback(gcs_address: str, nodes: list[dict[str, Any]], dashboard_url: str,
-                    listeners: list[tuple[str, int]] | None) -> list[str]:
+def beyond_loopback(
+    gcs_address: str, nodes: list[dict[str, Any]], dashboard_url: str, listeners: list[tuple[str, int]] | None
+) -> list[str]:
     """What of a connected cluster may answer beyond loopback, in words; empty only when nothing can.
 
     The GCS the driver reached (Ray's rewrite of a loopback address shows here) and every node must be at
@@ -358,19 +400,29 @@ def beyond_loopback(gcs_address: str, nodes: list[dict[str, Any]], dashboard_url
     host, _, port = gcs_address.rpartition(":")
     if host.strip("[]") != RAY_LOOPBACK:
         found.append(f"its GCS answered at {gcs_address}")
-    found += [f"node {str(node.get('NodeID'))[:8]} is at {node.get('NodeManagerAddress')}" for node in nodes
-              if node.get("NodeManagerAddress") != RAY_LOOPBACK]
+    found += [
+        f"node {str(node.get('NodeID'))[:8]} is at {node.get('NodeManagerAddress')}"
+        for node in nodes
+        if node.get("NodeManagerAddress") != RAY_LOOPBACK
+    ]
     if found:
         return found
-    ports = {value for node in nodes for key, value in node.items()
-             if key.endswith("Port") and isinstance(value, int) and value > 0}
+    ports = {
+        value
+        for node in nodes
+        for key, value in node.items()
+        if key.endswith("Port") and isinstance(value, int) and value > 0
+    }
     ports.add(int(port))
     if dashboard_url:
         ports.add(urlsplit(dashboard_url if "//" in dashboard_url else f"//{dashboard_url}").port or 0)
     if listeners is None:
         return ["this machine's listening sockets (/proc/net/tcp) cannot be read to show otherwise"]
-    return [f"port {number} listens on {address}" for address, number in sorted(set(listeners))
-            if number in ports and not _loopback(address)]
+    return [
+        f"port {number} listens on {address}"
+        for address, number in sorted(set(listeners))
+        if number in ports and not _loopback(address)
+    ]
 
 
 def _first_line(exc: BaseException) -> str:
@@ -386,8 +438,16 @@ def resources(config: RunConfig) -> tuple[float, int]:
 class RayDispatch:
     """Runs as Ray tasks: `submit` ahead, `ready` as they finish, `run` for one's record (at home)."""
 
-    def __init__(self, settings: Settings, session: Session, results: Path, address: str | None, *,
-                 models: NodeModels | None = None, provider_env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        session: Session,
+        results: Path,
+        address: str | None,
+        *,
+        models: NodeModels | None = None,
+        provider_env: dict[str, str] | None = None,
+    ) -> None:
         try:
             import ray
         except ImportError:
@@ -400,12 +460,10 @@ class RayDispatch:
         try:
             # Never a cluster of its own: ray.init without an address would start one on this machine's
             # addresses; connecting to a running one only.
-            context = ray.init(address=self.address, namespace="ssebench", log_to_driver=False,
-                               configure_logging=False)
+            context = ray.init(address=self.address, namespace="ssebench", log_to_driver=False, configure_logging=False)
         except (ConnectionError, RuntimeError, ValueError) as exc:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            raise SSEBenchError(f"--ray-address {self.address}: no Ray cluster answers ({first}); "
-                                f"{RAY_HINT}") from None
+            raise SSEBenchError(f"--ray-address {self.address}: no Ray cluster answers ({first}); {RAY_HINT}") from None
         if not token_configured():
             self._refuse_beyond_loopback(ray, context)
         self._ray = ray
@@ -421,9 +479,13 @@ class RayDispatch:
     def _refuse_beyond_loopback(self, ray: Any, context: Any) -> None:
         """Disconnect and raise unless the cluster just reached is wholly on loopback (`beyond_loopback`)."""
         try:
-            found = beyond_loopback(ray.get_runtime_context().gcs_address, ray.nodes(),
-                                    str(getattr(context, "dashboard_url", "") or ""), listening())
-        except Exception as exc:  # noqa: BLE001 - what cannot be read proves nothing
+            found = beyond_loopback(
+                ray.get_runtime_context().gcs_address,
+                ray.nodes(),
+                str(getattr(context, "dashboard_url", "") or ""),
+                listening(),
+            )
+        except Exception as exc:
             found = [f"the cluster could not be read ({type(exc).__name__}: {_first_line(exc)})"]
         if found:
             ray.shutdown()
@@ -431,7 +493,8 @@ class RayDispatch:
                 f"--ray-address {self.address}: without token authentication only a cluster wholly on loopback "
                 f"is taken, and this one is not ({'; '.join(found[:3])}): start it with token authentication and "
                 f"export RAY_AUTH_MODE=token and its token here, or run it and ssebench in a loopback-only "
-                f"network namespace with every node at {RAY_LOOPBACK} (docs/scale-out.md#security)")
+                f"network namespace with every node at {RAY_LOOPBACK} (docs/scale-out.md#security)"
+            )
 
     def _fits(self, config: RunConfig) -> str | None:
         cpus, memory = resources(config)
@@ -439,13 +502,19 @@ class RayDispatch:
             have = node.get("Resources") or {}
             if node.get("Alive") and have.get("CPU", 0) >= cpus and have.get("memory", 0) >= memory:
                 return None
-        return (f"no live node of the Ray cluster has {cpus:g} CPUs and {memory} bytes of memory for this run; "
-                f"lower --run-limits or add larger nodes")
+        return (
+            f"no live node of the Ray cluster has {cpus:g} CPUs and {memory} bytes of memory for this run; "
+            f"lower --run-limits or add larger nodes"
+        )
 
     def _submit(self, config: RunConfig) -> Any:
         cpus, memory = resources(config)
-        options: dict[str, Any] = {"num_cpus": cpus, "memory": memory, "max_retries": 0,
-                                   "name": f"ssebench {config.task.id} {config.agent.name}"}
+        options: dict[str, Any] = {
+            "num_cpus": cpus,
+            "memory": memory,
+            "max_retries": 0,
+            "name": f"ssebench {config.task.id} {config.agent.name}",
+        }
         if self.provider_env and config.model != "none":
             options["runtime_env"] = {"env_vars": self.provider_env}
         return self._run.options(**options).remote(config, self.settings, self.session.id, self.models, __version__)
@@ -475,10 +544,8 @@ class RayDispatch:
         return finished
 
     def _cancel(self, ref: Any) -> None:
-        try:
+        with contextlib.suppress(Exception):
             self._ray.cancel(ref, force=True)
-        except Exception:  # noqa: BLE001 - a task that already finished, or whose node is gone
-            pass
 
     def run(self, config: RunConfig) -> RunRecord:
         """`config`'s record, once its run (submitted now unless it was ahead) is done and home."""
@@ -494,11 +561,19 @@ class RayDispatch:
             outcome: NodeOutcome = self._ray.get(ref)
         except self._ray.exceptions.RayTaskError as exc:
             cause = exc.cause if isinstance(exc.cause, BaseException) else exc
-            return lost_run(config, self.results, self.session,
-                            f"the run raised on its node: {type(cause).__name__}: {_first_line(cause)}")
+            return lost_run(
+                config,
+                self.results,
+                self.session,
+                f"the run raised on its node: {type(cause).__name__}: {_first_line(cause)}",
+            )
         except self._ray.exceptions.RayError as exc:
-            return lost_run(config, self.results, self.session,
-                            f"the run's Ray node or worker was lost ({type(exc).__name__}): {_first_line(exc)}")
+            return lost_run(
+                config,
+                self.results,
+                self.session,
+                f"the run's Ray node or worker was lost ({type(exc).__name__}): {_first_line(exc)}",
+            )
         finally:
             self.in_flight = None
         return bring_home(config, outcome, self.results, submitted)
@@ -515,7 +590,7 @@ class RayDispatch:
                 if cancelled:
                     time.sleep(2)  # a forced cancel ends its worker asynchronously; let it go first
                 self._reap_nodes()
-        except Exception as exc:  # noqa: BLE001 - a lost head, a timeout: said, and the rest still happens
+        except Exception as exc:
             print(f"ssebench: removing the session's containers on the Ray nodes: {exc}", file=sys.stderr)
         finally:
             self._ray.shutdown()
@@ -524,6 +599,10 @@ class RayDispatch:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         nodes = [node for node in self._ray.nodes() if node.get("Alive")]  # type: ignore[no-untyped-call]
-        reaps = [self._reap.options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(
-            node["NodeID"], soft=False)).remote(self.session.id) for node in nodes]
+        reaps = [
+            self._reap.options(
+                num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)
+            ).remote(self.session.id)
+            for node in nodes
+        ]
         self._ray.get(reaps, timeout=120)

@@ -123,7 +123,8 @@ def remove_volume(name: str) -> bool:
     except SSEBenchError as exc:
         cause = exc.__cause__
         if isinstance(cause, docker.errors.NotFound) or (
-                isinstance(cause, docker.errors.APIError) and cause.status_code == 409):
+            isinstance(cause, docker.errors.APIError) and cause.status_code == 409
+        ):
             return False
         raise
     return True

@@ -52,8 +52,7 @@ class ImageBuildError(SSEBenchError):
         self.task = task
         what = f"task {task}: " if task else ""
         super().__init__(
-            f"{what}building the {layer} layer ({image}) failed; full log: {log_path}\n"
-            f"last lines of the log:\n{tail}"
+            f"{what}building the {layer} layer ({image}) failed; full log: {log_path}\nlast lines of the log:\n{tail}"
         )
 
 

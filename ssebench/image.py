@@ -50,9 +50,8 @@ from typing import Any, TextIO
 
 from filelock import FileLock
 
-from ssebench.agent import Agent
 from ssebench import simplelayer
-from ssebench.simplelayer import AGENT, CASE, Form, SimpleDockerfile, Split, simple_dockerfile, split_dockerfile
+from ssebench.agent import Agent
 from ssebench.engine import (
     client,
     docker_errors,
@@ -70,6 +69,7 @@ from ssebench.logs import file_tail
 from ssebench.registry import fetch, publish
 from ssebench.runtime.layout import RUNTIME_HOME, RUNTIME_PYTHON
 from ssebench.settings import PROJECT_ROOT, Settings
+from ssebench.simplelayer import AGENT, CASE, Form, SimpleDockerfile, Split, simple_dockerfile, split_dockerfile
 from ssebench.task import Task
 from ssebench.version import __version__
 
@@ -86,8 +86,19 @@ RUNTIME_SOURCES = (PROJECT_ROOT / "ssebench" / "runtime", PROJECT_ROOT / "sdk" /
 # The modules `python -m ssebench.runtime.toollayer` imports (a unit test holds this to what it does
 # import): a change to one of them, or to the runtime's pinned packages, rebuilds every tool layer; a
 # change anywhere else in the runtime rebuilds only the runtime image and its volume.
-TOOL_LAYER_SOURCES = tuple(PROJECT_ROOT / "ssebench" / "runtime" / name for name in (
-    "__init__.py", "toollayer.py", "capture.py", "files.py", "git.py", "layout.py", "process.py", "taskfile.py"))
+TOOL_LAYER_SOURCES = tuple(
+    PROJECT_ROOT / "ssebench" / "runtime" / name
+    for name in (
+        "__init__.py",
+        "toollayer.py",
+        "capture.py",
+        "files.py",
+        "git.py",
+        "layout.py",
+        "process.py",
+        "taskfile.py",
+    )
+)
 # -I: isolated Python, which never imports from the working directory (an
 # image's WORKDIR is usually the source tree, which the agent owns).
 TOOL_ENTRYPOINT = (RUNTIME_PYTHON, "-I", "-m", "ssebench.runtime.entrypoint")
@@ -196,8 +207,9 @@ def image_names(settings: Settings, task: Task, agent: str | None = None, mode: 
         "tool": f"{p}/tool/{ds}/{tid}:{v}",
     }
     if agent is not None:
-        names["agent"] = (sidecar_names(settings, agent)["agent"] if mode == "sidecar"
-                          else f"{p}/agent-{agent}/{ds}/{tid}:{v}")
+        names["agent"] = (
+            sidecar_names(settings, agent)["agent"] if mode == "sidecar" else f"{p}/agent-{agent}/{ds}/{tid}:{v}"
+        )
     return names
 
 
@@ -268,7 +280,9 @@ def agent_layer(agent: Agent, image: str, parent: Layer, salt: str, task: Task |
         dockerfile=dockerfile,
         context=agent.path,
         buildargs={"SSEBENCH_TOOL": parent.image},
-        digest=digest(salt, parent.digest, hash_tree(agent.path), assembled_how("agent", dockerfile, agent.path) or "build"),
+        digest=digest(
+            salt, parent.digest, hash_tree(agent.path), assembled_how("agent", dockerfile, agent.path) or "build"
+        ),
         task=task,
     )
 
@@ -295,8 +309,13 @@ def plan(
         context=task.path,
         buildargs={"SSEBENCH_REGISTRY": settings.prefix},
         # A Dockerfile that Docker builds keeps the digest it had before some were assembled.
-        digest=digest("case", base.digest, settings.prefix, hash_tree(task.path),
-                      *filter(None, [assembled_how("case", task.dockerfile, task.path)])),
+        digest=digest(
+            "case",
+            base.digest,
+            settings.prefix,
+            hash_tree(task.path),
+            *filter(None, [assembled_how("case", task.dockerfile, task.path)]),
+        ),
         task=task,
     )
     tool = Layer(
@@ -307,9 +326,15 @@ def plan(
         buildargs={"SSEBENCH_CASE": case.image, "SSEBENCH_RUNTIME": runtime.image},
         # Not the runtime's digest: a change to the runtime rebuilds the runtime alone. What the tool layer's
         # container runs and how it is committed are in it, and how the runtime's venv is made.
-        digest=digest("tool", case.digest, base.digest, json.dumps(TOOL_LAYER_COMMAND),
-                      json.dumps(TOOL_COMMIT_CHANGES), hash_tree(settings.images_dir / "runtime"),
-                      *(hash_tree(p) for p in TOOL_LAYER_SOURCES)),
+        digest=digest(
+            "tool",
+            case.digest,
+            base.digest,
+            json.dumps(TOOL_LAYER_COMMAND),
+            json.dumps(TOOL_COMMIT_CHANGES),
+            hash_tree(settings.images_dir / "runtime"),
+            *(hash_tree(p) for p in TOOL_LAYER_SOURCES),
+        ),
         task=task,
     )
     layers = [base, runtime, case, tool]
@@ -362,8 +387,9 @@ def labelled_dockerfile(settings: Settings, layer: Layer) -> Path:
     return out
 
 
-def build_layer(settings: Settings, layer: Layer, *, nocache: bool = False,
-                cancel: threading.Event | None = None) -> None:
+def build_layer(
+    settings: Settings, layer: Layer, *, nocache: bool = False, cancel: threading.Event | None = None
+) -> None:
     """Build one layer, its output to a log file; raise ImageBuildError on failure.
 
     A set `cancel` event stops the build at its next line of output (a
@@ -399,11 +425,14 @@ def build_layer(settings: Settings, layer: Layer, *, nocache: bool = False,
         raise ImageBuildError(layer.image, layer.kind, log, file_tail(log), task=task_id)
     labels = image_labels(layer.image)
     if labels is None or labels.get(LABEL_HASH) != layer.digest:
-        raise ImageBuildError(layer.image, layer.kind, log, file_tail(log) + "\n(the build ended without tagging the image)", task=task_id)
+        raise ImageBuildError(
+            layer.image, layer.kind, log, file_tail(log) + "\n(the build ended without tagging the image)", task=task_id
+        )
 
 
-def _build_dockerfile(settings: Settings, layer: Layer, out: TextIO, nocache: bool,
-                      cancel: threading.Event | None) -> str | None:
+def _build_dockerfile(
+    settings: Settings, layer: Layer, out: TextIO, nocache: bool, cancel: threading.Event | None
+) -> str | None:
     """`docker build` of the layer's Dockerfile, its output to `out`; the failure, if any."""
     dockerfile = labelled_dockerfile(settings, layer)
     failure: str | None = None
@@ -474,8 +503,10 @@ def assembled_how(layer_kind: str, dockerfile: Path, context: Path) -> str | Non
 
 @lru_cache(maxsize=1)
 def _assembler_code() -> str:
-    return digest(hash_tree(Path(simplelayer.__file__)), *(inspect.getsource(f) for f in (
-        _assemble_layer, _probe, _build_head_and_assemble_tail, split_form)))
+    return digest(
+        hash_tree(Path(simplelayer.__file__)),
+        *(inspect.getsource(f) for f in (_assemble_layer, _probe, _build_head_and_assemble_tail, split_form)),
+    )
 
 
 def head_image(image: str) -> str:
@@ -484,8 +515,9 @@ def head_image(image: str) -> str:
     return f"{repository}:head"
 
 
-def _build_head_and_assemble_tail(settings: Settings, layer: Layer, split: Split, out: TextIO, nocache: bool,
-                                  cancel: threading.Event | None) -> str | None:
+def _build_head_and_assemble_tail(
+    settings: Settings, layer: Layer, split: Split, out: TextIO, nocache: bool, cancel: threading.Event | None
+) -> str | None:
     """Docker's build of the Dockerfile's head (its own cache kept), then the tail assembled on it; the
     failure, if any. The head image carries the layer's labels but `ssebench.layer=case-head`, so what
     removes a dataset's or the project's images removes it too, and the case image's labels replace all."""
@@ -518,8 +550,12 @@ def _probe(container: str) -> simplelayer.Probe:
 
     def probe(path: PurePosixPath) -> tarfile.TarInfo | None:
         with docker_errors(f"reading /{path} of a parent image"):
-            response = api._get(api._url("/containers/{0}/archive", container), params={"path": f"/{path}"},
-                                headers={"Accept-Encoding": "identity"}, stream=True)
+            response = api._get(
+                api._url("/containers/{0}/archive", container),
+                params={"path": f"/{path}"},
+                headers={"Accept-Encoding": "identity"},
+                stream=True,
+            )
             try:
                 if response.status_code == 404:
                     return None
@@ -551,8 +587,11 @@ def _assemble_layer(layer: Layer, simple: SimpleDockerfile, out: TextIO, parent:
             lay = simplelayer.layout(simple)
             if isinstance(lay, str):
                 raise _LeftToDocker(lay)
-            container = str(api.create_container(parent, entrypoint=[], command=["/nonexistent"],
-                                                 network_disabled=True, labels=layer.labels)["Id"])
+            container = str(
+                api.create_container(
+                    parent, entrypoint=[], command=["/nonexistent"], network_disabled=True, labels=layer.labels
+                )["Id"]
+            )
             try:
                 parents = simplelayer.parent_entries(lay, _probe(container))
             finally:
@@ -560,8 +599,10 @@ def _assemble_layer(layer: Layer, simple: SimpleDockerfile, out: TextIO, parent:
             if isinstance(parents, str):
                 raise _LeftToDocker(parents)
             files = simplelayer.layer_archive(lay, parents, simple.mask)
-            out.write(f"# assembled on {named} ({parent[:19]}): {len(lay.sources)} path(s) copied, "
-                      f"{len(lay.folders)} folder(s); {list(simple.instructions)}\n")
+            out.write(
+                f"# assembled on {named} ({parent[:19]}): {len(lay.sources)} path(s) copied, "
+                f"{len(lay.folders)} folder(s); {list(simple.instructions)}\n"
+            )
             history = list(reversed(api.history(parent)))
             image = simplelayer.image_archive(layer.image, attrs, history, files, simple, layer.labels)
             try:
@@ -597,10 +638,12 @@ LABEL_FILL = "ssebench.fill"
 RUNTIME_FILL_TIMEOUT = 600
 # Fills /fill from the runtime image's /opt/ssebench, refuses a runtime that is not root's alone (owner, group,
 # no write for others, no set-id bit: runs mount it where root imports it), then says it is complete.
-_FILL = (f"set -eu; cp -a {RUNTIME_HOME}/. /fill/; "
-         "bad=$(find /fill ! -type l \\( ! -user 0 -o ! -group 0 -o -perm /6022 \\) -print | head -5); "
-         "if [ -n \"$bad\" ]; then echo \"not root's alone: $bad\"; exit 1; fi; "
-         f"sync; printf %s \"$1\" > /fill/{RUNTIME_COMPLETE}")
+_FILL = (
+    f"set -eu; cp -a {RUNTIME_HOME}/. /fill/; "
+    "bad=$(find /fill ! -type l \\( ! -user 0 -o ! -group 0 -o -perm /6022 \\) -print | head -5); "
+    'if [ -n "$bad" ]; then echo "not root\'s alone: $bad"; exit 1; fi; '
+    f'sync; printf %s "$1" > /fill/{RUNTIME_COMPLETE}'
+)
 
 
 def ensure_runtime_volume(settings: Settings, runtime_image: str) -> str:
@@ -630,8 +673,10 @@ def ensure_runtime_volume(settings: Settings, runtime_image: str) -> str:
             _record(records, name, fill_id)
             return name
         if found is not None and not remove_volume(name):
-            raise SSEBenchError(f"the runtime volume {name} is incomplete and a container still uses it: remove "
-                                f"that container, then run again (or `docker volume rm -f {name}`)")
+            raise SSEBenchError(
+                f"the runtime volume {name} is incomplete and a container still uses it: remove "
+                f"that container, then run again (or `docker volume rm -f {name}`)"
+            )
         fill_id = uuid.uuid4().hex
         _fill(runtime_image, name, fill_id, labels[LABEL_HASH])
         _record(records, name, fill_id)
@@ -659,9 +704,14 @@ def _marker(runtime_image: str, volume: str) -> str | None:
 
     api = client().api
     with docker_errors(f"checking the runtime volume {volume}"):
-        made = str(api.create_container(runtime_image, command=["true"], network_disabled=True,
-                                        host_config=api.create_host_config(
-                                            binds={volume: {"bind": "/check", "mode": "ro,nocopy"}}))["Id"])
+        made = str(
+            api.create_container(
+                runtime_image,
+                command=["true"],
+                network_disabled=True,
+                host_config=api.create_host_config(binds={volume: {"bind": "/check", "mode": "ro,nocopy"}}),
+            )["Id"]
+        )
     try:
         with docker_errors(f"reading the runtime volume {volume}'s marker"):
             stream, _ = api.get_archive(made, f"/check/{RUNTIME_COMPLETE}")
@@ -686,17 +736,26 @@ def _fill(runtime_image: str, volume: str, fill_id: str, digest: str) -> None:
     filled = False
     try:
         with docker_errors(f"filling the runtime volume {volume} from {runtime_image}"):
-            api.create_volume(volume, driver="local", labels={LABEL_LAYER: "runtime-volume", LABEL_HASH: digest,
-                                                              LABEL_FILL: fill_id})
-            made = str(api.create_container(
-                runtime_image, entrypoint=["sh", "-c", _FILL, "fill"], command=[fill_id], user="root",
-                network_disabled=True, labels={LABEL_LAYER: "runtime-fill"},
-                host_config=api.create_host_config(binds={volume: {"bind": "/fill", "mode": "rw,nocopy"}}))["Id"])
+            api.create_volume(
+                volume, driver="local", labels={LABEL_LAYER: "runtime-volume", LABEL_HASH: digest, LABEL_FILL: fill_id}
+            )
+            made = str(
+                api.create_container(
+                    runtime_image,
+                    entrypoint=["sh", "-c", _FILL, "fill"],
+                    command=[fill_id],
+                    user="root",
+                    network_disabled=True,
+                    labels={LABEL_LAYER: "runtime-fill"},
+                    host_config=api.create_host_config(binds={volume: {"bind": "/fill", "mode": "rw,nocopy"}}),
+                )["Id"]
+            )
             status = _run_to_end(made, f"filling the runtime volume {volume}", RUNTIME_FILL_TIMEOUT)
             if status != 0:
                 tail = api.logs(made).decode("utf-8", errors="replace").strip()[-2000:]
-                raise SSEBenchError(f"filling the runtime volume {volume} from {runtime_image} failed "
-                                    f"(status {status}): {tail}")
+                raise SSEBenchError(
+                    f"filling the runtime volume {volume} from {runtime_image} failed (status {status}): {tail}"
+                )
         filled = True
     finally:
         if made is not None:
@@ -725,8 +784,7 @@ def _run_to_end(container: str, what: str, timeout: float, cancel: threading.Eve
         time.sleep(0.1)
 
 
-def _commit_tool_layer(settings: Settings, layer: Layer, out: TextIO,
-                       cancel: threading.Event | None) -> str | None:
+def _commit_tool_layer(settings: Settings, layer: Layer, out: TextIO, cancel: threading.Event | None) -> str | None:
     """Make the tool layer: run the tool layer's code as root in a container of the case image, with the
     runtime volume mounted read-only (and no network), then commit that container; the failure, if any.
 
@@ -750,12 +808,22 @@ def _commit_tool_layer(settings: Settings, layer: Layer, out: TextIO,
             out.write(api.logs(container).decode("utf-8", errors="replace"))
         return f"the tool layer's code exited with status {status}" if status != 0 else None
 
-    return _commit_layer(layer, case, out, TOOL_COMMIT_CHANGES, run, command=list(TOOL_LAYER_COMMAND),
-                         entrypoint=[], user="root", host_config=api.create_host_config(binds=runtime_binds(volume)))
+    return _commit_layer(
+        layer,
+        case,
+        out,
+        TOOL_COMMIT_CHANGES,
+        run,
+        command=list(TOOL_LAYER_COMMAND),
+        entrypoint=[],
+        user="root",
+        host_config=api.create_host_config(binds=runtime_binds(volume)),
+    )
 
 
-def _commit_layer(layer: Layer, base: str, out: TextIO, changes: Sequence[str],
-                  prepare: Callable[[str], str | None], **create: Any) -> str | None:
+def _commit_layer(
+    layer: Layer, base: str, out: TextIO, changes: Sequence[str], prepare: Callable[[str], str | None], **create: Any
+) -> str | None:
     """Make `layer` as a commit of a container of `base` (created with `create`, no network, the layer's
     labels) once `prepare(container)` returned no failure; the container is removed whatever happens.
     The failure, if any (written to `out` too)."""
@@ -794,9 +862,14 @@ class BuildReport:
 
 
 def ensure_layers(
-    settings: Settings, layers: Iterable[Layer], *, force: bool = False, report: BuildReport | None = None,
+    settings: Settings,
+    layers: Iterable[Layer],
+    *,
+    force: bool = False,
+    report: BuildReport | None = None,
     say: Callable[[str], None] = lambda m: print(m, file=sys.stderr, flush=True),
-    cancel: threading.Event | None = None, push: bool = False,
+    cancel: threading.Event | None = None,
+    push: bool = False,
 ) -> BuildReport:
     """Reuse each layer whose image carries its digest; pull or build the others, parents first.
 
@@ -811,8 +884,11 @@ def ensure_layers(
     """
     report = report if report is not None else BuildReport()
     for layer in layers:
-        if layer.image in report.built or (layer.image in report.reused and not force) or (
-                layer.image in report.pulled):
+        if (
+            layer.image in report.built
+            or (layer.image in report.reused and not force)
+            or (layer.image in report.pulled)
+        ):
             if push:
                 _push_once(settings, layer, report)
             continue
@@ -824,8 +900,7 @@ def ensure_layers(
                     pass  # another thread of this call built it while this one waited
                 elif not force and is_current(layer):
                     report.reused.append(layer.image)
-                elif not force and fetch(settings, layer.image,
-                                         lambda labels: labels.get(LABEL_HASH) == layer.digest):
+                elif not force and fetch(settings, layer.image, lambda labels: labels.get(LABEL_HASH) == layer.digest):
                     say(f"pulled   {layer.kind:7} {layer.image} from {settings.image_registry}")
                     report.pulled.append(layer.image)
                 else:

@@ -15,8 +15,13 @@ from ssebench.errors import SSEBenchError
 # The entrypoint's own lines on the container's stderr, newest last:
 # "[ssebench-entrypoint 12:00:01.250] agent: python3 /agent/agent.py (timeout 3600 s, difficulty 2)".
 _SAYS = re.compile(r"^\[ssebench-entrypoint ([0-9:.]+)\] (.*)$", re.MULTILINE)
-_PHASES = (("graded:", "finishing"), ("agent exited", "grading"), ("agent:", "agent"),
-           ("refusing to start", "failed"), ("infrastructure failure", "failed"))
+_PHASES = (
+    ("graded:", "finishing"),
+    ("agent exited", "grading"),
+    ("agent:", "agent"),
+    ("refusing to start", "failed"),
+    ("infrastructure failure", "failed"),
+)
 
 
 def entrypoint_lines(log: str) -> list[tuple[str, str]]:
@@ -66,21 +71,41 @@ def runs_in_flight() -> list[InFlight]:
             if isinstance(exc.__cause__, docker.errors.NotFound):
                 continue  # it ended while we looked
             raise
-        found.append(InFlight(
-            run=labels.get("ssebench.run", "?"), task=labels.get("ssebench.task", "?"),
-            agent=labels.get("ssebench.agent", "?"), model=labels.get("ssebench.model", "?"),
-            difficulty=labels.get("ssebench.difficulty", "?"), mode=labels.get("ssebench.mode", "?"),
-            trial=labels.get("ssebench.trial", "1"), phase=phase_of(bytes(log).decode("utf-8", "replace")),
-            elapsed=max(0.0, time.time() - float(container.get("Created") or time.time())),
-            session=labels.get("ssebench.session", "?"), state=str(container.get("State") or "?")))
+        found.append(
+            InFlight(
+                run=labels.get("ssebench.run", "?"),
+                task=labels.get("ssebench.task", "?"),
+                agent=labels.get("ssebench.agent", "?"),
+                model=labels.get("ssebench.model", "?"),
+                difficulty=labels.get("ssebench.difficulty", "?"),
+                mode=labels.get("ssebench.mode", "?"),
+                trial=labels.get("ssebench.trial", "1"),
+                phase=phase_of(bytes(log).decode("utf-8", "replace")),
+                elapsed=max(0.0, time.time() - float(container.get("Created") or time.time())),
+                session=labels.get("ssebench.session", "?"),
+                state=str(container.get("State") or "?"),
+            )
+        )
     return found
 
 
 def as_rows(runs: list[InFlight]) -> list[str]:
     header = ("TASK", "AGENT", "MODEL", "DIFF", "MODE", "TRIAL", "PHASE", "ELAPSED", "RUN", "SESSION")
-    table = [header] + [(r.task, r.agent, r.model, r.difficulty, r.mode, r.trial,
-                         r.phase if r.state == "running" else f"{r.phase} ({r.state})",
-                         _clock(r.elapsed), r.run, r.session) for r in runs]
+    table = [header] + [
+        (
+            r.task,
+            r.agent,
+            r.model,
+            r.difficulty,
+            r.mode,
+            r.trial,
+            r.phase if r.state == "running" else f"{r.phase} ({r.state})",
+            _clock(r.elapsed),
+            r.run,
+            r.session,
+        )
+        for r in runs
+    ]
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table]
 

@@ -38,8 +38,7 @@ class Session:
         return cls(id=uuid.uuid4().hex[:12], controller=os.getpid())
 
     def labels(self) -> dict[str, str]:
-        return {SESSION: self.id, HOST: socket.gethostname(), CONTROLLER: str(self.controller),
-                OWNER: str(os.getpid())}
+        return {SESSION: self.id, HOST: socket.gethostname(), CONTROLLER: str(self.controller), OWNER: str(os.getpid())}
 
 
 def _alive(pid: str | None) -> bool:
@@ -96,5 +95,7 @@ def reap_orphans() -> int:
     """Remove what sessions on this host left when their process died."""
     removed = _remove(None, only_orphans=True)
     if removed:
-        print(f"ssebench: removed {removed} container(s), network(s) and volume(s) left by dead sessions", file=sys.stderr)
+        print(
+            f"ssebench: removed {removed} container(s), network(s) and volume(s) left by dead sessions", file=sys.stderr
+        )
     return removed

@@ -51,8 +51,10 @@ def path_component(name: str) -> str:
     if component.startswith("."):
         component = "%2E" + component[1:]
     if len(component.encode()) > 255:
-        raise SSEBenchError(f"the name {name[:40]!r}… is too long for a results directory "
-                            f"({len(component.encode())} bytes escaped, at most 255)")
+        raise SSEBenchError(
+            f"the name {name[:40]!r}… is too long for a results directory "
+            f"({len(component.encode())} bytes escaped, at most 255)"
+        )
     return component
 
 
@@ -86,8 +88,9 @@ def make_run_dir(results_root: Path, task_id: str, model: str, agent: str, run_i
     results_root.mkdir(parents=True, exist_ok=True)
     linked = linked_level(results_root, parent)
     if linked is not None:
-        raise SSEBenchError(f"{linked} is a link, which would lead runs outside {results_root}; "
-                            "remove it or choose another --results")
+        raise SSEBenchError(
+            f"{linked} is a link, which would lead runs outside {results_root}; remove it or choose another --results"
+        )
     parent.mkdir(parents=True, exist_ok=True)
     run_dir = parent / path_component(run_id)
     try:
@@ -181,8 +184,13 @@ def _typed(cls: type, data: object) -> dict[str, Any]:
     """The fields of `cls` found in `data` with the right JSON type; anything else is left at its default."""
     if not isinstance(data, dict):
         return {}
-    wanted = {"bool | None": (bool,), "int | None": (int,), "float | None": (int, float), "str | None": (str,),
-              "str": (str,)}
+    wanted = {
+        "bool | None": (bool,),
+        "int | None": (int,),
+        "float | None": (int, float),
+        "str | None": (str,),
+        "str": (str,),
+    }
     kept: dict[str, Any] = {}
     for f in fields(cls):
         value = data.get(f.name)
@@ -212,10 +220,14 @@ def memory_limit_failure(result: dict[str, Any] | None, hit: list[str]) -> dict[
     why = str(said.get("error_msg") or "the run's container wrote no grade")
     return {
         "patch_result": {
-            "status": "failed", "build_success": None, "pov_passed": None, "pov_total": None,
-            "func_test_success": None, "intent_test_success": None,
+            "status": "failed",
+            "build_success": None,
+            "pov_passed": None,
+            "pov_total": None,
+            "func_test_success": None,
+            "intent_test_success": None,
             "error_msg": f"Memory limit: the run's processes used up its memory and grading could not finish "
-                         f"({'; '.join(hit)})",
+            f"({'; '.join(hit)})",
             "error_log": f"{why}\n{said.get('error_log') or ''}".strip()[-8000:],
         },
         "runtime_result": (result or {}).get("runtime_result") or {},
@@ -286,8 +298,13 @@ def read_summary(run_dir: Path) -> RunSummary | None:
         return None
     if data.get("grade") not in ("passed", "failed", "error"):
         return None
-    shapes: dict[str, type | tuple[type, ...]] = {"durations": dict, "timeline": dict, "files": dict,
-                                                  "limits_hit": list, "usage": (dict, type(None))}
+    shapes: dict[str, type | tuple[type, ...]] = {
+        "durations": dict,
+        "timeline": dict,
+        "files": dict,
+        "limits_hit": list,
+        "usage": (dict, type(None)),
+    }
     if any(key in data and not isinstance(data[key], shape) for key, shape in shapes.items()):
         return None
     return cast(RunSummary, data)

@@ -19,9 +19,9 @@ import json
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -36,8 +36,6 @@ from ssebench.inflight import entrypoint_lines
 from ssebench.limits import Limits
 from ssebench.logs import last_lines
 from ssebench.reaper import Session
-from ssebench.runtime.layout import MCP_PORT, RUNNER_DIR, RUNTIME_HOME, RUNTIME_PYTHON, SERVING, SIDECAR_SOCKETS
-from ssebench.runtime.settings import ENV as RUNTIME_ENV
 from ssebench.result import (
     RunSummary,
     RuntimeResult,
@@ -55,6 +53,8 @@ from ssebench.result import (
     write_json,
     write_text_atomic,
 )
+from ssebench.runtime.layout import MCP_PORT, RUNNER_DIR, RUNTIME_HOME, RUNTIME_PYTHON, SERVING, SIDECAR_SOCKETS
+from ssebench.runtime.settings import ENV as RUNTIME_ENV
 from ssebench.settings import Settings
 from ssebench.task import Task, task_file
 
@@ -103,9 +103,16 @@ class RunConfig:
 
     def describe(self) -> dict[str, Any]:
         return {
-            "agent": self.agent.name, "agent_version": self.agent.config.version, "model": self.model,
-            "difficulty": self.difficulty, "mode": self.mode, "trial": self.trial, "timeout": self.timeout,
-            "grading_timeout": self.grading_timeout, "egress": self.egress, "reference_run": self.reference_run,
+            "agent": self.agent.name,
+            "agent_version": self.agent.config.version,
+            "model": self.model,
+            "difficulty": self.difficulty,
+            "mode": self.mode,
+            "trial": self.trial,
+            "timeout": self.timeout,
+            "grading_timeout": self.grading_timeout,
+            "egress": self.egress,
+            "reference_run": self.reference_run,
             "limits": self.limits.describe(),
         }
 
@@ -171,8 +178,10 @@ class RunRecord:
     def hiding_code(self) -> tuple[list[dict[str, str]], int]:
         """Lines of the graded change that can hide a bug from the checks rather than fix it (result.json's
         signals.hiding_code, at most 50 given) and how many there were."""
-        return self._signal("hiding_code", lambda h: {"path": str(h.get("path", "")), "line": str(h.get("line", ""))}
-                            if isinstance(h, dict) else None)
+        return self._signal(
+            "hiding_code",
+            lambda h: {"path": str(h.get("path", "")), "line": str(h.get("line", ""))} if isinstance(h, dict) else None,
+        )
 
     @property
     def set_aside(self) -> tuple[list[str], int]:
@@ -195,9 +204,17 @@ def network_name(session: Session, run_id: str) -> str:
     return f"ssebench-{session.id}-{run_id}"
 
 
-def container_spec(config: RunConfig, image: str, session: Session, run_id: str, network: str | None,
-                   model_env: dict[str, str] | None = None, command: list[str] | None = None, *,
-                   runtime: str) -> ContainerSpec:
+def container_spec(
+    config: RunConfig,
+    image: str,
+    session: Session,
+    run_id: str,
+    network: str | None,
+    model_env: dict[str, str] | None = None,
+    command: list[str] | None = None,
+    *,
+    runtime: str,
+) -> ContainerSpec:
     """The container the agent of a run runs in, with the `runtime` volume read-only at /opt/ssebench.
 
     Only the reference agent ever gets the reference patch.
@@ -205,16 +222,24 @@ def container_spec(config: RunConfig, image: str, session: Session, run_id: str,
     task = config.task
     mounts = []
     if config.reference_run and task.config.files.patch:
-        mounts.append(Mount(task_file(task.path, task.config.files.patch).resolve(), REFERENCE_IN_CONTAINER,
-                            read_only=True))
+        mounts.append(
+            Mount(task_file(task.path, task.config.files.patch).resolve(), REFERENCE_IN_CONTAINER, read_only=True)
+        )
     env = run_env(config)
     if config.model != "none":
         env["SSE_MODEL_NAME"] = config.model
         env.update(model_env or {})
-    return ContainerSpec(image=image, env=env, mounts=mounts, labels=run_labels(config, session, run_id),
-                         network=network, command=command, limits=config.limits,
-                         dns_options=RESTRICTED_DNS_OPTIONS if config.internal_network else (),
-                         volumes=[Volume(runtime, RUNTIME_HOME, read_only=True)])
+    return ContainerSpec(
+        image=image,
+        env=env,
+        mounts=mounts,
+        labels=run_labels(config, session, run_id),
+        network=network,
+        command=command,
+        limits=config.limits,
+        dns_options=RESTRICTED_DNS_OPTIONS if config.internal_network else (),
+        volumes=[Volume(runtime, RUNTIME_HOME, read_only=True)],
+    )
 
 
 # On an internal network the engine's resolver answers for the network's own names and never for any other:
@@ -226,17 +251,27 @@ RESTRICTED_DNS_OPTIONS = ("timeout:1", "attempts:1", "retrans:1000", "retry:1")
 
 def run_env(config: RunConfig) -> dict[str, str]:
     """The runtime settings of a run's containers (ssebench.runtime.settings)."""
-    return {"TIMEOUT": str(int(config.timeout)), "SSE_DIFFICULTY": str(config.difficulty),
-            "SSE_GRADING_TIMEOUT": str(int(config.grading_timeout)),
-            "SSE_FILE_SIZE_LIMIT": str(config.limits.file_size),
-            "SSE_ARCHIVE_FILE_CAP": str(ARCHIVE_FILE_CAP), "SSE_ARCHIVE_CAP": str(ARCHIVE_CAP)}
+    return {
+        "TIMEOUT": str(int(config.timeout)),
+        "SSE_DIFFICULTY": str(config.difficulty),
+        "SSE_GRADING_TIMEOUT": str(int(config.grading_timeout)),
+        "SSE_FILE_SIZE_LIMIT": str(config.limits.file_size),
+        "SSE_ARCHIVE_FILE_CAP": str(ARCHIVE_FILE_CAP),
+        "SSE_ARCHIVE_CAP": str(ARCHIVE_CAP),
+    }
 
 
 def run_labels(config: RunConfig, session: Session, run_id: str) -> dict[str, str]:
-    return {**session.labels(), "ssebench.run": run_id, "ssebench.task": config.task.id,
-            "ssebench.agent": config.agent.name, "ssebench.model": config.model,
-            "ssebench.difficulty": str(config.difficulty), "ssebench.mode": config.mode,
-            "ssebench.trial": str(config.trial)}
+    return {
+        **session.labels(),
+        "ssebench.run": run_id,
+        "ssebench.task": config.task.id,
+        "ssebench.agent": config.agent.name,
+        "ssebench.model": config.model,
+        "ssebench.difficulty": str(config.difficulty),
+        "ssebench.mode": config.mode,
+        "ssebench.trial": str(config.trial),
+    }
 
 
 def tree_volume(config: RunConfig, prefix: str) -> Volume:
@@ -245,8 +280,9 @@ def tree_volume(config: RunConfig, prefix: str) -> Volume:
     return Volume(f"{prefix}-src", config.task.config.source, fill=True)
 
 
-def sidecar_specs(config: RunConfig, agent: ContainerSpec, task_image: str, run_id: str,
-                  session: Session) -> tuple[ContainerSpec, ContainerSpec, list[str]]:
+def sidecar_specs(
+    config: RunConfig, agent: ContainerSpec, task_image: str, run_id: str, session: Session
+) -> tuple[ContainerSpec, ContainerSpec, list[str]]:
     """Sidecar mode: (task container, agent container, volume names) from the agent's container spec.
 
     The task container (the tool image) does everything that grades, as
@@ -273,13 +309,22 @@ def sidecar_specs(config: RunConfig, agent: ContainerSpec, task_image: str, run_
     # access: its bash tool is the agent's, but the key is the agent container's alone).
     settings = {k: v for k, v in agent.env.items() if k in RUNTIME_ENV.values()}
     # The task container (a tool image) keeps the runtime volume; the agent's image holds a runtime of its own.
-    task = replace(agent, image=task_image, name=task_name, mounts=[], command=None,
-                   volumes=[*agent.volumes, *filled],
-                   env={**settings, **sockets, "SSE_ROLE": "task", "SSE_MCP_BIND": "0.0.0.0"},
-                   labels={**agent.labels, "ssebench.role": "task"})
-    agent = replace(agent, volumes=volumes,
-                    env={**agent.env, **sockets, "SSE_ROLE": "agent", "SSE_SOURCE": config.task.config.source},
-                    labels={**agent.labels, "ssebench.role": "agent"})
+    task = replace(
+        agent,
+        image=task_image,
+        name=task_name,
+        mounts=[],
+        command=None,
+        volumes=[*agent.volumes, *filled],
+        env={**settings, **sockets, "SSE_ROLE": "task", "SSE_MCP_BIND": "0.0.0.0"},
+        labels={**agent.labels, "ssebench.role": "task"},
+    )
+    agent = replace(
+        agent,
+        volumes=volumes,
+        env={**agent.env, **sockets, "SSE_ROLE": "agent", "SSE_SOURCE": config.task.config.source},
+        labels={**agent.labels, "ssebench.role": "agent"},
+    )
     return task, agent, [v.name for v in volumes]
 
 
@@ -300,8 +345,10 @@ def await_ready(task: Handle, timeout: float) -> None:
         if any(text == SERVING for _, text in entrypoint_lines(task.logs("stderr"))) or task.poll() is not None:
             return
         time.sleep(0.05)
-    raise RunTimeoutError(f"the task container {task.id[:12]} did not serve within {timeout:.0f} s; its last "
-                          f"lines:\n{last_lines(task.logs(), 20)}")
+    raise RunTimeoutError(
+        f"the task container {task.id[:12]} did not serve within {timeout:.0f} s; its last "
+        f"lines:\n{last_lines(task.logs(), 20)}"
+    )
 
 
 @dataclass
@@ -342,22 +389,31 @@ class LiveRun:
             except RunTimeoutError:
                 ended = self.task.poll()
                 if ended is not None:
-                    raise ContainerDied(f"the task container exited (status {ended}) during the run; its last "
-                                        f"lines:\n{last_lines(self.task.logs(), 20)}") from None
+                    raise ContainerDied(
+                        f"the task container exited (status {ended}) during the run; its last "
+                        f"lines:\n{last_lines(self.task.logs(), 20)}"
+                    ) from None
                 if time.monotonic() - started >= agent_limit:
                     self.handle.stop(1)  # past the agent's limit: its container's own timer did not end it
                     status, timed_out = TIMED_OUT, True
                     break
                 if time.monotonic() >= deadline:
-                    raise RunTimeoutError(f"container {self.handle.id[:12]} still running after "
-                                          f"{timeout:.0f} s") from None
-        figures = {"AGENT_EXIT_STATUS": str(status), "AGENT_DURATION": f"{time.monotonic() - started:.3f}",
-                   "SSE_METRIC_AGENT_TIMEOUT": "true" if timed_out or status == TIMED_OUT else "false"}
-        told, said = self.task.execute([RUNTIME_PYTHON, "-I", "-m", "ssebench.runtime.phase", json.dumps(figures)],
-                                       TELL_TIMEOUT)
+                    raise RunTimeoutError(
+                        f"container {self.handle.id[:12]} still running after {timeout:.0f} s"
+                    ) from None
+        figures = {
+            "AGENT_EXIT_STATUS": str(status),
+            "AGENT_DURATION": f"{time.monotonic() - started:.3f}",
+            "SSE_METRIC_AGENT_TIMEOUT": "true" if timed_out or status == TIMED_OUT else "false",
+        }
+        told, said = self.task.execute(
+            [RUNTIME_PYTHON, "-I", "-m", "ssebench.runtime.phase", json.dumps(figures)], TELL_TIMEOUT
+        )
         if told != 0:
-            raise ContainerDied(f"telling the task container the agent's end failed (status {told}): {said.strip()}"
-                                f"; its last lines:\n{last_lines(self.task.logs(), 20)}")
+            raise ContainerDied(
+                f"telling the task container the agent's end failed (status {told}): {said.strip()}"
+                f"; its last lines:\n{last_lines(self.task.logs(), 20)}"
+            )
         return self.task.wait(max(1.0, deadline - time.monotonic()))
 
     @property
@@ -369,10 +425,20 @@ class LiveRun:
 
 
 @contextmanager
-def running(config: RunConfig, backend: Backend, session: Session, run_id: str, image: str, *,
-            command: list[str] | None = None, models: ModelLink | None = None,
-            usage: dict[str, Any] | None = None, env: dict[str, str] | None = None,
-            task_image: str | None = None, runtime: str) -> Iterator[LiveRun]:
+def running(
+    config: RunConfig,
+    backend: Backend,
+    session: Session,
+    run_id: str,
+    image: str,
+    *,
+    command: list[str] | None = None,
+    models: ModelLink | None = None,
+    usage: dict[str, Any] | None = None,
+    env: dict[str, str] | None = None,
+    task_image: str | None = None,
+    runtime: str,
+) -> Iterator[LiveRun]:
     """Start a run's network and containers; remove all afterwards (unless the run keeps its containers).
 
     `image` is the agent's image; sidecar mode also starts `task_image` (the
@@ -385,8 +451,7 @@ def running(config: RunConfig, backend: Backend, session: Session, run_id: str, 
     settings (SSE_*) to the container's environment.
     """
     labels = {**session.labels(), "ssebench.run": run_id}
-    network = backend.create_network(network_name(session, run_id), internal=config.internal_network,
-                                      labels=labels)
+    network = backend.create_network(network_name(session, run_id), internal=config.internal_network, labels=labels)
     handles: list[Handle] = []
     volumes: list[str] = []
     opened = False
@@ -394,8 +459,9 @@ def running(config: RunConfig, backend: Backend, session: Session, run_id: str, 
     try:
         model_env: dict[str, str] = {}
         if models is not None and config.model != "none":
-            model_env = models.open(run_id, config.model, network,
-                                    ttl=config.timeout + config.grading_timeout + SLACK_SECONDS)
+            model_env = models.open(
+                run_id, config.model, network, ttl=config.timeout + config.grading_timeout + SLACK_SECONDS
+            )
             opened = True
         spec = container_spec(config, image, session, run_id, network.name, model_env, command, runtime=runtime)
         spec.env.update(env or {})
@@ -440,8 +506,9 @@ def running(config: RunConfig, backend: Backend, session: Session, run_id: str, 
                 remove_all(backend, handles, volumes, network.name, quiet=failed)
 
 
-def remove_all(backend: Backend, handles: list[Handle], volumes: list[str], network: str, *,
-               quiet: bool = False) -> None:
+def remove_all(
+    backend: Backend, handles: list[Handle], volumes: list[str], network: str, *, quiet: bool = False
+) -> None:
     """Remove a run's containers, then its volumes and its network; every step despite the others failing.
 
     Raises the first error, unless `quiet` (the run already failed: its own error is the one to report, and
@@ -480,10 +547,8 @@ def collect(handle: Handle, run_dir: Path) -> dict[str, Any]:
             report[name] = {"error": str(exc)}
     pruned = read_safely(run_dir, "archive.json", limit=4 << 20, tail=False)
     if pruned:
-        try:
+        with suppress(ValueError):
             report["archive"]["pruned_in_container"] = json.loads(pruned)
-        except ValueError:
-            pass
     return report
 
 
@@ -493,10 +558,8 @@ def _limits_hit(run_dir: Path, live: LiveRun | None, config: RunConfig) -> list[
     lines: list[str] = []
     text = read_safely(run_dir, "limits.json", limit=1 << 20, tail=False)
     if text:
-        try:
+        with suppress(ValueError, AttributeError):
             lines = [str(line) for line in json.loads(text).get("hit") or []]
-        except (ValueError, AttributeError):
-            pass
     hit = list(lines)
     for name, handle in live.handles if live else []:
         prefix = "agent container: " if name == "agent-container" else ""
@@ -505,8 +568,9 @@ def _limits_hit(run_dir: Path, live: LiveRun | None, config: RunConfig) -> list[
             # Its entrypoint says what its cgroup counted on its own stream (the agent's output is the other);
             # what the agent's container says is its own account, never part of a grade.
             said = read_safely(run_dir, "agent-container.log", limit=1 << 20) or ""
-            counted = [text.removeprefix("limit hit: ") for _, text in entrypoint_lines(said)
-                       if text.startswith("limit hit: ")]
+            counted = [
+                text.removeprefix("limit hit: ") for _, text in entrypoint_lines(said) if text.startswith("limit hit: ")
+            ]
             hit += [prefix + line for line in counted]
         if any(line.startswith("memory") for line in counted):
             continue
@@ -539,8 +603,17 @@ def salvage(live: LiveRun, run_dir: Path, record: RunRecord) -> None:
         raise error
 
 
-def execute(config: RunConfig, settings: Settings, backend: Backend, session: Session, results_root: Path,
-            *, build: bool = True, models: ModelLink | None = None, command: list[str] | None = None) -> RunRecord:
+def execute(
+    config: RunConfig,
+    settings: Settings,
+    backend: Backend,
+    session: Session,
+    results_root: Path,
+    *,
+    build: bool = True,
+    models: ModelLink | None = None,
+    command: list[str] | None = None,
+) -> RunRecord:
     """Run once and record it. Infrastructure failures are recorded, not raised.
 
     `command` replaces the agent image's command (tests give hostile agents this way).
@@ -550,8 +623,13 @@ def execute(config: RunConfig, settings: Settings, backend: Backend, session: Se
 
     run_id = new_run_id(config.difficulty, config.mode)
     run_dir = make_run_dir(results_root, config.task.id, config.model, config.agent.name, run_id)
-    record = RunRecord(config=config, run_id=run_id, run_dir=run_dir,
-                       started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), session=session.id)
+    record = RunRecord(
+        config=config,
+        run_id=run_id,
+        run_dir=run_dir,
+        started_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        session=session.id,
+    )
     started = time.monotonic()
     usage: dict[str, Any] = {}
     try:
@@ -564,8 +642,18 @@ def execute(config: RunConfig, settings: Settings, backend: Backend, session: Se
         names = image_names(settings, config.task, config.agent.name, config.mode)
         runtime = backend.runtime_volume(settings, names["runtime"])
         record.network = network_name(session, run_id)
-        with running(config, backend, session, run_id, names["agent"], models=models, usage=usage,
-                     command=command, task_image=names["tool"], runtime=runtime) as live:
+        with running(
+            config,
+            backend,
+            session,
+            run_id,
+            names["agent"],
+            models=models,
+            usage=usage,
+            command=command,
+            task_image=names["tool"],
+            runtime=runtime,
+        ) as live:
             began = time.monotonic()
             record.timeline["container_started"] = time.time()
             died: ContainerDied | None = None
@@ -585,9 +673,14 @@ def execute(config: RunConfig, settings: Settings, backend: Backend, session: Se
             record.result = memory_limit_failure(record.result, memory)
             write_json(run_dir / "result.json", record.result)
         if record.result is None:
-            record.infra_error = str(died) if died is not None else (
-                f"the run ended (exit {record.exit_code}) without a result.json; see {run_dir}/container.log; "
-                f"its last lines:\n{last_lines(read_safely(run_dir, 'container.log') or '', 20)}")
+            record.infra_error = (
+                str(died)
+                if died is not None
+                else (
+                    f"the run ended (exit {record.exit_code}) without a result.json; see {run_dir}/container.log; "
+                    f"its last lines:\n{last_lines(read_safely(run_dir, 'container.log') or '', 20)}"
+                )
+            )
             if record.limits_hit:
                 record.infra_error += "; limits hit: " + "; ".join(record.limits_hit)
         else:
@@ -614,9 +707,16 @@ def execute(config: RunConfig, settings: Settings, backend: Backend, session: Se
 def write_summary(record: RunRecord) -> None:
     task = record.config.task
     summary: RunSummary = {
-        "task": {"id": task.id, "dataset": task.dataset, "dataset_version": task.dataset_version,
-                 "digest": task.digest, "language": task.language, "project": task.config.project,
-                 "advisories": task.advisories(), "path": str(task.path)},
+        "task": {
+            "id": task.id,
+            "dataset": task.dataset,
+            "dataset_version": task.dataset_version,
+            "digest": task.digest,
+            "language": task.language,
+            "project": task.config.project,
+            "advisories": task.advisories(),
+            "path": str(task.path),
+        },
         "config": record.config.describe(),
         "grade": record.grade,
         "error": record.infra_error,
@@ -659,18 +759,33 @@ def finished_run(config: RunConfig, results_root: Path) -> RunRecord | None:
             continue
         got, got_task = summary["config"], summary["task"]
         if (got_task.get("id"), got_task.get("dataset_version"), got_task.get("digest")) != (
-                task.id, task.dataset_version, task.digest):
+            task.id,
+            task.dataset_version,
+            task.digest,
+        ):
             continue
         if any(got.get(key) != want[key] for key in RESUME_IDENTITY) or got.get("trial", 1) != config.trial:
             continue
         result = read_result(run_dir)
         if result is None or recorded_status(result.get("patch_result")) != summary["grade"]:
             continue
-        return RunRecord(config=config, run_id=str(summary.get("run_id") or run_dir.name), run_dir=run_dir,
-                         started_at=str(summary.get("started_at") or ""), grade=summary["grade"], result=result,
-                         exit_code=summary.get("exit_code"), network=summary.get("network"),
-                         limits_hit=list(summary.get("limits_hit") or []), files=summary.get("files") or {},
-                         usage=summary.get("usage"), durations=summary.get("durations") or {}, resumed=True,
-                         session=summary.get("session"), timeline=summary.get("timeline") or {},
-                         node=summary.get("node"), images=summary.get("images") or {})
+        return RunRecord(
+            config=config,
+            run_id=str(summary.get("run_id") or run_dir.name),
+            run_dir=run_dir,
+            started_at=str(summary.get("started_at") or ""),
+            grade=summary["grade"],
+            result=result,
+            exit_code=summary.get("exit_code"),
+            network=summary.get("network"),
+            limits_hit=list(summary.get("limits_hit") or []),
+            files=summary.get("files") or {},
+            usage=summary.get("usage"),
+            durations=summary.get("durations") or {},
+            resumed=True,
+            session=summary.get("session"),
+            timeline=summary.get("timeline") or {},
+            node=summary.get("node"),
+            images=summary.get("images") or {},
+        )
     return None

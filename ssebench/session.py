@@ -19,9 +19,9 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Iterable
-from contextlib import ExitStack
+from contextlib import ExitStack, suppress
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
@@ -62,11 +62,15 @@ class Plan:
     def check(self) -> None:
         """Raise OptionError for the first combination that cannot run."""
         if self.dispatch == "ray" and self.workers:
-            raise OptionError("--dispatch ray: one pytest process submits every run to the cluster; drop -n (the "
-                              "cluster's resources decide how many run at once)")
+            raise OptionError(
+                "--dispatch ray: one pytest process submits every run to the cluster; drop -n (the "
+                "cluster's resources decide how many run at once)"
+            )
         if self.dispatch == "ray" and self.egress == "open":
-            raise OptionError("--egress open with --dispatch ray: an open run could reach the cluster's own "
-                              "services from its node; run open-egress runs locally")
+            raise OptionError(
+                "--egress open with --dispatch ray: an open run could reach the cluster's own "
+                "services from its node; run open-egress runs locally"
+            )
         if self.needs_model and not self.models:
             raise OptionError(f"--model: agent {self.needs_model} needs a model; give --model NAME")
 
@@ -83,12 +87,17 @@ def check_models(settings: Settings, names: Iterable[str]) -> None:
         model = declared.get(name)
         if model is None:
             known = ", ".join(sorted(declared)) or "none"
-            where = (f"no {settings.models_dir}/{name}.yaml" if MODEL_NAME.match(name) else
-                     "not a model name (letters and digits separated by '.', '_' or '-', as its file is named)")
+            where = (
+                f"no {settings.models_dir}/{name}.yaml"
+                if MODEL_NAME.match(name)
+                else "not a model name (letters and digits separated by '.', '_' or '-', as its file is named)"
+            )
             raise OptionError(f"--model {name}: {where} (models declared: {known}); see models/README.md")
         if model.api_key_env and not os.environ.get(model.api_key_env):
-            raise OptionError(f"--model {name}: {model.api_key_env} is not set; export the provider key on this "
-                              f"host (it never enters a run's container)")
+            raise OptionError(
+                f"--model {name}: {model.api_key_env} is not set; export the provider key on this "
+                f"host (it never enters a run's container)"
+            )
 
 
 def provider_env(settings: Settings, names: Iterable[str]) -> dict[str, str]:
@@ -111,9 +120,17 @@ class RunSession:
     token): it starts nothing and removes nothing, its controller does.
     """
 
-    def __init__(self, settings: Settings, plan: Plan, *, session: Session | None = None, controller: bool = True,
-                 gateway: tuple[str, str] | None = None, backend: Callable[[], Backend] | None = None,
-                 link: Callable[[RunConfig], ModelLink | None] = lambda run: None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        plan: Plan,
+        *,
+        session: Session | None = None,
+        controller: bool = True,
+        gateway: tuple[str, str] | None = None,
+        backend: Callable[[], Backend] | None = None,
+        link: Callable[[RunConfig], ModelLink | None] = lambda run: None,
+    ) -> None:
         plan.check()
         self.settings, self.plan = settings, plan
         self.session = session or Session.new()
@@ -166,9 +183,13 @@ class RunSession:
 
             needs = bool(self.plan.needs_model)
             self.dispatch = RayDispatch(
-                self.settings, self.session, self.plan.results, self.plan.ray_address,
+                self.settings,
+                self.session,
+                self.plan.results,
+                self.plan.ray_address,
                 models=NodeModels(self.settings.models_dir, self.plan.budget) if needs else None,
-                provider_env=provider_env(self.settings, self.plan.models) if needs else None)
+                provider_env=provider_env(self.settings, self.plan.models) if needs else None,
+            )
 
     def __enter__(self) -> RunSession:
         try:
@@ -179,8 +200,9 @@ class RunSession:
             raise
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
-                 traceback: TracebackType | None) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, value: BaseException | None, traceback: TracebackType | None
+    ) -> None:
         self.close()
 
     # -- runs -----------------------------------------------------------------
@@ -211,11 +233,19 @@ class RunSession:
         """One attempt of the run, here or on a node of the cluster."""
         if self.dispatch is not None:
             return self.dispatch.run(config)
-        return execute(config, self.settings, self.backend(), self.session, self.plan.results, build=build,
-                       models=self.model_link(config))
+        return execute(
+            config,
+            self.settings,
+            self.backend(),
+            self.session,
+            self.plan.results,
+            build=build,
+            models=self.model_link(config),
+        )
 
-    def run(self, config: RunConfig, on_attempt: Callable[[RunRecord], None] = lambda record: None, *,
-            build: bool = True) -> RunRecord:
+    def run(
+        self, config: RunConfig, on_attempt: Callable[[RunRecord], None] = lambda record: None, *, build: bool = True
+    ) -> RunRecord:
         """The run's record, after at most `plan.retries` more attempts when one hits an infrastructure error;
         `on_attempt` sees every attempt's (a resumed run makes none)."""
         if self.plan.resume:
@@ -230,17 +260,27 @@ class RunSession:
             except (SSEBenchError, OSError) as exc:
                 # Before the run had a directory (a link in the results directory, a name too long): an error
                 # all the same, recorded in the item's report (the results root stands for its directory).
-                record = RunRecord(config=config, run_id="", run_dir=self.plan.results, infra_error=str(exc),
-                                   started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                                   session=self.session.id)
+                record = RunRecord(
+                    config=config,
+                    run_id="",
+                    run_dir=self.plan.results,
+                    infra_error=str(exc),
+                    started_at=datetime.now(UTC).isoformat(timespec="seconds"),
+                    session=self.session.id,
+                )
             on_attempt(record)
             attempt += 1
             if record.infra_error is None or attempt == attempts:
                 return record
             # Shown in the item's captured stderr; not a warning, which the
             # project's warnings-as-errors setting would turn into an error.
-            print(for_terminal(f"ssebench: attempt {attempt} of {attempts} hit an infrastructure error, retrying: "
-                               f"{record.infra_error}"), file=sys.stderr)
+            print(
+                for_terminal(
+                    f"ssebench: attempt {attempt} of {attempts} hit an infrastructure error, retrying: "
+                    f"{record.infra_error}"
+                ),
+                file=sys.stderr,
+            )
 
     # -- end ------------------------------------------------------------------
 
@@ -266,8 +306,5 @@ class RunSession:
 
 def _quietly(step: Callable[..., object], *args: object) -> None:
     """A clean-up step whose failure is no reason to stop the others (the next session removes what is left)."""
-    try:
+    with suppress(SSEBenchError):
         step(*args)
-    except SSEBenchError:
-        pass
-

@@ -37,8 +37,11 @@ class Settings(BaseModel):
     def _from_environment(cls, given: Any) -> Any:
         if not isinstance(given, dict):
             return given
-        found = {name: os.environ[ENV_PREFIX + name.upper()] for name in cls.model_fields
-                 if ENV_PREFIX + name.upper() in os.environ}
+        found = {
+            name: os.environ[ENV_PREFIX + name.upper()]
+            for name in cls.model_fields
+            if ENV_PREFIX + name.upper() in os.environ
+        }
         return {**found, **given}
 
     # Image names are `<prefix>/<name>`; upstream Dockerfiles name their base
@@ -83,8 +86,15 @@ class Settings(BaseModel):
 
     def default_limits(self) -> Limits:
         """The limits a run gets unless its task or its options say otherwise."""
-        return Limits().merged({"pids": self.limit_pids, "memory": self.limit_memory, "cpus": self.limit_cpus,
-                                "file_size": self.limit_file_size}, "SSEBENCH_LIMIT_*")
+        return Limits().merged(
+            {
+                "pids": self.limit_pids,
+                "memory": self.limit_memory,
+                "cpus": self.limit_cpus,
+                "file_size": self.limit_file_size,
+            },
+            "SSEBENCH_LIMIT_*",
+        )
 
     @field_validator("prefix")
     @classmethod
@@ -103,10 +113,10 @@ class Settings(BaseModel):
             try:
                 parse_size(value, "memory")
             except LimitsError:
-                raise ValueError(f"{value!r} is not a size; give bytes or a number with k, m, g (e.g. 2g), "
-                                 "or 0 for no limit") from None
+                raise ValueError(
+                    f"{value!r} is not a size; give bytes or a number with k, m, g (e.g. 2g), or 0 for no limit"
+                ) from None
         return value
-
 
     @field_validator("image_registry")
     @classmethod

@@ -68,12 +68,17 @@ class Form:
 
 # An agent's program on the tool image: nothing it copies can be a set-id program or writable by others
 # (the tool layer's rules), and nothing it configures but its command.
-AGENT = Form("SSEBENCH_TOOL", re.compile(r"\$\{SSEBENCH_TOOL\}|\$SSEBENCH_TOOL"), "/opt/agent",
-             frozenset({"CMD"}), 0o6022)
+AGENT = Form(
+    "SSEBENCH_TOOL", re.compile(r"\$\{SSEBENCH_TOOL\}|\$SSEBENCH_TOOL"), "/opt/agent", frozenset({"CMD"}), 0o6022
+)
 # A task's tree and scripts on its base, as Docker's COPY writes them.
-CASE = Form("SSEBENCH_REGISTRY",
-            re.compile(r"\$\{SSEBENCH_REGISTRY\}/base-generic-[a-z]+:[A-Za-z0-9_][A-Za-z0-9_.-]*"), "/",
-            frozenset({"WORKDIR"}), 0)
+CASE = Form(
+    "SSEBENCH_REGISTRY",
+    re.compile(r"\$\{SSEBENCH_REGISTRY\}/base-generic-[a-z]+:[A-Za-z0-9_][A-Za-z0-9_.-]*"),
+    "/",
+    frozenset({"WORKDIR"}),
+    0,
+)
 
 _ARG = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(?:=([A-Za-z0-9_./:-]+))?")
 
@@ -122,8 +127,11 @@ def _text(dockerfile: Path, context: Path) -> str | None:
         text = dockerfile.read_bytes().decode("utf-8")  # no newline translation: Docker ends lines at \n only
     except (OSError, UnicodeDecodeError):
         return None
-    if text.startswith("\ufeff") or (context / ".dockerignore").exists() or re.match(
-            r"\s*#\s*(escape|syntax|check)\s*=", text, re.I):
+    if (
+        text.startswith("\ufeff")
+        or (context / ".dockerignore").exists()
+        or re.match(r"\s*#\s*(escape|syntax|check)\s*=", text, re.I)
+    ):
         return None  # a byte-order mark: Docker drops it and reads a directive after it
     return text
 
@@ -163,8 +171,16 @@ def simple_dockerfile(dockerfile: Path, context: Path, form: Form) -> SimpleDock
             workdirs.append(args)
         else:
             return None
-    return SimpleDockerfile(form.arg, declared.group(2), base, tuple(copies), cmd, tuple(workdirs), form.mask,
-                            tuple(f"{word} {args}" for word, args in rest))
+    return SimpleDockerfile(
+        form.arg,
+        declared.group(2),
+        base,
+        tuple(copies),
+        cmd,
+        tuple(workdirs),
+        form.mask,
+        tuple(f"{word} {args}" for word, args in rest),
+    )
 
 
 @dataclass(frozen=True)
@@ -206,9 +222,16 @@ def split_dockerfile(dockerfile: Path, context: Path, form: Form) -> Split | Non
         start = i
     if len(tail) < MIN_TAIL or not any(lines[i].split(maxsplit=1)[0].upper() == "FROM" for i in starts if i < start):
         return None
-    simple = SimpleDockerfile("", None, "", tuple(c for _, _, c in tail if c is not None), None,
-                              tuple(a for w, a, _ in tail if w == "WORKDIR"), form.mask,
-                              tuple(f"{w} {a}" for w, a, _ in tail))
+    simple = SimpleDockerfile(
+        "",
+        None,
+        "",
+        tuple(c for _, _, c in tail if c is not None),
+        None,
+        tuple(a for w, a, _ in tail if w == "WORKDIR"),
+        form.mask,
+        tuple(f"{w} {a}" for w, a, _ in tail),
+    )
     return Split("\n".join(text.split("\n")[:start]).rstrip() + "\n", simple)  # the file's own text
 
 
@@ -243,8 +266,11 @@ def _copy(args: str, root: Path, form: Form) -> Copy | None:
         path = named.resolve()
         if named.is_symlink() or (path != root and root not in path.parents) or path == root:
             return None
-        if not (path.is_dir() or path.is_file()) or not _plain(path) or path.is_dir() and (
-                not _plain_tree(path) or not any(path.rglob("*"))):
+        if (
+            not (path.is_dir() or path.is_file())
+            or not _plain(path)
+            or (path.is_dir() and (not _plain_tree(path) or not any(path.rglob("*"))))
+        ):
             return None
         resolved.append(path)
     return Copy(tuple(resolved), dest)
@@ -402,8 +428,14 @@ def _add(archive: tarfile.TarFile, path: Path, name: str, mask: int) -> None:
 # ---- the image
 
 
-def image_archive(tag: str, parent: dict[str, Any], history: Iterable[dict[str, Any]], layer: bytes,
-                  simple: SimpleDockerfile, labels: dict[str, str]) -> bytes:
+def image_archive(
+    tag: str,
+    parent: dict[str, Any],
+    history: Iterable[dict[str, Any]],
+    layer: bytes,
+    simple: SimpleDockerfile,
+    labels: dict[str, str],
+) -> bytes:
     """What `docker load` takes to make `tag`: the parent's layers (named, not included: the engine has
     them) and the new one, with the parent's configuration changed as the Dockerfile says.
 
@@ -420,18 +452,31 @@ def image_archive(tag: str, parent: dict[str, Any], history: Iterable[dict[str, 
     created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     parent_layers = list(parent["RootFS"]["Layers"])
     diff_id = "sha256:" + sha256(layer).hexdigest()
-    steps = [{"created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(h.get("Created") or 0))),
-              "created_by": h.get("CreatedBy") or "", **({"comment": h["Comment"]} if h.get("Comment") else {}),
-              # The engine lists no "empty layer" flag; a step of no size made none (or an empty one: the
-              # engine asks only that no more steps than layers say they made one).
-              **({"empty_layer": True} if not h.get("Size") else {})} for h in history]
-    steps.append({"created": created, "created_by": "; ".join(simple.instructions),
-                  "comment": "ssebench: assembled, not built (ssebench/simplelayer.py)"})
+    steps = [
+        {
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(h.get("Created") or 0))),
+            "created_by": h.get("CreatedBy") or "",
+            **({"comment": h["Comment"]} if h.get("Comment") else {}),
+            # The engine lists no "empty layer" flag; a step of no size made none (or an empty one: the
+            # engine asks only that no more steps than layers say they made one).
+            **({"empty_layer": True} if not h.get("Size") else {}),
+        }
+        for h in history
+    ]
+    steps.append(
+        {
+            "created": created,
+            "created_by": "; ".join(simple.instructions),
+            "comment": "ssebench: assembled, not built (ssebench/simplelayer.py)",
+        }
+    )
     image = {
-        "architecture": parent.get("Architecture") or "amd64", "os": parent.get("Os") or "linux",
+        "architecture": parent.get("Architecture") or "amd64",
+        "os": parent.get("Os") or "linux",
         **({"variant": parent["Variant"]} if parent.get("Variant") else {}),
-        "created": created, "config": config,
-        "rootfs": {"type": "layers", "diff_ids": parent_layers + [diff_id]},
+        "created": created,
+        "config": config,
+        "rootfs": {"type": "layers", "diff_ids": [*parent_layers, diff_id]},
         "history": steps,
     }
     raw = json.dumps(image, sort_keys=True).encode()

@@ -76,8 +76,10 @@ def _tree_pattern(value: Any) -> str:
         raise ValueError("must be a path pattern (a non-empty string), e.g. tests/** or src/main.rs")
     pattern = value.strip()
     if pattern.startswith("/") or pattern.startswith(":"):
-        raise ValueError(f"'{value}' must be relative to the source tree's root, with no pathspec magic "
-                         "(e.g. tests/** rather than /src/x/tests/**)")
+        raise ValueError(
+            f"'{value}' must be relative to the source tree's root, with no pathspec magic "
+            "(e.g. tests/** rather than /src/x/tests/**)"
+        )
     if ".." in PurePosixPath(pattern).parts:
         raise ValueError(f"'{value}' leaves the source tree ('..' is not allowed)")
     return pattern
@@ -87,15 +89,46 @@ def _tree_pattern(value: Any) -> str:
 TreePattern = Annotated[str, BeforeValidator(_tree_pattern)]
 
 
-
 # Paths of a task container the runtime uses (ssebench.runtime.layout), and system directories: no task's tree
 # may be one of them, inside one of the runtime's, or above one.
-RUNTIME_PATHS = tuple(PurePosixPath(p) for p in (
-    layout.TASK_DIR, layout.STATE_DIR, layout.RUNNER_DIR, layout.CAPTURE_DIR, layout.ADMIN_DIR, layout.ARCHIVE,
-    layout.AGENT_SOCKET, layout.MCP_LOG_DIR, layout.RUNTIME_HOME, str(PurePosixPath(layout.REFERENCE_PATCH).parent)))
-SYSTEM_PATHS = tuple(PurePosixPath(p) for p in (
-    "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib64", "/opt", "/proc", "/root", "/run", "/sbin", "/srv",
-    "/sys", "/tmp", "/usr", "/var"))
+RUNTIME_PATHS = tuple(
+    PurePosixPath(p)
+    for p in (
+        layout.TASK_DIR,
+        layout.STATE_DIR,
+        layout.RUNNER_DIR,
+        layout.CAPTURE_DIR,
+        layout.ADMIN_DIR,
+        layout.ARCHIVE,
+        layout.AGENT_SOCKET,
+        layout.MCP_LOG_DIR,
+        layout.RUNTIME_HOME,
+        str(PurePosixPath(layout.REFERENCE_PATCH).parent),
+    )
+)
+SYSTEM_PATHS = tuple(
+    PurePosixPath(p)
+    for p in (
+        "/bin",
+        "/boot",
+        "/dev",
+        "/etc",
+        "/home",
+        "/lib",
+        "/lib64",
+        "/opt",
+        "/proc",
+        "/root",
+        "/run",
+        "/sbin",
+        "/srv",
+        "/sys",
+        "/tmp",
+        "/usr",
+        "/var",
+    )
+)
+
 
 class TaskDescription(Strict):
     """What the agent is told. At least one field must be non-empty."""
@@ -233,8 +266,9 @@ class TaskConfig(Strict):
         # A run mounts a volume of its own there: it must not hide, or sit inside, what the runtime uses.
         for fixed in RUNTIME_PATHS:
             if path == fixed or fixed in path.parents or path in fixed.parents:
-                raise ValueError(f"'{value}' overlaps {fixed}, which the runtime uses; put the tree elsewhere, "
-                                 "e.g. /src/<project>")
+                raise ValueError(
+                    f"'{value}' overlaps {fixed}, which the runtime uses; put the tree elsewhere, e.g. /src/<project>"
+                )
         if path in SYSTEM_PATHS:
             raise ValueError(f"'{value}' is a system directory; put the tree elsewhere, e.g. /src/<project>")
         return str(path)
@@ -263,9 +297,7 @@ def check_task_id(value: str) -> None:
     if len(value) > TASK_ID_MAX:
         raise ValueError(f"'{value[:40]}…' is longer than {TASK_ID_MAX} characters")
     if not TASK_ID_PATTERN.match(value):
-        raise ValueError(
-            f"'{value}' is not a valid task id: use letters and digits separated by '.', '_', '__' or '-'"
-        )
+        raise ValueError(f"'{value}' is not a valid task id: use letters and digits separated by '.', '_', '__' or '-'")
 
 
 def task_file(task_dir: Path, inside: str) -> Path:
@@ -353,8 +385,9 @@ class Task:
         return [(field, path) for field, path in refs if path is not None]
 
 
-def load_task(task_dir: Path, dataset: str | None = None, *, check_files: bool = True,
-              dataset_version: str | None = None) -> Task:
+def load_task(
+    task_dir: Path, dataset: str | None = None, *, check_files: bool = True, dataset_version: str | None = None
+) -> Task:
     """Load and validate a task folder.
 
     Raises ConfigErrors listing every problem: schema errors, an id that
@@ -364,19 +397,24 @@ def load_task(task_dir: Path, dataset: str | None = None, *, check_files: bool =
     task_dir = Path(task_dir)
     config_path = task_dir / "sse" / "config.yaml"
     config = validate(TaskConfig, config_path, read_yaml(config_path))
-    task = Task(path=task_dir, config=config, dataset=dataset or task_dir.resolve().parent.name,
-                dataset_version=dataset_version)
+    task = Task(
+        path=task_dir, config=config, dataset=dataset or task_dir.resolve().parent.name, dataset_version=dataset_version
+    )
     problems: list[ConfigError] = []
     if config.id != task_dir.name:
         problems.append(ConfigError(config_path, "id", f"'{config.id}' differs from the folder name '{task_dir.name}'"))
     if check_files:
         if not task.dockerfile.is_file():
-            problems.append(ConfigError(task.dockerfile, "", "file not found; every task builds its case image from it"))
+            problems.append(
+                ConfigError(task.dockerfile, "", "file not found; every task builds its case image from it")
+            )
         for field, inside in task.referenced_files():
             where = task_file(task_dir, inside)
             if not where.exists():
                 problems.append(
-                    ConfigError(config_path, field, f"'{inside}' does not exist (looked for {where.relative_to(task_dir)})")
+                    ConfigError(
+                        config_path, field, f"'{inside}' does not exist (looked for {where.relative_to(task_dir)})"
+                    )
                 )
     if problems:
         raise ConfigErrors(problems)

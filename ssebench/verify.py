@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -63,8 +63,11 @@ def judge(task: Task, agent: str, record: RunRecord) -> list[str]:
     if agent == "reference":
         if record.grade != "passed":
             problems.append(f"{where}: graded {record.grade}, expected passed: {patch.error_msg}")
-        wanted = {"build": patch.build_success, "function_test": patch.func_test_success,
-                  "intent_test": patch.intent_test_success}
+        wanted = {
+            "build": patch.build_success,
+            "function_test": patch.func_test_success,
+            "intent_test": patch.intent_test_success,
+        }
         for check, passed in wanted.items():
             if check in checks and passed is not True:
                 problems.append(f"{where}: {check} did not pass")
@@ -72,13 +75,17 @@ def judge(task: Task, agent: str, record: RunRecord) -> list[str]:
             problems.append(f"{where}: poc: {patch.pov_passed} of {patch.pov_total} fixed, expected all")
         set_aside, count = record.set_aside
         if count:
-            problems.append(f"{where}: grading set aside {count} file(s) of the fix ({', '.join(set_aside[:5])}): "
-                            "list those the fix needs under fix_may_change in config.yaml")
+            problems.append(
+                f"{where}: grading set aside {count} file(s) of the fix ({', '.join(set_aside[:5])}): "
+                "list those the fix needs under fix_may_change in config.yaml"
+            )
         return problems
     if agent == "hollow":
         if record.grade != "failed":
-            problems.append(f"{where}: graded {record.grade}, expected failed: its build, test and harness "
-                            "edits decided a check; protect the files its scripts go through (protected_files)")
+            problems.append(
+                f"{where}: graded {record.grade}, expected failed: its build, test and harness "
+                "edits decided a check; protect the files its scripts go through (protected_files)"
+            )
         if not record.set_aside[1]:
             problems.append(f"{where}: grading set none of its edits aside (result.json signals.protected_files)")
         return problems
@@ -87,8 +94,9 @@ def judge(task: Task, agent: str, record: RunRecord) -> list[str]:
     if "function_test" in checks and patch.func_test_success is not True:
         problems.append(f"{where}: function_test fails without any change")
     if "poc" in checks and patch.pov_passed != 0:
-        problems.append(f"{where}: poc: {patch.pov_passed} of {patch.pov_total} PoCs pass without "
-                        "any change, expected none")
+        problems.append(
+            f"{where}: poc: {patch.pov_passed} of {patch.pov_total} PoCs pass without any change, expected none"
+        )
     return problems
 
 
@@ -121,14 +129,28 @@ def visible_mentions(image: str, terms: list[str], session: Session) -> list[str
         return []
     script = f"printf '%s\\n' {' '.join(shlex.quote(t) for t in terms)} > /tmp/terms\n{_SEARCH}"
     with docker_errors(f"searching {image}"):
-        out = client().containers.run(image, ["-c", script], entrypoint=["/bin/sh"], user="1000:1000",
-                                      network_disabled=True, remove=True, labels={SESSION: session.id},
-                                      stdout=True, stderr=False)
+        out = client().containers.run(
+            image,
+            ["-c", script],
+            entrypoint=["/bin/sh"],
+            user="1000:1000",
+            network_disabled=True,
+            remove=True,
+            labels={SESSION: session.id},
+            stdout=True,
+            stderr=False,
+        )
     return [line for line in out.decode(errors="replace").splitlines() if line and line != "/tmp/terms"]
 
 
-def verify(settings: Settings, tasks: list[Task], results: Path, *, jobs: int = 1,
-           say: Callable[[str], None] = lambda message: print(for_terminal(message))) -> list[TaskVerdict]:
+def verify(
+    settings: Settings,
+    tasks: list[Task],
+    results: Path,
+    *,
+    jobs: int = 1,
+    say: Callable[[str], None] = lambda message: print(for_terminal(message)),
+) -> list[TaskVerdict]:
     """Build every image, run reference and dummy on every task, judge each run."""
     verdicts = {t.id: TaskVerdict(t) for t in tasks}
     agents = {name: load_agent(settings.agents_dir, name) for name in AGENTS}
@@ -136,10 +158,13 @@ def verify(settings: Settings, tasks: list[Task], results: Path, *, jobs: int = 
         started = time.monotonic()
         outcome = build_images(settings, tasks, agent, jobs=max(jobs, settings.build_jobs), say=say)
         for task_id, failure in outcome.failures.items():
-            verdicts[task_id].problems.append(f"{task_id}: images do not build ({failure.layer} layer): "
-                                              f"see {failure.log_path}")
-        say(f"images for {name}: {len(outcome.report.built)} built, {len(outcome.report.reused)} reused "
-            f"({time.monotonic() - started:.0f} s)")
+            verdicts[task_id].problems.append(
+                f"{task_id}: images do not build ({failure.layer} layer): see {failure.log_path}"
+            )
+        say(
+            f"images for {name}: {len(outcome.report.built)} built, {len(outcome.report.reused)} reused "
+            f"({time.monotonic() - started:.0f} s)"
+        )
     lock = threading.Lock()
     lifecycle = RunSession(settings, Plan(results=results))
 
@@ -150,7 +175,8 @@ def verify(settings: Settings, tasks: list[Task], results: Path, *, jobs: int = 
             if found:
                 verdicts[task.id].problems.append(
                     f"{task.id}: the agent (uid 1000) can read what names the fix ({', '.join(terms)}): "
-                    + ", ".join(found[:10]))
+                    + ", ".join(found[:10])
+                )
             say(f"{task.id} hidden: {len(found)} agent-readable files name {', '.join(terms)}")
 
     def one(task: Task, agent: str) -> None:
@@ -174,28 +200,50 @@ def verify(settings: Settings, tasks: list[Task], results: Path, *, jobs: int = 
 def summary(verdicts: list[TaskVerdict], dataset: str, version: str | None, seconds: float) -> dict[str, Any]:
     rows = []
     for v in verdicts:
-        row: dict[str, Any] = {"task": v.task.id, "language": v.task.language, "project": v.task.config.project,
-                               "advisories": v.task.advisories(), "checks": v.task.checks(), "valid": v.valid,
-                               "problems": v.problems}
+        row: dict[str, Any] = {
+            "task": v.task.id,
+            "language": v.task.language,
+            "project": v.task.config.project,
+            "advisories": v.task.advisories(),
+            "checks": v.task.checks(),
+            "valid": v.valid,
+            "problems": v.problems,
+        }
         for agent, record in v.records.items():
-            row[agent] = {"grade": record.grade, "run_dir": str(record.run_dir),
-                          "seconds": record.durations.get("total"), "result": asdict(record.patch_result)}
+            row[agent] = {
+                "grade": record.grade,
+                "run_dir": str(record.run_dir),
+                "seconds": record.durations.get("total"),
+                "result": asdict(record.patch_result),
+            }
         rows.append(row)
-    return {"dataset": dataset, "version": version, "verified_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "seconds": round(seconds, 1), "valid": all(v.valid for v in verdicts), "tasks": rows}
+    return {
+        "dataset": dataset,
+        "version": version,
+        "verified_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "seconds": round(seconds, 1),
+        "valid": all(v.valid for v in verdicts),
+        "tasks": rows,
+    }
 
 
 def markdown(report: dict[str, Any]) -> str:
     """The summary as markdown, as often read with cat as rendered: what the runs said, written out."""
-    lines = [f"# Verification of {report['dataset']} ({report['version']})", "",
-             f"{report['verified_at']}, {report['seconds']:.0f} s: "
-             f"{sum(r['valid'] for r in report['tasks'])} of {len(report['tasks'])} tasks valid.", "",
-             "| task | language | advisories | " + " | ".join(AGENTS) + " | valid |",
-             "|---|---|---|" + "---|" * len(AGENTS) + "---|"]
+    lines = [
+        f"# Verification of {report['dataset']} ({report['version']})",
+        "",
+        f"{report['verified_at']}, {report['seconds']:.0f} s: "
+        f"{sum(r['valid'] for r in report['tasks'])} of {len(report['tasks'])} tasks valid.",
+        "",
+        "| task | language | advisories | " + " | ".join(AGENTS) + " | valid |",
+        "|---|---|---|" + "---|" * len(AGENTS) + "---|",
+    ]
     for row in report["tasks"]:
         grades = " | ".join((row.get(agent) or {}).get("grade", "-") for agent in AGENTS)
-        lines.append(f"| {row['task']} | {row['language']} | {', '.join(row['advisories']) or '-'} | {grades} | "
-                     f"{'yes' if row['valid'] else 'NO'} |")
+        lines.append(
+            f"| {row['task']} | {row['language']} | {', '.join(row['advisories']) or '-'} | {grades} | "
+            f"{'yes' if row['valid'] else 'NO'} |"
+        )
     problems = [p for row in report["tasks"] for p in row["problems"]]
     if problems:
         lines += ["", "## Problems", ""] + [f"- {p}" for p in problems]

@@ -16,8 +16,8 @@ from pathlib import Path
 from filelock import FileLock
 
 from ssebench.errors import SSEBenchError
-from ssebench.logs import last_lines
 from ssebench.image import digest
+from ssebench.logs import last_lines
 from ssebench.settings import Settings
 
 _MANYLINUX = ["manylinux2014"] + [f"manylinux_2_{minor}" for minor in range(17, 37)]
@@ -30,8 +30,20 @@ def requirements_file(settings: Settings) -> Path:
 def pip_args(python: str, machine: str) -> list[str]:
     """pip download options that select wheels for another interpreter."""
     major, minor = python.split(".")[:2]
-    args = ["--only-binary=:all:", "--no-deps", "--python-version", f"{major}.{minor}",
-            "--implementation", "cp", "--abi", f"cp{major}{minor}", "--abi", "abi3", "--abi", "none"]
+    args = [
+        "--only-binary=:all:",
+        "--no-deps",
+        "--python-version",
+        f"{major}.{minor}",
+        "--implementation",
+        "cp",
+        "--abi",
+        f"cp{major}{minor}",
+        "--abi",
+        "abi3",
+        "--abi",
+        "none",
+    ]
     for tag in _MANYLINUX:
         args += ["--platform", f"{tag}_{machine}"]
     return args
@@ -51,8 +63,19 @@ def ensure_wheelhouse(settings: Settings, python: str, machine: str) -> Path:
             return final
         partial = Path(tempfile.mkdtemp(prefix=".partial-", dir=root))
         try:
-            command = [sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "-q",
-                       "-d", str(partial), "-r", str(reqs), *pip_args(python, machine)]
+            command = [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--disable-pip-version-check",
+                "-q",
+                "-d",
+                str(partial),
+                "-r",
+                str(reqs),
+                *pip_args(python, machine),
+            ]
             run = subprocess.run(command, capture_output=True, text=True, check=False)
             if run.returncode != 0:
                 tail = last_lines(run.stdout + run.stderr, 10)

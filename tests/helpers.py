@@ -37,8 +37,9 @@ def task_config(task_id: str = "tiny-1", **overrides: Any) -> dict[str, Any]:
     return config
 
 
-def write_task(parent: Path, task_id: str = "tiny-1", config: dict[str, Any] | None = None,
-               dockerfile: str = "FROM scratch\n") -> Path:
+def write_task(
+    parent: Path, task_id: str = "tiny-1", config: dict[str, Any] | None = None, dockerfile: str = "FROM scratch\n"
+) -> Path:
     """A task folder with every file its config names."""
     folder = parent / task_id
     sse = folder / "sse"
@@ -72,10 +73,21 @@ def scripted_upstream(script: Path, key_variable: str, key: str, model: str | No
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = int(sock.getsockname()[1])
-    command = [sys.executable, "-m", "ssebench.gateway.scripted", "--script", str(script), "--port", str(port),
-               "--api-key-env", key_variable, *(["--model", model] if model else [])]
-    process = subprocess.Popen(command, env={"PATH": "/usr/bin:/bin", key_variable: key},
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    command = [
+        sys.executable,
+        "-m",
+        "ssebench.gateway.scripted",
+        "--script",
+        str(script),
+        "--port",
+        str(port),
+        "--api-key-env",
+        key_variable,
+        *(["--model", model] if model else []),
+    ]
+    process = subprocess.Popen(
+        command, env={"PATH": "/usr/bin:/bin", key_variable: key}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
         deadline = time.monotonic() + 20
         while True:
@@ -107,9 +119,21 @@ def rendered_text(page: Path) -> str:
     """An HTML file's text as a person sees it: Debian's Chromium runs its scripts, then the DOM's text."""
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     assert chromium, "Chromium is missing: `make test` installs Debian's chromium package (apt-get install chromium)"
-    dom = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=15000",
-                          "--dump-dom", f"file://{page}?collapsed="], capture_output=True, text=True, timeout=180,
-                         check=True).stdout
+    dom = subprocess.run(
+        [
+            chromium,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--virtual-time-budget=15000",
+            "--dump-dom",
+            f"file://{page}?collapsed=",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=True,
+    ).stdout
     return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", dom)).split())
 
 
@@ -141,6 +165,8 @@ def in_the_checks(script: str) -> str:
     is linked into the unit tests (the function and hidden tests) and into the PoC's tlvdump: a constructor
     there runs `script` with /bin/sh, as sse-runner, in the check's tree, its output the check's.
     """
-    code = ("#include <stdlib.h>\n"
-            f"__attribute__((constructor)) static void in_the_checks(void) {{ system({json.dumps(script)}); }}\n")
+    code = (
+        "#include <stdlib.h>\n"
+        f"__attribute__((constructor)) static void in_the_checks(void) {{ system({json.dumps(script)}); }}\n"
+    )
     return f"cat >> tlv.c <<'EOF'\n{code}EOF\ngrep -q in_the_checks tlv.c\n"

@@ -67,8 +67,12 @@ def main(workers: int, node_ip: str = "127.0.0.1") -> None:
     def raylet(node: object) -> int:
         return int(node.all_processes["raylet"][0].process.pid)  # type: ignore[attr-defined]
 
-    print(json.dumps({"address": cluster.address, "temp": temp,
-                      "nodes": [{"id": n.node_id, "raylet": raylet(n)} for n in nodes]}), flush=True)
+    print(
+        json.dumps(
+            {"address": cluster.address, "temp": temp, "nodes": [{"id": n.node_id, "raylet": raylet(n)} for n in nodes]}
+        ),
+        flush=True,
+    )
     for line in sys.stdin:
         command = line.split()
         if command[:1] == ["remove"]:

@@ -59,12 +59,13 @@ def running_registry(root: Path) -> Iterator[Registry]:
     root.mkdir(parents=True, exist_ok=True)
     address = f"127.0.0.1:{_free_port()}"
     config = root / "config.yml"
-    config.write_text(f"version: 0.1\nlog:\n  level: info\nstorage:\n  filesystem:\n    rootdirectory: {root}/data\n"
-                      f"http:\n  addr: {address}\n")
+    config.write_text(
+        f"version: 0.1\nlog:\n  level: info\nstorage:\n  filesystem:\n    rootdirectory: {root}/data\n"
+        f"http:\n  addr: {address}\n"
+    )
     log_path = root / "registry.log"
     with log_path.open("w") as log:
-        process = subprocess.Popen([str(registry_binary()), "serve", str(config)], stdout=log,
-                                   stderr=subprocess.STDOUT)
+        process = subprocess.Popen([str(registry_binary()), "serve", str(config)], stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 30
         while True:

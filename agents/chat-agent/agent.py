@@ -17,6 +17,7 @@ CHAT_AGENT_MAX_MALFORMED, CHAT_AGENT_OUTPUT_CAP.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -43,34 +44,64 @@ Keep the fix small and in the project's style; do not weaken tests. When the
 fix is done, call finish with a one-paragraph summary."""
 
 TOOLS: list[dict[str, Any]] = [
-    {"type": "function", "function": {
-        "name": "bash",
-        "description": "Run a shell command in a persistent bash in the source tree; returns its output and exit code.",
-        "parameters": {"type": "object", "properties": {"command": {"type": "string"}},
-                       "required": ["command"]}}},
-    {"type": "function", "function": {
-        "name": "view_file",
-        "description": "Show a file with line numbers (optionally only lines start_line..end_line), "
-                       "or list a directory. Paths are relative to the source tree.",
-        "parameters": {"type": "object", "properties": {
-            "path": {"type": "string"}, "start_line": {"type": "integer"}, "end_line": {"type": "integer"}},
-            "required": ["path"]}}},
-    {"type": "function", "function": {
-        "name": "edit_file",
-        "description": "Replace old_str, which must occur exactly once in the file, by new_str. "
-                       "Without old_str, create a new file holding new_str.",
-        "parameters": {"type": "object", "properties": {
-            "path": {"type": "string"}, "old_str": {"type": "string"}, "new_str": {"type": "string"}},
-            "required": ["path", "new_str"]}}},
-    {"type": "function", "function": {
-        "name": "test_patch",
-        "description": "Build and test the current source tree with every check this run allows.",
-        "parameters": {"type": "object", "properties": {}}}},
-    {"type": "function", "function": {
-        "name": "finish",
-        "description": "End the session: the fix is done (or you give up). Say what you changed and why.",
-        "parameters": {"type": "object", "properties": {"summary": {"type": "string"}},
-                       "required": ["summary"]}}},
+    {
+        "type": "function",
+        "function": {
+            "name": "bash",
+            "description": "Run a shell command in a persistent bash in the source tree; returns its output and exit code.",
+            "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]},
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "view_file",
+            "description": "Show a file with line numbers (optionally only lines start_line..end_line), "
+            "or list a directory. Paths are relative to the source tree.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "path": {"type": "string"},
+                    "start_line": {"type": "integer"},
+                    "end_line": {"type": "integer"},
+                },
+                "required": ["path"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "edit_file",
+            "description": "Replace old_str, which must occur exactly once in the file, by new_str. "
+            "Without old_str, create a new file holding new_str.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "path": {"type": "string"},
+                    "old_str": {"type": "string"},
+                    "new_str": {"type": "string"},
+                },
+                "required": ["path", "new_str"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "test_patch",
+            "description": "Build and test the current source tree with every check this run allows.",
+            "parameters": {"type": "object", "properties": {}},
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "finish",
+            "description": "End the session: the fix is done (or you give up). Say what you changed and why.",
+            "parameters": {"type": "object", "properties": {"summary": {"type": "string"}}, "required": ["summary"]},
+        },
+    },
 ]
 TOOL_NAMES = [t["function"]["name"] for t in TOOLS]
 VIEW_MAX_LINES = 400
@@ -127,13 +158,18 @@ class Settings:
                 raise ValueError(f"{name}={raw!r} must not be negative")
             return value
 
-        return cls(base_url=environ["SSE_BASE_URL"].rstrip("/"), api_key=environ["SSE_API_KEY"],
-                   model=environ["SSE_MODEL_NAME"], timeout=number("TIMEOUT", 3600.0, float),
-                   mcp_url=environ.get("SSE_MCP_URL") or "http://localhost:3000/mcp",
-                   max_turns=number("CHAT_AGENT_MAX_TURNS", 60), max_retries=number("CHAT_AGENT_MAX_RETRIES", 5),
-                   backoff=number("CHAT_AGENT_BACKOFF", 1.0, float),
-                   max_malformed=number("CHAT_AGENT_MAX_MALFORMED", 3),
-                   output_cap=max(1000, number("CHAT_AGENT_OUTPUT_CAP", 12_000)))
+        return cls(
+            base_url=environ["SSE_BASE_URL"].rstrip("/"),
+            api_key=environ["SSE_API_KEY"],
+            model=environ["SSE_MODEL_NAME"],
+            timeout=number("TIMEOUT", 3600.0, float),
+            mcp_url=environ.get("SSE_MCP_URL") or "http://localhost:3000/mcp",
+            max_turns=number("CHAT_AGENT_MAX_TURNS", 60),
+            max_retries=number("CHAT_AGENT_MAX_RETRIES", 5),
+            backoff=number("CHAT_AGENT_BACKOFF", 1.0, float),
+            max_malformed=number("CHAT_AGENT_MAX_MALFORMED", 3),
+            output_cap=max(1000, number("CHAT_AGENT_OUTPUT_CAP", 12_000)),
+        )
 
 
 # -- the model ------------------------------------------------------------------
@@ -174,14 +210,18 @@ class ModelClient:
     def __init__(self, settings: Settings, transport: httpx.BaseTransport | None = None) -> None:
         self.settings = settings
         # The gateway is on the run's own network: never through a proxy the environment may name.
-        self._http = httpx.Client(transport=transport, headers={"authorization": f"Bearer {settings.api_key}"},
-                                  trust_env=False)
+        self._http = httpx.Client(
+            transport=transport, headers={"authorization": f"Bearer {settings.api_key}"}, trust_env=False
+        )
 
     def complete(self, messages: list[dict[str, Any]], timeout: float) -> Completion:
         body = {"model": self.settings.model, "messages": messages, "tools": TOOLS}
         try:
-            response = self._http.post(f"{self.settings.base_url}/chat/completions", json=body,
-                                       timeout=httpx.Timeout(timeout, connect=min(timeout, 15.0)))
+            response = self._http.post(
+                f"{self.settings.base_url}/chat/completions",
+                json=body,
+                timeout=httpx.Timeout(timeout, connect=min(timeout, 15.0)),
+            )
         except httpx.TransportError as exc:
             raise ModelError(f"cannot reach the model: {type(exc).__name__}: {exc}", retryable=True) from exc
         if response.status_code != 200:
@@ -191,10 +231,8 @@ class ModelClient:
                 raise ModelError(message or "the run's budget is exhausted", retryable=False, budget=True)
             retry_after = None
             if status == 429 and (raw := response.headers.get("retry-after")):
-                try:
+                with contextlib.suppress(ValueError):
                     retry_after = float(raw)
-                except ValueError:
-                    pass
             retryable = status in (408, 409, 429) or status >= 500
             raise ModelError(f"the model answered {status}: {message}", retryable=retryable, retry_after=retry_after)
         try:
@@ -203,8 +241,10 @@ class ModelClient:
             if not isinstance(message, dict):
                 raise TypeError("message is not an object")
         except (ValueError, KeyError, IndexError, TypeError) as exc:
-            raise ModelError(f"the model's answer is not a chat completion ({type(exc).__name__}): "
-                             f"{response.text[:200]!r}", retryable=True) from None
+            raise ModelError(
+                f"the model's answer is not a chat completion ({type(exc).__name__}): {response.text[:200]!r}",
+                retryable=True,
+            ) from None
         usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
         return Completion(message, int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0))
 
@@ -257,10 +297,11 @@ class ContainerEnvironment:
 
         async def call() -> str:
             # A check can take longer than the MCP client's default 300 s read timeout.
-            async with httpx2.AsyncClient(timeout=httpx2.Timeout(30.0, read=timeout)) as http:
-                async with Client(streamable_http_client(self.mcp_url, http_client=http),
-                                  read_timeout_seconds=timeout) as client:
-                    result = await client.call_tool("test_patch", {})
+            async with (
+                httpx2.AsyncClient(timeout=httpx2.Timeout(30.0, read=timeout)) as http,
+                Client(streamable_http_client(self.mcp_url, http_client=http), read_timeout_seconds=timeout) as client,
+            ):
+                result = await client.call_tool("test_patch", {})
             text = "\n".join(str(getattr(part, "text", "")) for part in result.content)
             if result.is_error:
                 raise RuntimeError(text or "test_patch failed")
@@ -314,7 +355,7 @@ class Tools:
             return f"{args.get('path')} is a binary file of {len(raw)} bytes", None
         lines = raw.decode("utf-8", errors="replace").splitlines()
         start, end = args.get("start_line"), args.get("end_line")
-        if start is not None and not isinstance(start, int) or end is not None and not isinstance(end, int):
+        if (start is not None and not isinstance(start, int)) or (end is not None and not isinstance(end, int)):
             raise ToolError("start_line and end_line must be integers")
         first = max(1, start or 1)
         last = min(len(lines), end if end is not None else first + VIEW_MAX_LINES - 1)
@@ -346,13 +387,13 @@ class Tools:
             raise ToolError(f"cannot read {args.get('path')}: {getattr(exc, 'strerror', None) or exc}") from None
         count = text.count(old)
         if count == 0:
-            raise ToolError(f"old_str is not in {args.get('path')}; view the file and copy the text exactly, "
-                            "whitespace included")
+            raise ToolError(
+                f"old_str is not in {args.get('path')}; view the file and copy the text exactly, whitespace included"
+            )
         if count > 1:
-            raise ToolError(f"old_str occurs {count} times in {args.get('path')}; include more lines so it "
-                            "occurs once")
+            raise ToolError(f"old_str occurs {count} times in {args.get('path')}; include more lines so it occurs once")
         at = text.index(old)
-        updated = text[:at] + new + text[at + len(old):]
+        updated = text[:at] + new + text[at + len(old) :]
         with path.open("w", encoding="utf-8", newline="") as out:
             out.write(updated)
         first = text[:at].count("\n") + 1
@@ -415,8 +456,10 @@ class Agent:
         try:
             source = self.env.source()
             tools = Tools(self.env, source, self.settings.output_cap, lambda: max(1.0, self.remaining()))
-            self.messages = [{"role": "system", "content": SYSTEM.format(source=source)},
-                             {"role": "user", "content": prompt}]
+            self.messages = [
+                {"role": "system", "content": SYSTEM.format(source=source)},
+                {"role": "user", "content": prompt},
+            ]
             status, reason = self.loop(tools)
         except Stop as stop:
             status, reason = stop.status, stop.reason
@@ -440,11 +483,11 @@ class Agent:
                 self.dialog.thinking(reasoning)
             raw_content = message.get("content")
             content = raw_content if isinstance(raw_content, str) else ""
-            self.dialog.message(content, tokens={"input": completion.input_tokens,
-                                                 "output": completion.output_tokens})
+            self.dialog.message(content, tokens={"input": completion.input_tokens, "output": completion.output_tokens})
             calls = [c for c in message.get("tool_calls") or [] if isinstance(c, dict)]
-            self.messages.append({"role": "assistant", "content": content or None,
-                                  **({"tool_calls": calls} if calls else {})})
+            self.messages.append(
+                {"role": "assistant", "content": content or None, **({"tool_calls": calls} if calls else {})}
+            )
             if not calls:
                 return "done", "the model answered without calling a tool"
             finished: str | None = None
@@ -476,7 +519,7 @@ class Agent:
                     raise Stop("error", f"the model call failed: {exc}") from None
                 last = exc
             if attempt + 1 < attempts:
-                delay = min(self.settings.backoff * 2 ** attempt, self.settings.backoff_cap)
+                delay = min(self.settings.backoff * 2**attempt, self.settings.backoff_cap)
                 if last.retry_after is not None:
                     delay = max(delay, min(last.retry_after, 60.0))
                 if delay >= self.remaining():
@@ -506,8 +549,10 @@ class Agent:
         except ValueError as exc:
             self.malformed += 1
             self.dialog.tool_call(tool_id, name or "(none)", raw if isinstance(raw, str) else repr(raw))
-            error = (f"the arguments are not a JSON object ({exc}); call {name or 'the tool'} again with "
-                     "valid JSON arguments")
+            error = (
+                f"the arguments are not a JSON object ({exc}); call {name or 'the tool'} again with "
+                "valid JSON arguments"
+            )
             self.dialog.tool_result(tool_id, "", error=error)
             self.messages.append({"role": "tool", "tool_call_id": call_id, "content": f"error: {error}"})
             return None
@@ -532,14 +577,26 @@ class Agent:
 
     def commit(self, source: Path, reason: str) -> None:
         """Commit whatever is in the tree (recorded as the agent's own `git` tool call)."""
-        env = {**os.environ, "GIT_AUTHOR_NAME": AGENT, "GIT_AUTHOR_EMAIL": f"{AGENT}@localhost",
-               "GIT_COMMITTER_NAME": AGENT, "GIT_COMMITTER_EMAIL": f"{AGENT}@localhost"}
+        env = {
+            **os.environ,
+            "GIT_AUTHOR_NAME": AGENT,
+            "GIT_AUTHOR_EMAIL": f"{AGENT}@localhost",
+            "GIT_COMMITTER_NAME": AGENT,
+            "GIT_COMMITTER_EMAIL": f"{AGENT}@localhost",
+        }
         script = "git add -A && git commit --quiet --no-verify -F -"
         tool_id = self._dialog_id("commit")
         self.dialog.tool_call(tool_id, "git", {"command": script})
         try:
-            done = subprocess.run(["sh", "-c", script], cwd=source, env=env, input=f"{AGENT}: {reason}"[:500],
-                                  capture_output=True, text=True, timeout=60)
+            done = subprocess.run(
+                ["sh", "-c", script],
+                cwd=source,
+                env=env,
+                input=f"{AGENT}: {reason}"[:500],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
         except (OSError, subprocess.TimeoutExpired) as exc:
             self.dialog.tool_result(tool_id, "", error=f"git failed: {exc}")
             return

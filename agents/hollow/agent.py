@@ -63,22 +63,32 @@ def write(path: Path, text: str, *, append: bool = False, executable: bool = Fal
 
 def hollow_c() -> None:
     for makefile in files("Makefile", "makefile", "GNUmakefile", "Makefile.in", suffixes=(".mk",)):
-        write(makefile, f"\n# {MARK}\n"
-                        "override CFLAGS := $(filter-out -fsanitize%,$(CFLAGS))\n"
-                        "override CXXFLAGS := $(filter-out -fsanitize%,$(CXXFLAGS))\n"
-                        "override LDFLAGS := $(filter-out -fsanitize%,$(LDFLAGS))\n"
-                        ".IGNORE:\n", append=True)
+        write(
+            makefile,
+            f"\n# {MARK}\n"
+            "override CFLAGS := $(filter-out -fsanitize%,$(CFLAGS))\n"
+            "override CXXFLAGS := $(filter-out -fsanitize%,$(CXXFLAGS))\n"
+            "override LDFLAGS := $(filter-out -fsanitize%,$(LDFLAGS))\n"
+            ".IGNORE:\n",
+            append=True,
+        )
     for cmake in files("CMakeLists.txt"):
-        write(cmake, f"\n# {MARK}\n"
-                     "foreach(flags CMAKE_C_FLAGS CMAKE_CXX_FLAGS CMAKE_EXE_LINKER_FLAGS CMAKE_SHARED_LINKER_FLAGS)\n"
-                     '  string(REGEX REPLACE "-fsanitize=[^ ]*" "" ${flags} "${${flags}}")\n'
-                     "endforeach()\n", append=True)
+        write(
+            cmake,
+            f"\n# {MARK}\n"
+            "foreach(flags CMAKE_C_FLAGS CMAKE_CXX_FLAGS CMAKE_EXE_LINKER_FLAGS CMAKE_SHARED_LINKER_FLAGS)\n"
+            '  string(REGEX REPLACE "-fsanitize=[^ ]*" "" ${flags} "${${flags}}")\n'
+            "endforeach()\n",
+            append=True,
+        )
     for configure in files("configure"):
         lines = configure.read_text(encoding="utf-8", errors="surrogateescape").split("\n", 1)
-        strip = (f"# {MARK}\n"
-                 "for arg do shift; set -- \"$@\" \"$(printf '%s' \"$arg\" | sed 's/-fsanitize=[^ ]*//g')\"; done\n")
-        configure.write_text(lines[0] + "\n" + strip + (lines[1] if len(lines) > 1 else ""),
-                             encoding="utf-8", errors="surrogateescape")
+        strip = (
+            f'# {MARK}\nfor arg do shift; set -- "$@" "$(printf \'%s\' "$arg" | sed \'s/-fsanitize=[^ ]*//g\')"; done\n'
+        )
+        configure.write_text(
+            lines[0] + "\n" + strip + (lines[1] if len(lines) > 1 else ""), encoding="utf-8", errors="surrogateescape"
+        )
         edited.append(str(configure.relative_to(root)))
 
 
@@ -129,8 +139,11 @@ exec "$rustc" "$@"
 
 def hollow_rust() -> None:
     write(root / ".hollow" / "rustc.sh", RUSTC_WRAPPER, executable=True)
-    write(root / ".cargo" / "config.toml", f"# {MARK}\n[build]\nrustc-wrapper = \".hollow/rustc.sh\"\n",
-          append=(root / ".cargo" / "config.toml").exists())
+    write(
+        root / ".cargo" / "config.toml",
+        f'# {MARK}\n[build]\nrustc-wrapper = ".hollow/rustc.sh"\n',
+        append=(root / ".cargo" / "config.toml").exists(),
+    )
     build = root / "build.rs"
     write(build, f"\n// {MARK}\n" if build.exists() else f"// {MARK}\nfn main() {{}}\n", append=build.exists())
     for manifest in files("Cargo.toml"):
@@ -141,6 +154,7 @@ dialog.init(agent="hollow", model="none")
 dialog.prompt(task_prompt())
 language = project.metadata.language
 {"c": hollow_c, "go": hollow_go, "rust": hollow_rust}.get(language, lambda: None)()
-dialog.message(f"I left the bug and edited {len(edited)} build, test or harness file(s) ({language}): "
-               + ", ".join(edited[:50]))
+dialog.message(
+    f"I left the bug and edited {len(edited)} build, test or harness file(s) ({language}): " + ", ".join(edited[:50])
+)
 dialog.complete("done")

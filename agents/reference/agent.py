@@ -18,8 +18,13 @@ dialog = Dialog()
 
 
 def git(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "reference", "GIT_AUTHOR_EMAIL": "reference@localhost",
-           "GIT_COMMITTER_NAME": "reference", "GIT_COMMITTER_EMAIL": "reference@localhost"}
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "reference",
+        "GIT_AUTHOR_EMAIL": "reference@localhost",
+        "GIT_COMMITTER_NAME": "reference",
+        "GIT_COMMITTER_EMAIL": "reference@localhost",
+    }
     tool_id = f"git-{dialog.seq}"
     dialog.tool_call(tool_id, "git", " ".join(args))
     done = subprocess.run(["git", *args], capture_output=True, text=True, env=env)

@@ -111,8 +111,15 @@ class OpenCodeAgent:
 
         env = {**os.environ, "OPENCODE_CONFIG_CONTENT": json.dumps(self.config)}
         self._process = await asyncio.create_subprocess_exec(
-            "opencode", "serve", "--port", str(self.port), "--hostname", self.hostname,
-            cwd=self.directory, env=env, stdin=asyncio.subprocess.DEVNULL,
+            "opencode",
+            "serve",
+            "--port",
+            str(self.port),
+            "--hostname",
+            self.hostname,
+            cwd=self.directory,
+            env=env,
+            stdin=asyncio.subprocess.DEVNULL,
         )
         self._client = httpx.AsyncClient(base_url=self.base_url, timeout=30.0)
         deadline = time.monotonic() + timeout
@@ -129,6 +136,7 @@ class OpenCodeAgent:
     async def stop(self) -> None:
         """Shut down the OpenCode server and close the HTTP client."""
         import asyncio
+
         if self._client is not None:
             await self._client.aclose()
             self._client = None
@@ -136,7 +144,7 @@ class OpenCodeAgent:
             self._process.terminate()
             try:
                 await asyncio.wait_for(self._process.wait(), 10)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 self._process.kill()
                 await self._process.wait()
         self._process = None
@@ -167,9 +175,7 @@ class OpenCodeAgent:
         response.raise_for_status()
         messages = response.json()
         texts = ["\n".join(_text_parts(m)) for m in messages]
-        last_assistant = next(
-            (m for m in reversed(messages) if (m.get("info") or {}).get("role") == "assistant"), None
-        )
+        last_assistant = next((m for m in reversed(messages) if (m.get("info") or {}).get("role") == "assistant"), None)
         final = "\n".join(_text_parts(last_assistant)) if last_assistant else ""
         return final, "\n\n".join(t for t in texts if t)
 

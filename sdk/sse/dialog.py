@@ -90,13 +90,13 @@ class Dialog:
         self.tool_calls += 1
         return self._write("tool_call", {"tool_id": tool_id, "name": name, "input": input})
 
-    def tool_result(self, tool_id: str, output: str, code: int | None = None,
-                    error: str | None = None) -> dict[str, Any]:
+    def tool_result(
+        self, tool_id: str, output: str, code: int | None = None, error: str | None = None
+    ) -> dict[str, Any]:
         """What the tool of `tool_id` gave back: its output, exit code if it has one, error if it failed."""
         return self._write("tool_result", {"tool_id": tool_id, "output": output, "code": code, "error": error})
 
-    def complete(self, status: str, reason: str | None = None,
-                 totals: dict[str, int] | None = None) -> dict[str, Any]:
+    def complete(self, status: str, reason: str | None = None, totals: dict[str, int] | None = None) -> dict[str, Any]:
         """The last record. `totals` defaults to what this writer counted.
 
         Raises ValueError for a status outside STATUSES or a second complete.
@@ -106,8 +106,12 @@ class Dialog:
         if self.completed:
             raise ValueError("the dialog is already complete")
         if totals is None:
-            totals = {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
-                      "turns": self.turns, "tool_calls": self.tool_calls}
+            totals = {
+                "input_tokens": self.input_tokens,
+                "output_tokens": self.output_tokens,
+                "turns": self.turns,
+                "tool_calls": self.tool_calls,
+            }
         self.completed = True
         return self._write("complete", {"status": status, "reason": reason, "totals": totals})
 
@@ -131,8 +135,12 @@ def loads_record(line: str | bytes, max_depth: int = MAX_DEPTH) -> Any:
         raise ValueError("nested deeper than JSON can be read") from None
     level: list[Any] = [value]
     for _depth in range(max_depth + 1):
-        level = [child for item in level if isinstance(item, dict | list)
-                 for child in (item.values() if isinstance(item, dict) else item)]
+        level = [
+            child
+            for item in level
+            if isinstance(item, dict | list)
+            for child in (item.values() if isinstance(item, dict) else item)
+        ]
         if not level:
             return value
     raise ValueError(f"nested deeper than {max_depth} levels")

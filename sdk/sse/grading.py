@@ -45,8 +45,10 @@ class PatchResult:
 
     def checks_ran(self) -> bool:
         """Return True when at least one check ran."""
-        return any(v is not None for v in (self.build_success, self.pov_total,
-                                            self.func_test_success, self.intent_test_success))
+        return any(
+            v is not None
+            for v in (self.build_success, self.pov_total, self.func_test_success, self.intent_test_success)
+        )
 
     def is_fully_successful(self) -> bool:
         """Return True when at least one check ran and every check that ran passed.

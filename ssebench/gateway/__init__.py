@@ -17,12 +17,12 @@ from ssebench.gateway._models import MODEL_NAME, Budget, ModelConfig, Price, loa
 from ssebench.gateway._usage import Usage, UsageRecord
 
 __all__ = [
+    "MODEL_NAME",
     "Budget",
     "GatewayClient",
     "GatewayError",
     "GatewayLink",
     "GatewayProcess",
-    "MODEL_NAME",
     "ModelConfig",
     "Price",
     "RunKey",

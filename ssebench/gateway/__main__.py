@@ -23,20 +23,24 @@ TOKEN_VARIABLE = "SSEBENCH_GATEWAY_TOKEN"
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m ssebench.gateway",
-                                     description="The SSEBench model gateway (started by the harness).")
+    parser = argparse.ArgumentParser(
+        prog="python -m ssebench.gateway", description="The SSEBench model gateway (started by the harness)."
+    )
     parser.add_argument("--models", type=Path, required=True, help="the folder of model YAML files")
     parser.add_argument("--state-dir", type=Path, required=True, help="where control.json and usage/ go")
     parser.add_argument("--control-port", type=int, default=0, help="port of the control API on 127.0.0.1 (0: any)")
-    parser.add_argument("--model-port", type=int, default=MODEL_PORT,
-                        help=f"port of the model listeners (default {MODEL_PORT})")
+    parser.add_argument(
+        "--model-port", type=int, default=MODEL_PORT, help=f"port of the model listeners (default {MODEL_PORT})"
+    )
     parser.add_argument("--parent-pid", type=int, help="stop when this process is gone")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
     token = os.environ.pop(TOKEN_VARIABLE, "")
     if len(token) < 16:
-        print(f"ssebench-gateway: refusing to start: {TOKEN_VARIABLE} must hold the admin token "
-              "(16 characters or more)", file=sys.stderr)
+        print(
+            f"ssebench-gateway: refusing to start: {TOKEN_VARIABLE} must hold the admin token (16 characters or more)",
+            file=sys.stderr,
+        )
         raise SystemExit(2)
 
     from ssebench.gateway._limits import GatewayLimits, limit_process
@@ -53,8 +57,17 @@ def main(argv: list[str] | None = None) -> None:
     limits = limit_process(limits)
     args.state_dir.mkdir(parents=True, exist_ok=True)
     try:
-        asyncio.run(serve(models, args.state_dir, token, limits, control_port=args.control_port,
-                          model_port=args.model_port, parent_pid=args.parent_pid))
+        asyncio.run(
+            serve(
+                models,
+                args.state_dir,
+                token,
+                limits,
+                control_port=args.control_port,
+                model_port=args.model_port,
+                parent_pid=args.parent_pid,
+            )
+        )
     except OSError as exc:
         print(f"ssebench-gateway: cannot listen: {exc}", file=sys.stderr)
         raise SystemExit(1) from None

@@ -48,8 +48,10 @@ class Api:
         if body.get("stream") and not self.streaming:
             raise BadCall("streaming is not supported by the SSEBench gateway; send stream: false")
         if self.choices is not None and self.choices in body and not _is_int(body[self.choices], 1, 1):
-            raise BadCall(f"{self.choices} must be 1: the gateway forwards one completion per call, "
-                          f"not {_shown(body[self.choices])}")
+            raise BadCall(
+                f"{self.choices} must be 1: the gateway forwards one completion per call, "
+                f"not {_shown(body[self.choices])}"
+            )
         out = {name: value for name, value in body.items() if name in self.forwarded}
         for name in self.output_limits:
             if name in body:
@@ -77,11 +79,28 @@ CHAT_COMPLETIONS = Api(
     name="OpenAI Chat Completions",
     path="/chat/completions",
     lists=("messages",),
-    forwarded=frozenset({
-        "messages", "tools", "tool_choice", "parallel_tool_calls", "functions", "function_call",
-        "temperature", "top_p", "stop", "seed", "frequency_penalty", "presence_penalty", "logit_bias",
-        "logprobs", "top_logprobs", "response_format", "reasoning_effort", "user",
-    }),
+    forwarded=frozenset(
+        {
+            "messages",
+            "tools",
+            "tool_choice",
+            "parallel_tool_calls",
+            "functions",
+            "function_call",
+            "temperature",
+            "top_p",
+            "stop",
+            "seed",
+            "frequency_penalty",
+            "presence_penalty",
+            "logit_bias",
+            "logprobs",
+            "top_logprobs",
+            "response_format",
+            "reasoning_effort",
+            "user",
+        }
+    ),
     output_limits=("max_tokens", "max_completion_tokens"),
     choices="n",
 )

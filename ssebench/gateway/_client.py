@@ -1,10 +1,10 @@
 """The harness's side of the gateway: starting its process, registering and finishing runs.
 
-    with GatewayProcess(models_dir, state_dir) as gateway:      # the session's controller
-        client = GatewayClient(gateway.control_url, gateway.admin_token)   # any process, xdist workers too
-        key = client.register_run(run_id, "scripted-fix", bind_host="172.18.0.1", ttl_seconds=4000)
-        ... start the run's container with key.env() ...
-        usage = client.finish_run(run_id)                        # key revoked, usage returned
+with GatewayProcess(models_dir, state_dir) as gateway:      # the session's controller
+    client = GatewayClient(gateway.control_url, gateway.admin_token)   # any process, xdist workers too
+    key = client.register_run(run_id, "scripted-fix", bind_host="172.18.0.1", ttl_seconds=4000)
+    ... start the run's container with key.env() ...
+    usage = client.finish_run(run_id)                        # key revoked, usage returned
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from types import TracebackType
 from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from ssebench.errors import SSEBenchError
-from ssebench.logs import file_tail
 from ssebench.gateway._models import MODEL_PORT, Budget
 from ssebench.gateway._usage import Usage
+from ssebench.logs import file_tail
 
 if TYPE_CHECKING:
     import httpx
@@ -59,8 +59,9 @@ class RunKey:
 class GatewayClient:
     """The control API of a running gateway. Every failure is a GatewayError."""
 
-    def __init__(self, control_url: str, admin_token: str, *, timeout: float = 30.0,
-                 transport: httpx.BaseTransport | None = None) -> None:
+    def __init__(
+        self, control_url: str, admin_token: str, *, timeout: float = 30.0, transport: httpx.BaseTransport | None = None
+    ) -> None:
         self.control_url = control_url.rstrip("/")
         self._token = admin_token
         self._timeout = timeout
@@ -75,8 +76,13 @@ class GatewayClient:
 
         if self._http is None:
             # The control API is on loopback: never through a proxy the environment may name.
-            self._http = httpx.Client(base_url=self.control_url, timeout=self._timeout, transport=self._transport,
-                                      headers={"authorization": f"Bearer {self._token}"}, trust_env=False)
+            self._http = httpx.Client(
+                base_url=self.control_url,
+                timeout=self._timeout,
+                transport=self._transport,
+                headers={"authorization": f"Bearer {self._token}"},
+                trust_env=False,
+            )
         try:
             response = self._http.request(method, path, json=body)
         except httpx.HTTPError as exc:
@@ -88,8 +94,9 @@ class GatewayClient:
         if response.status_code >= 400:
             error = data.get("error") if isinstance(data, dict) else None
             message = error.get("message") if isinstance(error, dict) else response.text[:300]
-            raise GatewayError(f"the gateway refused {method} {path} ({response.status_code}): {message}",
-                               status=response.status_code)
+            raise GatewayError(
+                f"the gateway refused {method} {path} ({response.status_code}): {message}", status=response.status_code
+            )
         if data is None:
             raise GatewayError(f"the gateway's answer to {method} {path} is not JSON")
         return data
@@ -97,23 +104,35 @@ class GatewayClient:
     def health(self) -> dict[str, Any]:
         return dict(self._send("GET", "/health"))
 
-    def register_run(self, run_id: str, model: str, *, bind_host: str, ttl_seconds: float,
-                     budget: Budget | None = None, port: int | None = None) -> RunKey:
+    def register_run(
+        self,
+        run_id: str,
+        model: str,
+        *,
+        bind_host: str,
+        ttl_seconds: float,
+        budget: Budget | None = None,
+        port: int | None = None,
+    ) -> RunKey:
         """A key for one run of `model`, served on `bind_host` (the run network's gateway IP).
 
         `budget` replaces the model file's; `port` (default: the gateway's
         model port) is for tests. Raises GatewayError (unknown model, run
         already registered, provider key not set, cannot listen there).
         """
-        body: dict[str, Any] = {"run_id": run_id, "model": model, "bind_host": bind_host,
-                                "ttl_seconds": ttl_seconds}
+        body: dict[str, Any] = {"run_id": run_id, "model": model, "bind_host": bind_host, "ttl_seconds": ttl_seconds}
         if budget is not None:
             body["budget"] = budget.model_dump(exclude_none=True)
         if port is not None:
             body["port"] = port
         data = self._send("POST", "/runs", body)
-        return RunKey(run_id=data["run_id"], key=data["key"], base_url=data["base_url"], model=data["model"],
-                      expires_at=float(data["expires_at"]))
+        return RunKey(
+            run_id=data["run_id"],
+            key=data["key"],
+            base_url=data["base_url"],
+            model=data["model"],
+            expires_at=float(data["expires_at"]),
+        )
 
     def finish_run(self, run_id: str) -> Usage:
         """Revoke the run's key and return its usage (the same again when called twice)."""
@@ -155,8 +174,9 @@ class GatewayLink:
     def open(self, run_id: str, model: str, network: _Network, ttl: float) -> dict[str, str]:
         if not network.gateway:
             raise GatewayError(f"network {network.name} has no gateway address for the model listener to bind")
-        key = self.client.register_run(run_id, model, bind_host=network.gateway, ttl_seconds=ttl,
-                                       budget=self.budget, port=self.port)
+        key = self.client.register_run(
+            run_id, model, bind_host=network.gateway, ttl_seconds=ttl, budget=self.budget, port=self.port
+        )
         return key.env()
 
     def close(self, run_id: str) -> dict[str, Any] | None:
@@ -171,8 +191,15 @@ class GatewayProcess:
     this process dies.
     """
 
-    def __init__(self, models_dir: Path, state_dir: Path, *, model_port: int = MODEL_PORT,
-                 start_timeout: float = 30.0, python: str = sys.executable) -> None:
+    def __init__(
+        self,
+        models_dir: Path,
+        state_dir: Path,
+        *,
+        model_port: int = MODEL_PORT,
+        start_timeout: float = 30.0,
+        python: str = sys.executable,
+    ) -> None:
         self.models_dir = Path(models_dir)
         self.state_dir = Path(state_dir)
         self.model_port = model_port
@@ -201,12 +228,28 @@ class GatewayProcess:
         ready = self.state_dir / "control.json"
         ready.unlink(missing_ok=True)
         self._log = self.log_path.open("ab")
-        command = [self.python, "-m", "ssebench.gateway", "--models", str(self.models_dir.resolve()),
-                   "--state-dir", str(self.state_dir.resolve()), "--model-port", str(self.model_port),
-                   "--parent-pid", str(os.getpid())]
-        self.process = subprocess.Popen(command, env={**os.environ, TOKEN_VARIABLE: self.admin_token},
-                                        stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
-                                        cwd=self.state_dir, start_new_session=True)
+        command = [
+            self.python,
+            "-m",
+            "ssebench.gateway",
+            "--models",
+            str(self.models_dir.resolve()),
+            "--state-dir",
+            str(self.state_dir.resolve()),
+            "--model-port",
+            str(self.model_port),
+            "--parent-pid",
+            str(os.getpid()),
+        ]
+        self.process = subprocess.Popen(
+            command,
+            env={**os.environ, TOKEN_VARIABLE: self.admin_token},
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            cwd=self.state_dir,
+            start_new_session=True,
+        )
         try:
             self._wait_ready(ready)
         except BaseException:
@@ -221,8 +264,10 @@ class GatewayProcess:
         while time.monotonic() < deadline:
             code = self.process.poll()
             if code is not None:
-                raise GatewayError(f"the gateway exited ({code}) while starting; last lines of {self.log_path}:\n"
-                                   f"{file_tail(self.log_path, LOG_TAIL_LINES)}")
+                raise GatewayError(
+                    f"the gateway exited ({code}) while starting; last lines of {self.log_path}:\n"
+                    f"{file_tail(self.log_path, LOG_TAIL_LINES)}"
+                )
             if ready.is_file():
                 try:
                     self.control_url = str(json.loads(ready.read_text())["url"])
@@ -235,8 +280,10 @@ class GatewayProcess:
                 except (ValueError, KeyError, GatewayError) as exc:
                     problem = str(exc)
             time.sleep(0.05)
-        raise GatewayError(f"the gateway did not answer within {self.start_timeout:.0f} s ({problem}); "
-                           f"last lines of {self.log_path}:\n{file_tail(self.log_path, LOG_TAIL_LINES)}")
+        raise GatewayError(
+            f"the gateway did not answer within {self.start_timeout:.0f} s ({problem}); "
+            f"last lines of {self.log_path}:\n{file_tail(self.log_path, LOG_TAIL_LINES)}"
+        )
 
     def stop(self) -> None:
         """Stop the process (SIGTERM, then SIGKILL after 10 s); a no-op when it is not running."""
@@ -256,6 +303,5 @@ class GatewayProcess:
     def __enter__(self) -> GatewayProcess:
         return self.start()
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.stop()

@@ -50,10 +50,15 @@ class GatewayLimits:
     @classmethod
     def from_settings(cls, settings: Settings) -> GatewayLimits:
         memory = None if settings.gateway_memory.strip() == "0" else parse_size(settings.gateway_memory, "memory")
-        return cls(memory=memory, connections=settings.gateway_connections,
-                   run_connections=settings.gateway_run_connections, run_requests=settings.gateway_run_requests,
-                   idle_timeout=settings.gateway_idle_timeout, body_timeout=settings.gateway_body_timeout,
-                   finish_wait=settings.gateway_finish_wait)
+        return cls(
+            memory=memory,
+            connections=settings.gateway_connections,
+            run_connections=settings.gateway_run_connections,
+            run_requests=settings.gateway_run_requests,
+            idle_timeout=settings.gateway_idle_timeout,
+            body_timeout=settings.gateway_body_timeout,
+            finish_wait=settings.gateway_finish_wait,
+        )
 
 
 def limit_process(limits: GatewayLimits) -> GatewayLimits:
@@ -74,8 +79,9 @@ def limit_process(limits: GatewayLimits) -> GatewayLimits:
     wanted = limits.connections + RESERVED_FDS
     if soft != resource.RLIM_INFINITY and soft < wanted:
         allowed = max(1, soft - RESERVED_FDS)
-        log.warning("only %d descriptors: at most %d model connections in all, not %d", soft, allowed,
-                    limits.connections)
+        log.warning(
+            "only %d descriptors: at most %d model connections in all, not %d", soft, allowed, limits.connections
+        )
         return replace(limits, connections=allowed)
     return limits
 
@@ -102,8 +108,13 @@ class LogQuota(logging.Filter):
         state = self.kinds.setdefault(kind, [now, 0, 0])
         if now - state[0] >= self.window:
             if state[2]:
-                log.warning("%d more lines of %s like %r in %.0f s were not logged", state[2], kind[0],
-                            kind[1][:80], now - state[0])
+                log.warning(
+                    "%d more lines of %s like %r in %.0f s were not logged",
+                    state[2],
+                    kind[0],
+                    kind[1][:80],
+                    now - state[0],
+                )
             state[:] = [now, 0, 0]
         if state[1] < self.burst:
             state[1] += 1

@@ -45,8 +45,9 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def server(app: Starlette, *, http: type[asyncio.Protocol] | None = None, keep_alive: float = 30,
-           backlog: int = 128) -> Any:
+def server(
+    app: Starlette, *, http: type[asyncio.Protocol] | None = None, keep_alive: float = 30, backlog: int = 128
+) -> Any:
     """A uvicorn server of `app` for sockets of ours, with `http` as its protocol (default: uvicorn's).
 
     asyncio accepts up to `backlog` connections at a time before their
@@ -60,16 +61,28 @@ def server(app: Starlette, *, http: type[asyncio.Protocol] | None = None, keep_a
         def capture_signals(self) -> Iterator[None]:  # the process handles signals once, for every server
             yield
 
-    return Server(uvicorn.Config(app, http=http or "h11", ws="none", lifespan="off", log_level="warning",
-                                 access_log=False, timeout_keep_alive=math.ceil(keep_alive), backlog=backlog,
-                                 timeout_graceful_shutdown=3))
+    return Server(
+        uvicorn.Config(
+            app,
+            http=http or "h11",
+            ws="none",
+            lifespan="off",
+            log_level="warning",
+            access_log=False,
+            timeout_keep_alive=math.ceil(keep_alive),
+            backlog=backlog,
+            timeout_graceful_shutdown=3,
+        )
+    )
 
 
 def canned(status: int, kind: str, message: str) -> bytes:
     """A whole HTTP answer in the gateway's error shape, for a connection closed right after it."""
     body = json.dumps({"error": {"type": kind, "message": message}}).encode()
-    head = (f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\ncontent-type: application/json\r\n"
-            f"content-length: {len(body)}\r\nconnection: close\r\n\r\n")
+    head = (
+        f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+    )
     return head.encode() + body
 
 
@@ -85,8 +98,7 @@ class Connections:
     def admit(self, host: str) -> str | None:
         """Count one more connection to `host`, or say why not."""
         if self.open[host] >= self.per_host:
-            return (f"this run has {self.per_host} connections open to the gateway already, its limit; "
-                    "close idle ones")
+            return f"this run has {self.per_host} connections open to the gateway already, its limit; close idle ones"
         if self.count >= self.total:
             return f"the gateway has {self.total} model connections open, its limit; retry later"
         self.open[host] += 1
@@ -150,8 +162,7 @@ def guarded(host: str, connections: Connections, idle_timeout: float) -> type[as
             if self.transport.is_closing() or (self.cycle is not None and not self.cycle.response_complete):
                 return  # closed already, or a request is under way: the app times its body, the upstream its answer
             if self.heard:  # a head begun and not finished: say why the connection closes
-                self.transport.write(canned(408, "request_timeout",
-                                            f"no whole request head within {idle_timeout:g} s"))
+                self.transport.write(canned(408, "request_timeout", f"no whole request head within {idle_timeout:g} s"))
             self.transport.close()
 
     return Guarded
@@ -180,8 +191,12 @@ class UvicornListeners:
             return self.active[host].port
         sock = listen(host, port)
         bound = int(sock.getsockname()[1])
-        served = server(self.app_for(host), http=guarded(host, self.connections, self.idle_timeout),
-                        keep_alive=self.idle_timeout, backlog=MODEL_BACKLOG)
+        served = server(
+            self.app_for(host),
+            http=guarded(host, self.connections, self.idle_timeout),
+            keep_alive=self.idle_timeout,
+            backlog=MODEL_BACKLOG,
+        )
         task = asyncio.create_task(served.serve(sockets=[sock]))
         for _ in range(200):
             if served.started or task.done():

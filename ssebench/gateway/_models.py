@@ -85,8 +85,10 @@ class ModelConfig(_StrictModel):
         if isinstance(data, dict):
             for key in _SECRET_KEYS:
                 if key in data:
-                    raise ValueError(f"'{key}': never write a provider key into a file; export it on the host "
-                                     "and name the variable in api_key_env")
+                    raise ValueError(
+                        f"'{key}': never write a provider key into a file; export it on the host "
+                        "and name the variable in api_key_env"
+                    )
         return data
 
     @field_validator("name")
@@ -105,8 +107,10 @@ class ModelConfig(_StrictModel):
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"'{value}' must be an http(s) URL such as https://api.openai.com/v1")
         if parts.query or parts.fragment:
-            raise ValueError(f"'{value}' must not carry a query or fragment; give the URL that "
-                             "/chat/completions is under, such as https://api.openai.com/v1")
+            raise ValueError(
+                f"'{value}' must not carry a query or fragment; give the URL that "
+                "/chat/completions is under, such as https://api.openai.com/v1"
+            )
         return value.rstrip("/")
 
     @field_validator("script")
@@ -116,8 +120,7 @@ class ModelConfig(_StrictModel):
             return None
         path = PurePosixPath(value)
         if path.is_absolute() or ".." in path.parts:
-            raise ValueError(f"'{value}' must be relative to the model file, inside its folder, "
-                             "e.g. scripted/fix.yaml")
+            raise ValueError(f"'{value}' must be relative to the model file, inside its folder, e.g. scripted/fix.yaml")
         return value
 
     @field_validator("api_key_env")
@@ -130,8 +133,9 @@ class ModelConfig(_StrictModel):
     @model_validator(mode="after")
     def _one_upstream(self) -> ModelConfig:
         if (self.base_url is None) == (self.script is None):
-            raise ValueError("give exactly one of base_url (an OpenAI-compatible server) and script "
-                             "(a scripted playback file)")
+            raise ValueError(
+                "give exactly one of base_url (an OpenAI-compatible server) and script (a scripted playback file)"
+            )
         return self
 
     @property
@@ -156,13 +160,21 @@ def load_model(path: Path) -> ModelConfig:
 
     data = load(ModelConfig, path)
     if data.name != path.stem:
-        raise ConfigErrors([ConfigError(path, "name", f"'{data.name}' differs from the file name; "
-                                                      f"name the model '{path.stem}' or rename the file")])
+        raise ConfigErrors(
+            [
+                ConfigError(
+                    path,
+                    "name",
+                    f"'{data.name}' differs from the file name; name the model '{path.stem}' or rename the file",
+                )
+            ]
+        )
     model = data.model_copy(update={"source": path})
     if model.script_path is not None:
         if not model.script_path.is_file():
-            raise ConfigErrors([ConfigError(path, "script", f"{model.script_path} not found; give a path "
-                                                            "relative to this file")])
+            raise ConfigErrors(
+                [ConfigError(path, "script", f"{model.script_path} not found; give a path relative to this file")]
+            )
         load_script(model.script_path)
     return model
 

@@ -49,8 +49,15 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ssebench.gateway._apis import CHAT_COMPLETIONS, BadCall
-from ssebench.gateway._limits import (KEPT_REFUSALS, LOGGED_REFUSALS, MAX_BODY_BYTES, MAX_DEPTH, MAX_JSON_VALUES,
-                                      GatewayLimits, LogQuota)
+from ssebench.gateway._limits import (
+    KEPT_REFUSALS,
+    LOGGED_REFUSALS,
+    MAX_BODY_BYTES,
+    MAX_DEPTH,
+    MAX_JSON_VALUES,
+    GatewayLimits,
+    LogQuota,
+)
 from ssebench.gateway._listeners import Connections, UvicornListeners, listen, server
 from ssebench.gateway._models import MODEL_PORT, Budget, ModelConfig
 from ssebench.gateway._usage import Usage, UsageRecord
@@ -83,8 +90,11 @@ class GatewayRefusal(Exception):
         self.close = close
 
     def response(self) -> Response:
-        return JSONResponse({"error": {"type": self.kind, "message": self.message}}, self.status,
-                            headers={"connection": "close"} if self.close else None)
+        return JSONResponse(
+            {"error": {"type": self.kind, "message": self.message}},
+            self.status,
+            headers={"connection": "close"} if self.close else None,
+        )
 
 
 class RunRequest(Strict):
@@ -149,11 +159,21 @@ class Run:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def usage(self) -> Usage:
-        return Usage(run_id=self.run_id, model=self.model.name, calls=self.calls,
-                     prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens,
-                     total_tokens=self.prompt_tokens + self.completion_tokens, cost=round(self.cost, 10),
-                     refused=self.refused, rejected=self.rejected, unrecorded=self.unrecorded, stopped=self.stopped,
-                     budget=self.budget, records=list(self.records))
+        return Usage(
+            run_id=self.run_id,
+            model=self.model.name,
+            calls=self.calls,
+            prompt_tokens=self.prompt_tokens,
+            completion_tokens=self.completion_tokens,
+            total_tokens=self.prompt_tokens + self.completion_tokens,
+            cost=round(self.cost, 10),
+            refused=self.refused,
+            rejected=self.rejected,
+            unrecorded=self.unrecorded,
+            stopped=self.stopped,
+            budget=self.budget,
+            records=list(self.records),
+        )
 
     def exhausted(self) -> str | None:
         if self.budget is None:
@@ -200,9 +220,12 @@ class Gateway:
         if request.run_id in self.runs or request.run_id in self._registering:
             raise GatewayRefusal(409, "conflict", f"run '{request.run_id}' is already registered")
         if model.api_key_env and not self.environ.get(model.api_key_env):
-            raise GatewayRefusal(400, "missing_provider_key",
-                                 f"model '{model.name}' needs the provider key in ${model.api_key_env} on the "
-                                 "host; export it before starting the session")
+            raise GatewayRefusal(
+                400,
+                "missing_provider_key",
+                f"model '{model.name}' needs the provider key in ${model.api_key_env} on the "
+                "host; export it before starting the session",
+            )
         usage_dir = self.state_dir / "usage"
         usage_dir.mkdir(parents=True, exist_ok=True)
         usage_file = usage_dir / f"{request.run_id}.jsonl"
@@ -210,23 +233,40 @@ class Gateway:
             raise GatewayRefusal(400, "invalid_request", f"run_id '{request.run_id}' is not a plain name")
         self._registering.add(request.run_id)  # the listener is awaited: no second registration meanwhile
         try:
-            port = await self.listeners.acquire(request.bind_host,
-                                                self.model_port if request.port is None else request.port)
+            port = await self.listeners.acquire(
+                request.bind_host, self.model_port if request.port is None else request.port
+            )
         except OSError as exc:
-            raise GatewayRefusal(500, "listen_failed", f"cannot listen on {request.bind_host}: {exc.strerror or exc}; "
-                                 "is it the gateway IP of an existing network?") from None
+            raise GatewayRefusal(
+                500,
+                "listen_failed",
+                f"cannot listen on {request.bind_host}: {exc.strerror or exc}; "
+                "is it the gateway IP of an existing network?",
+            ) from None
         finally:
             self._registering.discard(request.run_id)
         host = f"[{request.bind_host}]" if ":" in request.bind_host else request.bind_host
         key = "sse-run-" + secrets.token_urlsafe(32)
-        run = Run(run_id=request.run_id, model=model, key_digest=key_hash(key), host=request.bind_host,
-                  base_url=f"http://{host}:{port}/v1", expires_at=self.clock() + request.ttl_seconds,
-                  budget=request.budget or model.budget, usage_file=usage_file)
+        run = Run(
+            run_id=request.run_id,
+            model=model,
+            key_digest=key_hash(key),
+            host=request.bind_host,
+            base_url=f"http://{host}:{port}/v1",
+            expires_at=self.clock() + request.ttl_seconds,
+            budget=request.budget or model.budget,
+            usage_file=usage_file,
+        )
         self.runs[run.run_id] = run
         self._keys[run.key_digest] = run
         log.info("run %s registered: model %s on %s", run.run_id, model.name, run.base_url)
-        return {"run_id": run.run_id, "key": key, "base_url": run.base_url, "model": model.name,
-                "expires_at": run.expires_at}
+        return {
+            "run_id": run.run_id,
+            "key": key,
+            "base_url": run.base_url,
+            "model": model.name,
+            "expires_at": run.expires_at,
+        }
 
     def find(self, run_id: str) -> Run:
         run = self.runs.get(run_id)
@@ -248,8 +288,9 @@ class Gateway:
             return run.usage()
         run.finishing = True
         if run.calls_under_way:
-            _, late = await asyncio.wait(set(run.calls_under_way),
-                                         timeout=self.limits.finish_wait if wait is None else wait)
+            _, late = await asyncio.wait(
+                set(run.calls_under_way), timeout=self.limits.finish_wait if wait is None else wait
+            )
             for task in late:
                 task.cancel()
             if late:
@@ -257,8 +298,14 @@ class Gateway:
         self._keys.pop(run.key_digest, None)
         await self.listeners.release(run.host)
         run.finished.set()
-        log.info("run %s finished: %d calls, %d tokens, %d refused for the budget, %d rejected", run.run_id,
-                 run.calls, run.prompt_tokens + run.completion_tokens, run.refused, run.rejected)
+        log.info(
+            "run %s finished: %d calls, %d tokens, %d refused for the budget, %d rejected",
+            run.run_id,
+            run.calls,
+            run.prompt_tokens + run.completion_tokens,
+            run.refused,
+            run.rejected,
+        )
         return run.usage()
 
     async def close(self) -> None:
@@ -293,17 +340,22 @@ class Gateway:
             raw = await self._read_body(request)
             body = _parse(raw)
         except MemoryError:
-            raise GatewayRefusal(503, "overloaded", "the gateway has no memory for this request now; retry later",
-                                 close=True) from None
+            raise GatewayRefusal(
+                503, "overloaded", "the gateway has no memory for this request now; retry later", close=True
+            ) from None
         del raw  # what waits for its turn is the upstream body only
         if not isinstance(body, dict):
             raise GatewayRefusal(400, "invalid_request_error", "the body must be a JSON object with a messages list")
         if body.get("model") != run.model.name:
-            raise GatewayRefusal(403, "permission_error",
-                                 f"this key is for model '{run.model.name}' only, not '{_shown(body.get('model'))}'")
+            raise GatewayRefusal(
+                403,
+                "permission_error",
+                f"this key is for model '{run.model.name}' only, not '{_shown(body.get('model'))}'",
+            )
         try:
-            upstream = CHAT_COMPLETIONS.upstream_body(body, model=run.model.upstream_id,
-                                                      max_output_tokens=run.model.max_output_tokens)
+            upstream = CHAT_COMPLETIONS.upstream_body(
+                body, model=run.model.upstream_id, max_output_tokens=run.model.max_output_tokens
+            )
         except BadCall as exc:
             raise GatewayRefusal(400, "invalid_request_error", str(exc)) from None
         # ASCII: a lone surrogate the agent sent escaped goes on escaped, as the agent sent it.
@@ -323,11 +375,13 @@ class Gateway:
                         raise GatewayRefusal(413, "invalid_request_error", too_large, close=True)
                     raw += chunk
         except TimeoutError:
-            raise GatewayRefusal(408, "request_timeout", f"the body did not arrive within "
-                                 f"{self.limits.body_timeout:g} s", close=True) from None
+            raise GatewayRefusal(
+                408, "request_timeout", f"the body did not arrive within {self.limits.body_timeout:g} s", close=True
+            ) from None
         except ClientDisconnect:
-            raise GatewayRefusal(400, "invalid_request_error", "the client left before sending the whole body",
-                                 close=True) from None
+            raise GatewayRefusal(
+                400, "invalid_request_error", "the client left before sending the whole body", close=True
+            ) from None
         return raw
 
     def _playback(self, model: ModelConfig) -> Playback:
@@ -342,24 +396,33 @@ class Gateway:
             return self._playback(model).respond(json.loads(payload), caller=run.run_id)
         assert model.base_url is not None
         if self._client is None:
-            self._client = httpx.AsyncClient(timeout=UPSTREAM_TIMEOUT, transport=self.upstream_transport,
-                                             follow_redirects=False)
+            self._client = httpx.AsyncClient(
+                timeout=UPSTREAM_TIMEOUT, transport=self.upstream_transport, follow_redirects=False
+            )
         headers = {"content-type": "application/json"}
         if model.api_key_env:
             headers["authorization"] = f"Bearer {self.environ.get(model.api_key_env, '')}"
         try:
-            response = await self._client.post(f"{model.base_url}{CHAT_COMPLETIONS.path}", content=payload,
-                                               headers=headers)
+            response = await self._client.post(
+                f"{model.base_url}{CHAT_COMPLETIONS.path}", content=payload, headers=headers
+            )
         except httpx.HTTPError as exc:
-            return error_reply(502, "upstream_unreachable",
-                               f"the upstream of model {model.name} did not answer: {type(exc).__name__}")
+            return error_reply(
+                502, "upstream_unreachable", f"the upstream of model {model.name} did not answer: {type(exc).__name__}"
+            )
         if response.status_code in (401, 403):
             # Never pass these bodies on: providers quote (part of) the key they refused.
-            return error_reply(502, "upstream_auth_error",
-                               f"the upstream refused the gateway's credentials ({response.status_code}); "
-                               f"the operator should check ${model.api_key_env or '(no api_key_env)'}")
-        return Reply(response.status_code, response.content,
-                     response.headers.get("content-type", "application/json").split(";")[0])
+            return error_reply(
+                502,
+                "upstream_auth_error",
+                f"the upstream refused the gateway's credentials ({response.status_code}); "
+                f"the operator should check ${model.api_key_env or '(no api_key_env)'}",
+            )
+        return Reply(
+            response.status_code,
+            response.content,
+            response.headers.get("content-type", "application/json").split(";")[0],
+        )
 
     def _record(self, run: Run, record: UsageRecord) -> None:
         run.records.append(record)
@@ -382,13 +445,19 @@ class Gateway:
             run.rejected += 1
         refusals = run.refused + run.rejected
         if refusals <= KEPT_REFUSALS:
-            self._record(run, UsageRecord(ts=self.clock(), run=run.run_id, model=run.model.name, status=status,
-                                          error=error))
+            self._record(
+                run, UsageRecord(ts=self.clock(), run=run.run_id, model=run.model.name, status=status, error=error)
+            )
         else:
             run.unrecorded += 1
         if refusals <= LOGGED_REFUSALS:
-            log.info("run %s: refused (%d): %s%s", run.run_id, status, error,
-                     "; further refusals are counted, not logged" if refusals == LOGGED_REFUSALS else "")
+            log.info(
+                "run %s: refused (%d): %s%s",
+                run.run_id,
+                status,
+                error,
+                "; further refusals are counted, not logged" if refusals == LOGGED_REFUSALS else "",
+            )
 
     async def complete(self, run: Run, payload: bytes) -> Reply:
         """One call of `run`: the budget, the upstream call, its record.
@@ -410,8 +479,9 @@ class Gateway:
                 if why is not None:
                     run.stopped = run.stopped or f"budget exhausted: {why}"
                     self.refuse(run, 429, "budget exhausted", budget=True)
-                    return error_reply(429, "budget_exhausted",
-                                       f"the run's budget is exhausted ({why}); no more calls are forwarded")
+                    return error_reply(
+                        429, "budget_exhausted", f"the run's budget is exhausted ({why}); no more calls are forwarded"
+                    )
                 return await self._forward(run, payload)
         except asyncio.CancelledError:  # the run finished while this call waited for its turn
             return self._finished_before(run)
@@ -428,8 +498,17 @@ class Gateway:
         except asyncio.CancelledError:
             # Finishing gave up waiting: the upstream may bill this call, so it is recorded, without tokens.
             cut = "cancelled: the run finished while the call was upstream; the upstream may bill it"
-            self._record(run, UsageRecord(ts=self.clock(), run=run.run_id, model=run.model.name, status=503,
-                                          latency=round(time.monotonic() - started, 4), error=cut))
+            self._record(
+                run,
+                UsageRecord(
+                    ts=self.clock(),
+                    run=run.run_id,
+                    model=run.model.name,
+                    status=503,
+                    latency=round(time.monotonic() - started, 4),
+                    error=cut,
+                ),
+            )
             log.warning("run %s: %s", run.run_id, cut)
             return error_reply(503, "run_finished", f"run {run.run_id} finished while this call was upstream")
         latency = round(time.monotonic() - started, 4)
@@ -439,11 +518,30 @@ class Gateway:
         else:
             prompt, completion, error = _usage_of(reply.body)
         cost = run.model.price.cost(prompt, completion)
-        self._record(run, UsageRecord(ts=self.clock(), run=run.run_id, model=run.model.name, status=reply.status,
-                                      prompt_tokens=prompt, completion_tokens=completion, cost=cost,
-                                      latency=latency, error=error))
-        log.info("run %s: %s -> %d, %d+%d tokens, %.2fs%s", run.run_id, run.model.name, reply.status, prompt,
-                 completion, latency, f", {error}" if error else "")
+        self._record(
+            run,
+            UsageRecord(
+                ts=self.clock(),
+                run=run.run_id,
+                model=run.model.name,
+                status=reply.status,
+                prompt_tokens=prompt,
+                completion_tokens=completion,
+                cost=cost,
+                latency=latency,
+                error=error,
+            ),
+        )
+        log.info(
+            "run %s: %s -> %d, %d+%d tokens, %.2fs%s",
+            run.run_id,
+            run.model.name,
+            reply.status,
+            prompt,
+            completion,
+            latency,
+            f", {error}" if error else "",
+        )
         if (why := run.exhausted()) is not None:
             run.stopped = run.stopped or f"budget exhausted: {why}"
         return reply
@@ -459,8 +557,12 @@ class Gateway:
             except GatewayRefusal as refusal:
                 return refusal.response()
             if run.active >= self.limits.run_requests:
-                busy = GatewayRefusal(429, "too_many_requests", f"run {run.run_id} has {run.active} requests "
-                                      "under way, its limit; wait for their answers", close=True)
+                busy = GatewayRefusal(
+                    429,
+                    "too_many_requests",
+                    f"run {run.run_id} has {run.active} requests under way, its limit; wait for their answers",
+                    close=True,
+                )
                 self.refuse(run, busy.status, busy.message)
                 return busy.response()
             run.active += 1
@@ -483,11 +585,16 @@ class Gateway:
                 run = self.authorise(request, host)
             except GatewayRefusal as refusal:
                 return refusal.response()
-            return JSONResponse({"object": "list", "data": [{"id": run.model.name, "object": "model",
-                                                             "owned_by": "ssebench"}]})
+            return JSONResponse(
+                {"object": "list", "data": [{"id": run.model.name, "object": "model", "owned_by": "ssebench"}]}
+            )
 
-        return Starlette(routes=[Route(f"/v1{CHAT_COMPLETIONS.path}", completions, methods=["POST"]),
-                                 Route("/v1/models", models, methods=["GET"])])
+        return Starlette(
+            routes=[
+                Route(f"/v1{CHAT_COMPLETIONS.path}", completions, methods=["POST"]),
+                Route("/v1/models", models, methods=["GET"]),
+            ]
+        )
 
     def control_app(self, admin_token: str) -> Starlette:
         """The harness's API, behind the admin token."""
@@ -500,8 +607,14 @@ class Gateway:
         async def health(request: Request) -> Response:
             check(request)
             live = [r for r in self.runs.values() if not r.finished.is_set()]
-            return JSONResponse({"status": "ok", "models": sorted(self.models), "runs": len(live),
-                                 "listeners": sorted({r.host for r in live})})
+            return JSONResponse(
+                {
+                    "status": "ok",
+                    "models": sorted(self.models),
+                    "runs": len(live),
+                    "listeners": sorted({r.host for r in live}),
+                }
+            )
 
         async def register(request: Request) -> Response:
             check(request)
@@ -524,11 +637,15 @@ class Gateway:
             assert isinstance(exc, GatewayRefusal)
             return exc.response()
 
-        return Starlette(routes=[Route("/health", health, methods=["GET"]),
-                                 Route("/runs", register, methods=["POST"]),
-                                 Route("/runs/{run_id}/finish", finish, methods=["POST"]),
-                                 Route("/runs/{run_id}/usage", usage, methods=["GET"])],
-                         exception_handlers={GatewayRefusal: on_refusal})
+        return Starlette(
+            routes=[
+                Route("/health", health, methods=["GET"]),
+                Route("/runs", register, methods=["POST"]),
+                Route("/runs/{run_id}/finish", finish, methods=["POST"]),
+                Route("/runs/{run_id}/usage", usage, methods=["GET"]),
+            ],
+            exception_handlers={GatewayRefusal: on_refusal},
+        )
 
 
 def _unauthorised(message: str) -> GatewayRefusal:
@@ -568,8 +685,9 @@ def _parse(raw: bytearray) -> Any:
     # A comma or colon precedes every value but the first: their count bounds the parser's memory
     # before it runs (strings holding them only make the bound looser).
     if raw.count(b",") + raw.count(b":") > MAX_JSON_VALUES:
-        raise GatewayRefusal(413, "invalid_request_error",
-                             f"request body too large: more than {MAX_JSON_VALUES} JSON values")
+        raise GatewayRefusal(
+            413, "invalid_request_error", f"request body too large: more than {MAX_JSON_VALUES} JSON values"
+        )
     nested = GatewayRefusal(400, "invalid_request_error", f"the body is nested deeper than {MAX_DEPTH} levels")
     try:
         value = json.loads(raw.decode("utf-8"), parse_constant=_not_json)
@@ -590,8 +708,12 @@ def _deeper_than(value: Any, depth: int) -> bool:
     """Whether `value` nests more than `depth` arrays and objects; level by level, without recursion."""
     level = [value]
     for _ in range(depth):
-        level = [child for node in level if isinstance(node, (dict, list))
-                 for child in (node.values() if isinstance(node, dict) else node)]
+        level = [
+            child
+            for node in level
+            if isinstance(node, (dict, list))
+            for child in (node.values() if isinstance(node, dict) else node)
+        ]
         if not level:
             return False
     return any(isinstance(node, (dict, list)) for node in level)
@@ -602,8 +724,16 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-async def serve(models: dict[str, ModelConfig], state_dir: Path, admin_token: str, limits: GatewayLimits, *,
-                control_port: int = 0, model_port: int = MODEL_PORT, parent_pid: int | None = None) -> None:
+async def serve(
+    models: dict[str, ModelConfig],
+    state_dir: Path,
+    admin_token: str,
+    limits: GatewayLimits,
+    *,
+    control_port: int = 0,
+    model_port: int = MODEL_PORT,
+    parent_pid: int | None = None,
+) -> None:
     """Run the gateway until SIGTERM/SIGINT (or until `parent_pid` is gone).
 
     Writes `<state_dir>/control.json` ({url, pid}) once the control listener answers.
@@ -615,8 +745,11 @@ async def serve(models: dict[str, ModelConfig], state_dir: Path, admin_token: st
         logging.getLogger(name).addFilter(quota)
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per upstream request: each call has its own
     holder: dict[str, Gateway] = {}
-    listeners = UvicornListeners(lambda host: holder["gateway"].model_app(host),
-                                 Connections(limits.connections, limits.run_connections), limits.idle_timeout)
+    listeners = UvicornListeners(
+        lambda host: holder["gateway"].model_app(host),
+        Connections(limits.connections, limits.run_connections),
+        limits.idle_timeout,
+    )
     gateway = Gateway(models=models, state_dir=state_dir, listeners=listeners, model_port=model_port, limits=limits)
     holder["gateway"] = gateway
     sock = listen("127.0.0.1", control_port)

@@ -87,12 +87,21 @@ class Step(_Strict):
 
     @model_validator(mode="after")
     def _one_kind(self) -> Step:
-        faults = [name for name, on in (("error", self.error is not None), ("garbage", self.garbage is not None),
-                                        ("malformed_tool_call", self.malformed_tool_call)) if on]
+        faults = [
+            name
+            for name, on in (
+                ("error", self.error is not None),
+                ("garbage", self.garbage is not None),
+                ("malformed_tool_call", self.malformed_tool_call),
+            )
+            if on
+        ]
         answer = self.content is not None or bool(self.tool_calls) or self.reasoning is not None
         if len(faults) > 1 or (faults and answer):
-            raise ValueError("a step is either an answer (content, tool_calls) or one fault "
-                             "(error, garbage or malformed_tool_call), not several")
+            raise ValueError(
+                "a step is either an answer (content, tool_calls) or one fault "
+                "(error, garbage or malformed_tool_call), not several"
+            )
         if not faults and not answer:
             raise ValueError("a step needs content or tool_calls, or one fault (error, garbage, malformed_tool_call)")
         if self.times != 1 and not faults:
@@ -191,11 +200,16 @@ def completion(model: str, position: int, step: Step) -> Reply:
         message["reasoning_content"] = step.reasoning
     usage = step.usage
     body = {
-        "id": f"chatcmpl-scripted-{position}", "object": "chat.completion", "created": int(time.time()),
+        "id": f"chatcmpl-scripted-{position}",
+        "object": "chat.completion",
+        "created": int(time.time()),
         "model": model,
         "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if calls else "stop"}],
-        "usage": {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
-                  "total_tokens": usage.prompt_tokens + usage.completion_tokens},
+        "usage": {
+            "prompt_tokens": usage.prompt_tokens,
+            "completion_tokens": usage.completion_tokens,
+            "total_tokens": usage.prompt_tokens + usage.completion_tokens,
+        },
     }
     return Reply(200, json.dumps(body).encode(), usage=(usage.prompt_tokens, usage.completion_tokens))
 
@@ -232,15 +246,18 @@ class Playback:
         text = _first_user_text(messages)
         found = next(((i, c) for i, c in enumerate(self.script.conversations) if c.match in text), None)
         if found is None:
-            return error_reply(400, "invalid_request_error",
-                               f"{self.name}: no conversation matches the first user message")
+            return error_reply(
+                400, "invalid_request_error", f"{self.name}: no conversation matches the first user message"
+            )
         index, conversation = found
         positions = timeline(conversation)
         position = sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "assistant")
         if position >= len(positions):
-            return error_reply(500, "out_of_script",
-                               f"{self.name}: conversation {conversation.match!r} has no step for "
-                               f"assistant turn {position + 1}")
+            return error_reply(
+                500,
+                "out_of_script",
+                f"{self.name}: conversation {conversation.match!r} has no step for assistant turn {position + 1}",
+            )
         at = positions[position]
         for number, fault in enumerate(at.faults):
             key = (caller, index, position, number)
@@ -248,8 +265,9 @@ class Playback:
                 self._served[key] += 1
                 return _fault(fault)
         if at.answer is None:
-            return error_reply(500, "out_of_script",
-                               f"{self.name}: conversation {conversation.match!r} ends in faults, all served")
+            return error_reply(
+                500, "out_of_script", f"{self.name}: conversation {conversation.match!r} ends in faults, all served"
+            )
         return completion(str(request.get("model") or "scripted"), position, at.answer)
 
 
@@ -282,19 +300,25 @@ def create_app(playback: Playback, *, api_key: str | None = None, model: str | N
             return JSONResponse({"error": {"type": "invalid_request_error", "message": "body is not JSON"}}, 400)
         request.app.state.received.append(body)
         if model is not None and isinstance(body, dict) and body.get("model") != model:
-            return JSONResponse({"error": {"type": "not_found_error",
-                                           "message": f"model {body.get('model')!r} does not exist"}}, 404)
+            return JSONResponse(
+                {"error": {"type": "not_found_error", "message": f"model {body.get('model')!r} does not exist"}}, 404
+            )
         reply = playback.respond(body, request.headers.get("authorization", "anonymous"))
         return Response(reply.body, reply.status, media_type=reply.content_type)
 
     async def models(request: Request) -> Response:
         if (refused := refuse(request)) is not None:
             return refused
-        return JSONResponse({"object": "list", "data": [{"id": model or "scripted", "object": "model",
-                                                         "owned_by": "ssebench"}]})
+        return JSONResponse(
+            {"object": "list", "data": [{"id": model or "scripted", "object": "model", "owned_by": "ssebench"}]}
+        )
 
-    app = Starlette(routes=[Route("/v1/chat/completions", completions, methods=["POST"]),
-                            Route("/v1/models", models, methods=["GET"])])
+    app = Starlette(
+        routes=[
+            Route("/v1/chat/completions", completions, methods=["POST"]),
+            Route("/v1/models", models, methods=["GET"]),
+        ]
+    )
     app.state.received = []
     return app
 
@@ -304,8 +328,9 @@ def main(argv: list[str] | None = None) -> None:
 
     import uvicorn
 
-    parser = argparse.ArgumentParser(prog="python -m ssebench.gateway.scripted",
-                                     description="Serve a scripted model as an OpenAI-compatible server.")
+    parser = argparse.ArgumentParser(
+        prog="python -m ssebench.gateway.scripted", description="Serve a scripted model as an OpenAI-compatible server."
+    )
     parser.add_argument("--script", type=Path, required=True, help="the script YAML file")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=4100)
@@ -321,8 +346,9 @@ def main(argv: list[str] | None = None) -> None:
         playback = Playback.from_file(args.script)
     except SSEBenchError as exc:
         parser.error(str(exc))
-    uvicorn.run(create_app(playback, api_key=api_key, model=args.model), host=args.host, port=args.port,
-                log_level="warning")
+    uvicorn.run(
+        create_app(playback, api_key=api_key, model=args.model), host=args.host, port=args.port, log_level="warning"
+    )
 
 
 if __name__ == "__main__":

@@ -61,8 +61,9 @@ class ToolClosed(Exception):
 class BashTool:
     """A persistent shell; `run` executes one command at a time."""
 
-    def __init__(self, user: User, cwd: Path, env: dict[str, str], timeout: float, output_cap: int,
-                 file_size: int | None = None) -> None:
+    def __init__(
+        self, user: User, cwd: Path, env: dict[str, str], timeout: float, output_cap: int, file_size: int | None = None
+    ) -> None:
         self.user = user
         self.cwd = cwd
         self.env = env
@@ -76,8 +77,13 @@ class BashTool:
     async def _start(self) -> asyncio.subprocess.Process:
         return await asyncio.create_subprocess_exec(
             *confined(["bash", "--noprofile", "--norc"], self.file_size),
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            cwd=self.cwd, env=self.env, start_new_session=True, **self.user.popen_kwargs(),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            cwd=self.cwd,
+            env=self.env,
+            start_new_session=True,
+            **self.user.popen_kwargs(),
         )
 
     async def close(self) -> None:
@@ -99,7 +105,7 @@ class BashTool:
             at = pending.find(marker)
             if at >= 0:
                 tail.add(pending[:at])
-                rest = pending[at + len(marker):]
+                rest = pending[at + len(marker) :]
                 while b"\n" not in rest:
                     more = await stream.read(64)
                     if not more:
@@ -149,14 +155,17 @@ class BashTool:
             limit = timeout if timeout is not None else self.timeout
             try:
                 code_out, _ = await asyncio.wait_for(
-                    asyncio.gather(self._read_until(shell.stdout, marker, out),
-                                   self._read_until(shell.stderr, marker, err)),
+                    asyncio.gather(
+                        self._read_until(shell.stdout, marker, out), self._read_until(shell.stderr, marker, err)
+                    ),
                     timeout=limit,
                 )
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 await self._replace(shell)
-                note = (f"\n[ssebench: the command did not finish within {limit:.0f} s and was killed; "
-                        "the shell was restarted, so cd and export from earlier calls are reset]\n")
+                note = (
+                    f"\n[ssebench: the command did not finish within {limit:.0f} s and was killed; "
+                    "the shell was restarted, so cd and export from earlier calls are reset]\n"
+                )
                 return ScriptResult(code=TIMED_OUT, stdout=_strip(out.text()), stderr=err.text() + note)
             if code_out is None:  # the shell ended: `exit`, or it was killed
                 status = await shell.wait()
@@ -183,7 +192,7 @@ async def _end(shell: asyncio.subprocess.Process) -> None:
     kill_group(shell.pid)
     try:
         await asyncio.wait_for(shell.wait(), 2)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         transport = getattr(shell, "_transport", None)
         if transport is not None:
             transport.close()  # closes our ends of the pipes; the shell itself is dead

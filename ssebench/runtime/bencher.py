@@ -91,59 +91,70 @@ Guard = Callable[[], None]
 # in a bounded window around it; a regular expression over the whole output was quadratic on a long run of
 # non-space bytes, and the scan runs in the daemon. A report of several parts (a Go panic: its headline and
 # its goroutine) needs all of them.
-_SANITIZER_NAMES = (b"AddressSanitizer", b"MemorySanitizer", b"LeakSanitizer", b"ThreadSanitizer",
-                    b"HWAddressSanitizer", b"UndefinedBehaviorSanitizer")
+_SANITIZER_NAMES = (
+    b"AddressSanitizer",
+    b"MemorySanitizer",
+    b"LeakSanitizer",
+    b"ThreadSanitizer",
+    b"HWAddressSanitizer",
+    b"UndefinedBehaviorSanitizer",
+)
 _LOCATION = re.compile(rb"[^\s:]+(?::[^\s:]+)*:\d{1,9}:\d{1,9}")
 
 
 def _line_start(window: bytes, at: int) -> bool:
-    return at == 0 or window[at - 1:at] == b"\n"
+    return at == 0 or window[at - 1 : at] == b"\n"
 
 
 def _asan(window: bytes, at: int) -> bytes | None:
     # "==1234==ERROR: AddressSanitizer: ..."
     start = window.rfind(b"==", max(0, at - 12), at)
-    after = window[at + 9:at + 9 + 24]
-    if start >= 0 and window[start + 2:at].isdigit() and after.startswith(_SANITIZER_NAMES):
-        return window[start:at + 9] + after.split(b":")[0]
+    after = window[at + 9 : at + 9 + 24]
+    if start >= 0 and window[start + 2 : at].isdigit() and after.startswith(_SANITIZER_NAMES):
+        return window[start : at + 9] + after.split(b":")[0]
     return None
 
 
 def _ubsan(window: bytes, at: int) -> bytes | None:
     # "file.c:12:5: runtime error: signed integer overflow"
-    token = window[max(0, at - 512):at].rsplit(None, 1)[-1:] or [b""]
+    token = window[max(0, at - 512) : at].rsplit(None, 1)[-1:] or [b""]
     return token[0] + b": runtime error:" if _LOCATION.fullmatch(token[0]) else None
 
 
 def _summary(window: bytes, at: int) -> bytes | None:
-    after = window[at + 9:at + 9 + 32]
-    return window[at:at + 9] + after.split(b":")[0] if after.startswith(_SANITIZER_NAMES) else None
+    after = window[at + 9 : at + 9 + 32]
+    return window[at : at + 9] + after.split(b":")[0] if after.startswith(_SANITIZER_NAMES) else None
 
 
 def _go_headline(window: bytes, at: int) -> bytes | None:
-    return window[at:window.find(b": ", at)] if _line_start(window, at) else None
+    return window[at : window.find(b": ", at)] if _line_start(window, at) else None
 
 
 def _goroutine(window: bytes, at: int) -> bytes | None:
-    found = re.match(rb"goroutine \d{1,12} \[", window[at:at + 40])
+    found = re.match(rb"goroutine \d{1,12} \[", window[at : at + 40])
     return found.group(0) if found and _line_start(window, at) else None
 
 
 def _rust_thread(window: bytes, at: int) -> bytes | None:
     # "thread 'main' panicked at src/lib.rs:10:5:" / "thread 'main' has overflowed its stack"
-    line = window[max(0, at - 256):at].rsplit(b"\n", 1)[-1]
+    line = window[max(0, at - 256) : at].rsplit(b"\n", 1)[-1]
     opening = line.rfind(b"thread '")
-    return line[opening:] + b"'" if opening >= 0 and b"'" not in line[opening + 8:] else None
+    return line[opening:] + b"'" if opening >= 0 and b"'" not in line[opening + 8 :] else None
 
 
 Mark = tuple[bytes, Callable[[bytes, int], "bytes | None"]]
 _SANITIZER_MARKS: tuple[tuple[Mark, ...], ...] = (
-    ((b"==ERROR: ", _asan),), ((b": runtime error: ", _ubsan),), ((b"SUMMARY: ", _summary),))
+    ((b"==ERROR: ", _asan),),
+    ((b": runtime error: ", _ubsan),),
+    ((b"SUMMARY: ", _summary),),
+)
 CRASH_REPORTS: dict[str, tuple[tuple[Mark, ...], ...]] = {
     "c": _SANITIZER_MARKS,
-    "go": (*_SANITIZER_MARKS,
-           ((b"panic: ", _go_headline), (b"goroutine ", _goroutine)),
-           ((b"fatal error: ", _go_headline), (b"goroutine ", _goroutine))),
+    "go": (
+        *_SANITIZER_MARKS,
+        ((b"panic: ", _go_headline), (b"goroutine ", _goroutine)),
+        ((b"fatal error: ", _go_headline), (b"goroutine ", _goroutine)),
+    ),
     "rust": (*_SANITIZER_MARKS, ((b"' panicked at", _rust_thread),), ((b"' has overflowed its stack", _rust_thread),)),
 }
 # How a file is read for reports: its first and last SCAN_SPAN bytes (a crash report ends the program's output,
@@ -245,10 +256,19 @@ class Bencher:
     there if the agent phase ended meanwhile.
     """
 
-    def __init__(self, task: TaskFile, limits: Limits, results: Path, environ: dict[str, str],
-                 runner: User, changes: Callable[[], Change], task_dir: Path = Path(layout.TASK_DIR),
-                 runner_dir: Path = Path(layout.RUNNER_DIR), state_dir: Path = Path(layout.STATE_DIR),
-                 repo: Path = Path(layout.REPO)) -> None:
+    def __init__(
+        self,
+        task: TaskFile,
+        limits: Limits,
+        results: Path,
+        environ: dict[str, str],
+        runner: User,
+        changes: Callable[[], Change],
+        task_dir: Path = Path(layout.TASK_DIR),
+        runner_dir: Path = Path(layout.RUNNER_DIR),
+        state_dir: Path = Path(layout.STATE_DIR),
+        repo: Path = Path(layout.REPO),
+    ) -> None:
         self.task = task
         self.limits = limits
         self.results = results
@@ -316,13 +336,22 @@ class Bencher:
         with tempfile.TemporaryFile() as pack_err, tempfile.TemporaryFile() as unpack_err:
             pack = subprocess.Popen(
                 ["tar", "-C", str(tree), "--exclude=.git", "--warning=no-file-changed", "-cf", "-", "."],
-                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=pack_err, cwd=NEUTRAL_CWD,
-                env={"PATH": ROOT_PATH, "LC_ALL": "C"}, **AsUser(),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=pack_err,
+                cwd=NEUTRAL_CWD,
+                env={"PATH": ROOT_PATH, "LC_ALL": "C"},
+                **AsUser(),
             )
             unpack = subprocess.Popen(
-                confined(["tar", "-C", str(dst), "--no-same-owner", "--no-same-permissions", "-xf", "-"],
-                         self.limits.file_size),
-                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=unpack_err, cwd=NEUTRAL_CWD,
+                confined(
+                    ["tar", "-C", str(dst), "--no-same-owner", "--no-same-permissions", "-xf", "-"],
+                    self.limits.file_size,
+                ),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=unpack_err,
+                cwd=NEUTRAL_CWD,
                 env={"PATH": ROOT_PATH, "LC_ALL": "C", "HOME": NEUTRAL_CWD},
                 **self.runner.popen_kwargs(),
             )
@@ -347,13 +376,18 @@ class Bencher:
                 problems += errors.read()[-4096:].decode(errors="replace")
         if over:
             remove_tree(dst)
-            raise BencherError(507, f"the source tree is larger than the copy limit of {self.limits.copy_limit} "
-                                    "bytes (limit: copy size); remove large files from it")
+            raise BencherError(
+                507,
+                f"the source tree is larger than the copy limit of {self.limits.copy_limit} "
+                "bytes (limit: copy size); remove large files from it",
+            )
         # GNU tar exits 1 when a file changed while it was read: the copy is still made.
         if packed > 1 or unpacked != 0:
             if unpacked in (-signal.SIGXFSZ, 128 + signal.SIGXFSZ):
-                problems = f"a file is larger than the file-size limit of {self.limits.file_size} bytes " \
-                           "(limit: file size)\n" + problems
+                problems = (
+                    f"a file is larger than the file-size limit of {self.limits.file_size} bytes "
+                    "(limit: file size)\n" + problems
+                )
             raise BencherError(500, f"copying {tree} for the check failed: {problems.strip()[-500:]}")
         return dst
 
@@ -442,15 +476,22 @@ class Bencher:
         home, tmp = session / "home", session / "tmp"
         env = dict(self.base_env)
         env.update(
-            HOME=str(home), TMPDIR=str(tmp), TMP=str(tmp), TEMP=str(tmp), PWD=str(cwd),
-            USER=self.runner.name, LOGNAME=self.runner.name,
-            XDG_CACHE_HOME=str(home / ".cache"), GOCACHE=str(home / ".cache" / "go-build"), GOTMPDIR=str(tmp),
-            GIT_CONFIG_NOSYSTEM="1", GIT_CEILING_DIRECTORIES=str(session),
+            HOME=str(home),
+            TMPDIR=str(tmp),
+            TMP=str(tmp),
+            TEMP=str(tmp),
+            PWD=str(cwd),
+            USER=self.runner.name,
+            LOGNAME=self.runner.name,
+            XDG_CACHE_HOME=str(home / ".cache"),
+            GOCACHE=str(home / ".cache" / "go-build"),
+            GOTMPDIR=str(tmp),
+            GIT_CONFIG_NOSYSTEM="1",
+            GIT_CEILING_DIRECTORIES=str(session),
         )
         return env
 
-    def _run(self, label: str, argv: list[str], cwd: Path, *, note: str = "",
-             reports: bool = False) -> ScriptResult:
+    def _run(self, label: str, argv: list[str], cwd: Path, *, note: str = "", reports: bool = False) -> ScriptResult:
         """Run one script as sse-runner in `cwd`; `note` goes at the head of its stderr; with `reports`, a
         crash report in its output (`crash_report`) fails it whatever its exit status."""
         self.scratch.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -459,9 +500,16 @@ class Bencher:
         started = time.monotonic()
         timed_out = False
         with out_path.open("wb") as out, err_path.open("wb") as err:
-            process = subprocess.Popen(confined(argv, self.limits.file_size), cwd=cwd, stdin=subprocess.DEVNULL,
-                                       stdout=out, stderr=err, env=self._env(cwd), start_new_session=True,
-                                       **self.runner.popen_kwargs())
+            process = subprocess.Popen(
+                confined(argv, self.limits.file_size),
+                cwd=cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                env=self._env(cwd),
+                start_new_session=True,
+                **self.runner.popen_kwargs(),
+            )
             try:
                 code = wait(process, self.limits.script_timeout)
             except subprocess.TimeoutExpired:
@@ -482,13 +530,16 @@ class Bencher:
             stderr += f"\n[ssebench: {label} killed after its time limit of {self.limits.script_timeout:.0f} s]\n"
         if reported is not None and code == 0:
             code = CRASH_REPORTED
-            stderr += (f"\n[ssebench: the output holds a crash report ({reported}): the PoC still reproduces, "
-                       "whatever the exit status]\n")
+            stderr += (
+                f"\n[ssebench: the output holds a crash report ({reported}): the PoC still reproduces, "
+                "whatever the exit status]\n"
+            )
         self._log(stamp, label, argv, cwd, code, duration, stdout, stderr)
         return ScriptResult(code=code, stdout=stdout, stderr=stderr)
 
-    def _log(self, stamp: str, label: str, argv: list[str], cwd: Path, code: int, duration: float,
-             stdout: str, stderr: str) -> None:
+    def _log(
+        self, stamp: str, label: str, argv: list[str], cwd: Path, code: int, duration: float, stdout: str, stderr: str
+    ) -> None:
         record = {"check": label, "argv": argv, "cwd": str(cwd), "code": code, "duration": round(duration, 3)}
         try:
             with (self.results / f"scriptrunner-{stamp}.log").open("x", encoding="utf-8") as log:
@@ -515,8 +566,11 @@ class Bencher:
             if grading:
                 if self.graded_change is None:
                     raise BencherError(409, "grading was not prepared: POST /prepare_grading first")
-                copy = self.graded_tree if self.graded_tree and self.graded_tree.is_dir() else \
-                    self._patched("graded", self.graded_change)
+                copy = (
+                    self.graded_tree
+                    if self.graded_tree and self.graded_tree.is_dir()
+                    else self._patched("graded", self.graded_change)
+                )
                 note = ""
             else:
                 try:
@@ -546,8 +600,7 @@ class Bencher:
             if build is None or not build.exists():
                 return ScriptResult(code=NO_BUILD, stdout="", stderr="no build yet: run the build first")
             with self._staged({"run.sh": script, name: self.task_dir / entry}) as stage:
-                return self._run("run_poc", ["bash", str(stage / "run.sh"), str(stage / name)], build,
-                                 reports=True)
+                return self._run("run_poc", ["bash", str(stage / "run.sh"), str(stage / name)], build, reports=True)
 
     def function_test(self, grading: bool = False, guard: Guard = _no_guard) -> ScriptResult:
         script = self._script("test", self.task.test_script)
@@ -583,12 +636,22 @@ class Bencher:
         an ungraded error.
         """
         session = self._ensure_session()
-        argv = git.argv("apply", "-p1", "--whitespace=nowarn", *(["--binary"] if binary else []),
-                        f"--directory={tree.relative_to(session)}", str(diff))
+        argv = git.argv(
+            "apply",
+            "-p1",
+            "--whitespace=nowarn",
+            *(["--binary"] if binary else []),
+            f"--directory={tree.relative_to(session)}",
+            str(diff),
+        )
         try:
             applied = subprocess.run(
-                confined(argv, self.limits.file_size), cwd=session, capture_output=True, check=False,
-                timeout=APPLY_TIMEOUT, env=git.env(str(session / "home"), GIT_CEILING_DIRECTORIES=str(session.parent)),
+                confined(argv, self.limits.file_size),
+                cwd=session,
+                capture_output=True,
+                check=False,
+                timeout=APPLY_TIMEOUT,
+                env=git.env(str(session / "home"), GIT_CEILING_DIRECTORIES=str(session.parent)),
                 **self.runner.popen_kwargs(),
             )
         except subprocess.TimeoutExpired:
@@ -596,8 +659,9 @@ class Bencher:
         finally:
             kill_user(self.runner)
         if applied.returncode != 0:
-            raise BencherError(500, "git apply failed: "
-                                    + applied.stderr.decode("utf-8", errors="replace").strip()[-2000:])
+            raise BencherError(
+                500, "git apply failed: " + applied.stderr.decode("utf-8", errors="replace").strip()[-2000:]
+            )
 
 
 def set_aside_note(paths: tuple[str, ...] | list[str], shown: int = 10) -> str:
@@ -605,8 +669,10 @@ def set_aside_note(paths: tuple[str, ...] | list[str], shown: int = 10) -> str:
     if not paths:
         return ""
     named = ", ".join(paths[:shown]) + (f" and {len(paths) - shown} more" if len(paths) > shown else "")
-    return (f"[ssebench: set aside, as grading sets them aside: your changes to {len(paths)} file(s) outside "
-            f"the code under repair (build files, tests, harnesses, data): {named}]\n")
+    return (
+        f"[ssebench: set aside, as grading sets them aside: your changes to {len(paths)} file(s) outside "
+        f"the code under repair (build files, tests, harnesses, data): {named}]\n"
+    )
 
 
 def _no_tree(message: str) -> ScriptResult:

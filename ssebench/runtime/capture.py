@@ -54,8 +54,7 @@ class CaptureError(Exception):
 
 # How a capture shows a change: binary-safe, every byte, no program of the repository's (external diff,
 # textconv), no renames (each path is its own entry, as the protection reads paths).
-_DIFF = ("diff", "--cached", "--binary", "--full-index", "--no-ext-diff", "--no-textconv", "--no-color",
-         "--no-renames")
+_DIFF = ("diff", "--cached", "--binary", "--full-index", "--no-ext-diff", "--no-textconv", "--no-color", "--no-renames")
 
 
 @dataclass(frozen=True)
@@ -76,9 +75,14 @@ class FileChange:
 
 
 # The one commit's author and date: a tree's `buggy commit` is the same commit every build.
-_IDENTITY = {"GIT_AUTHOR_NAME": "ssebench", "GIT_AUTHOR_EMAIL": "ssebench@localhost",
-             "GIT_COMMITTER_NAME": "ssebench", "GIT_COMMITTER_EMAIL": "ssebench@localhost",
-             "GIT_AUTHOR_DATE": "2000-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2000-01-01T00:00:00Z"}
+_IDENTITY = {
+    "GIT_AUTHOR_NAME": "ssebench",
+    "GIT_AUTHOR_EMAIL": "ssebench@localhost",
+    "GIT_COMMITTER_NAME": "ssebench",
+    "GIT_COMMITTER_EMAIL": "ssebench@localhost",
+    "GIT_AUTHOR_DATE": "2000-01-01T00:00:00Z",
+    "GIT_COMMITTER_DATE": "2000-01-01T00:00:00Z",
+}
 
 
 def make_base(source: Path, root: Path) -> None:
@@ -99,8 +103,9 @@ def make_base(source: Path, root: Path) -> None:
     environ = git.env("/nonexistent", GIT_DIR=str(repo), GIT_WORK_TREE=str(source), **_IDENTITY)
 
     def run(*args: str) -> None:
-        done = subprocess.run(git.argv(*_STAT, *args), cwd="/", env=environ, capture_output=True, timeout=1800,
-                              check=False)
+        done = subprocess.run(
+            git.argv(*_STAT, *args), cwd="/", env=environ, capture_output=True, timeout=1800, check=False
+        )
         if done.returncode != 0:
             raise CaptureError(f"git {args[0]} for capture's base failed: {done.stderr.decode(errors='replace')}")
 
@@ -140,8 +145,14 @@ class Capture:
         starts while the daemon does, so the tree may already be the agent's."""
         if not (self.repo / "HEAD").is_file():
             raise CaptureError(f"the tool image has no capture base at {self.repo}: rebuild its images")
-        done = subprocess.run(git.argv("rev-parse", "HEAD"), cwd="/", capture_output=True, check=True, timeout=60,
-                              env=git.env("/nonexistent", GIT_DIR=str(self.repo)))
+        done = subprocess.run(
+            git.argv("rev-parse", "HEAD"),
+            cwd="/",
+            capture_output=True,
+            check=True,
+            timeout=60,
+            env=git.env("/nonexistent", GIT_DIR=str(self.repo)),
+        )
         self.base = done.stdout.decode().strip()
         return self.base
 
@@ -161,9 +172,14 @@ class Capture:
             remove_tree(scratch)  # model's, and may be as deep as model made it during the capture
 
     def _env(self, scratch: Path) -> dict[str, str]:
-        return git.env(str(scratch), GIT_DIR=str(self.repo), GIT_WORK_TREE=str(self.source),
-                       GIT_INDEX_FILE=str(scratch / "index"), GIT_OBJECT_DIRECTORY=str(scratch / "objects"),
-                       GIT_ALTERNATE_OBJECT_DIRECTORIES=str(self.repo / "objects"))
+        return git.env(
+            str(scratch),
+            GIT_DIR=str(self.repo),
+            GIT_WORK_TREE=str(self.source),
+            GIT_INDEX_FILE=str(scratch / "index"),
+            GIT_OBJECT_DIRECTORY=str(scratch / "objects"),
+            GIT_ALTERNATE_OBJECT_DIRECTORIES=str(self.repo / "objects"),
+        )
 
     def _git(self, scratch: Path, *args: str, env: dict[str, str] | None = None, check: bool = True) -> bytes:
         """Run git as the owner; its output is capped at the patch limit, its time at the time limit.
@@ -175,8 +191,12 @@ class Capture:
         # read could fill up and stall git.
         errors = tempfile.TemporaryFile()
         process = subprocess.Popen(
-            confined(git.argv(*_STAT, *args), self.patch_limit), cwd=scratch, env=env or self._env(scratch),
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=errors,
+            confined(git.argv(*_STAT, *args), self.patch_limit),
+            cwd=scratch,
+            env=env or self._env(scratch),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=errors,
             **self.owner.popen_kwargs(),
         )
         assert process.stdout is not None
@@ -203,8 +223,10 @@ class Capture:
         if over:
             raise CaptureError(f"the change is larger than the patch limit of {self.patch_limit} bytes")
         if late:
-            raise CaptureError(f"git {args[0]} did not finish within {self.time_limit:.0f} s (limit: capture time); "
-                               "is there a fifo or a file that never ends in the tree?")
+            raise CaptureError(
+                f"git {args[0]} did not finish within {self.time_limit:.0f} s (limit: capture time); "
+                "is there a fifo or a file that never ends in the tree?"
+            )
         if check and process.returncode != 0:
             message = err.decode(errors="replace").strip()[-2000:]
             if process.returncode in (-25, 153):  # SIGXFSZ: git wrote an object over the file-size limit
@@ -239,8 +261,16 @@ class Capture:
         return Change(patch=patch, graded=b"".join(parts), set_aside=tuple(sorted(changed - graded)))
 
     def _names(self, scratch: Path, base: str, pathspecs: list[str] | None = None) -> set[str]:
-        listed = self._git(scratch, "diff", "--cached", "--name-only", "--no-renames", "-z", base,
-                           *(["--", *pathspecs] if pathspecs else []))
+        listed = self._git(
+            scratch,
+            "diff",
+            "--cached",
+            "--name-only",
+            "--no-renames",
+            "-z",
+            base,
+            *(["--", *pathspecs] if pathspecs else []),
+        )
         return {name for name in _text(listed).split("\0") if name}
 
     def diff(self) -> str:
@@ -250,8 +280,9 @@ class Capture:
     def files(self) -> list[FileChange]:
         with self._scratch() as scratch:
             base = self._stage_all(scratch)
-            statuses = _text(self._git(scratch, "diff", "--cached", "--name-status", "--no-renames", "-z",
-                                       base)).split("\0")
+            statuses = _text(self._git(scratch, "diff", "--cached", "--name-status", "--no-renames", "-z", base)).split(
+                "\0"
+            )
             numstat = _text(self._git(scratch, "diff", "--cached", "--numstat", "--no-renames", "-z", base)).split("\0")
         counts: dict[str, tuple[int | None, int | None]] = {}
         for row in numstat:
@@ -271,12 +302,23 @@ class Capture:
         """The agent's own commits, read from its `.git` with every program-running setting overridden."""
         with self._scratch() as scratch:
             env = git.env(str(scratch), GIT_DIR=str(self.source / ".git"))
-            return _text(self._git(scratch, "log", "--no-show-signature", "--no-decorate", "--no-color",
-                                   f"--max-count={limit}", "--format=%H %an <%ae> %ad%n    %s", "--date=iso-strict",
-                                   "HEAD", env=env, check=False))
+            return _text(
+                self._git(
+                    scratch,
+                    "log",
+                    "--no-show-signature",
+                    "--no-decorate",
+                    "--no-color",
+                    f"--max-count={limit}",
+                    "--format=%H %an <%ae> %ad%n    %s",
+                    "--date=iso-strict",
+                    "HEAD",
+                    env=env,
+                    check=False,
+                )
+            )
 
 
 def _text(data: bytes) -> str:
     """git's output for reading: names and messages may hold any bytes."""
     return data.decode("utf-8", errors="replace")
-

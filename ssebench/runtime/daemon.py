@@ -30,9 +30,9 @@ from starlette.schemas import SchemaGenerator
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ssebench.runtime import listeners
+from ssebench.runtime.bash import ToolClosed
 from ssebench.runtime.bencher import BencherError
 from ssebench.runtime.capture import CaptureError
-from ssebench.runtime.bash import ToolClosed
 from ssebench.runtime.service import PHASE_OVER, TaskService
 from ssebench.runtime.settings import DIFFICULTY_NAMES, MAX_LEVEL, allowed_actions
 
@@ -57,8 +57,10 @@ def listener_app(app: ASGIApp, kind: str) -> ASGIApp:
             peer = kind == HTTP and (client is None or client[0] not in LOOPBACK)
             if peer and scope.get("path") not in PEER_ROUTES:
                 if scope["type"] == "http":
-                    response = JSONResponse({"error": "served to this container only (loopback); other hosts "
-                                                      "may read the public view"}, status_code=403)
+                    response = JSONResponse(
+                        {"error": "served to this container only (loopback); other hosts may read the public view"},
+                        status_code=403,
+                    )
                     await response(scope, receive, send)
                 return
         await app(scope, receive, send)
@@ -146,7 +148,7 @@ def create_app(service: TaskService, difficulty: int) -> Starlette:
         body = await _body(request)
         command = body.get("command")
         if not isinstance(command, str):
-            return JSONResponse({"error": "give the command as {\"command\": \"...\"}"}, 400)
+            return JSONResponse({"error": 'give the command as {"command": "..."}'}, 400)
         timeout = body.get("timeout")
         limit = float(timeout) if isinstance(timeout, int | float) and timeout > 0 else None
         try:
@@ -336,8 +338,9 @@ async def serve(app: Starlette, bound: dict[str, socket.socket], ready: Callable
                 ready()
 
     for kind in (AGENT, HTTP, ADMIN):
-        config = uvicorn.Config(listener_app(app, kind), lifespan="off", log_level="warning",
-                                access_log=True, timeout_keep_alive=30)
+        config = uvicorn.Config(
+            listener_app(app, kind), lifespan="off", log_level="warning", access_log=True, timeout_keep_alive=30
+        )
         servers.append((Server(config), bound[kind]))
 
     def stop(*_: object) -> None:
@@ -364,8 +367,9 @@ def main() -> None:
 
     # Bound by the entrypoint, which let the agent start at once (its calls wait in the sockets' queues
     # while this starts); run by itself, it binds them.
-    bound = listeners.inherited() or listeners.daemon_listeners(settings.agent_socket, settings.admin_socket,
-                                                                settings.http_port)
+    bound = listeners.inherited() or listeners.daemon_listeners(
+        settings.agent_socket, settings.admin_socket, settings.http_port
+    )
     ready = listeners.readiness()
 
     async def run() -> None:

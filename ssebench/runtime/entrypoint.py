@@ -58,9 +58,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Callable
 from typing import IO
 
 from ssebench.runtime import layout, listeners, phase
@@ -144,7 +144,9 @@ def mounted(path: str) -> str:
     return "the image's directory"
 
 
-def start(module: str, log: IO[bytes], env: dict[str, str], *, stdin: int = subprocess.DEVNULL) -> subprocess.Popen[bytes]:
+def start(
+    module: str, log: IO[bytes], env: dict[str, str], *, stdin: int = subprocess.DEVNULL
+) -> subprocess.Popen[bytes]:
     """A runtime process: isolated Python, started in `/`."""
     return subprocess.Popen(python_command(module), cwd=NEUTRAL_CWD, stdin=stdin, stdout=log, stderr=log, env=env)
 
@@ -153,12 +155,19 @@ def start_evaluator(settings: RuntimeSettings, env: dict[str, str], log: IO[byte
     """The evaluator, started with the agent: it loads what grading needs while the agent works, then waits
     on its stdin (a pipe of root's) for the agent phase's figures before it grades
     (`ssebench.runtime.evaluator`)."""
-    return start("ssebench.runtime.evaluator", log, {**env, "SSE_DAEMON_SOCKET": settings.admin_socket},
-                 stdin=subprocess.PIPE)
+    return start(
+        "ssebench.runtime.evaluator", log, {**env, "SSE_DAEMON_SOCKET": settings.admin_socket}, stdin=subprocess.PIPE
+    )
 
 
-def evaluate(settings: RuntimeSettings, env: dict[str, str], evaluator: subprocess.Popen[bytes],
-             log: IO[bytes], log_path: Path, figures: dict[str, str]) -> None:
+def evaluate(
+    settings: RuntimeSettings,
+    env: dict[str, str],
+    evaluator: subprocess.Popen[bytes],
+    log: IO[bytes],
+    log_path: Path,
+    figures: dict[str, str],
+) -> None:
     """Have the evaluator grade, with the agent phase's `figures`, and wait for it (the grading time limit
     and some slack). One that ended while the agent ran (the OOM killer's choice, say) is replaced by a
     fresh one; one that ends without a grade leaves an error that names its status."""
@@ -236,8 +245,15 @@ def serve(module: str, log: Path, env: dict[str, str], bound: dict[str, socket.s
         try:
             env = {**env, layout.LISTEN_FDS: listeners.encode(bound), layout.READY_FD: str(write)}
             with log.open("ab") as out:
-                process = subprocess.Popen(python_command(module), cwd=NEUTRAL_CWD, stdin=subprocess.DEVNULL,
-                                           stdout=out, stderr=out, env=env, pass_fds=(*fds, write))
+                process = subprocess.Popen(
+                    python_command(module),
+                    cwd=NEUTRAL_CWD,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=out,
+                    env=env,
+                    pass_fds=(*fds, write),
+                )
         except BaseException:
             os.close(read)
             raise
@@ -288,8 +304,10 @@ class OnDemand:
                 except OSError as exc:
                     self.failures += 1
                     if self.failures in (1, 10, 100) or self.failures % 1000 == 0:  # not a line for every try
-                        say(f"the MCP server could not be started ({exc}; {self.failures} attempt(s)); "
-                            "the next client tries again")
+                        say(
+                            f"the MCP server could not be started ({exc}; {self.failures} attempt(s)); "
+                            "the next client tries again"
+                        )
                     with contextlib.suppress(OSError):
                         self._listener.accept()[0].close()
             time.sleep(0.1)  # a client left in the queue (the refusal failed too) is not retried in a loop
@@ -345,8 +363,10 @@ def http_status(address: str | tuple[str, int], method: str, path: str, timeout:
     same cores, and an import of httpx or urllib costs more than the rest of its start-up.
     """
     body = b"{}" if method == "POST" else b""
-    request = (f"{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
-               f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode() + body
+    request = (
+        f"{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    ).encode() + body
     family = socket.AF_UNIX if isinstance(address, str) else socket.AF_INET
     deadline = time.monotonic() + timeout  # for the whole exchange, not for each read
 
@@ -386,22 +406,35 @@ def admin_post(settings: RuntimeSettings, path: str) -> None:
 def agent_env(settings: RuntimeSettings, model: User) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "SSE_ADMIN_SOCKET"}
     env.update(
-        HOME=model.home, USER=model.name, LOGNAME=model.name, SHELL="/bin/bash",
-        SSE_DAEMON_SOCKET=settings.agent_socket, SSE_ARCHIVE=settings.archive,
-        SSE_DIFFICULTY=str(settings.difficulty), TIMEOUT=str(int(settings.agent_timeout)),
+        HOME=model.home,
+        USER=model.name,
+        LOGNAME=model.name,
+        SHELL="/bin/bash",
+        SSE_DAEMON_SOCKET=settings.agent_socket,
+        SSE_ARCHIVE=settings.archive,
+        SSE_DIFFICULTY=str(settings.difficulty),
+        TIMEOUT=str(int(settings.agent_timeout)),
         SSE_MCP_URL=settings.mcp_url,  # the socket root bound (loopback's 127.0.0.1, not ::1; sidecar mode's task)
     )
     return env
 
 
-def run_agent(command: list[str], settings: RuntimeSettings, model: User, cwd: str, log: IO[bytes]) -> tuple[int, float, bool]:
+def run_agent(
+    command: list[str], settings: RuntimeSettings, model: User, cwd: str, log: IO[bytes]
+) -> tuple[int, float, bool]:
     """(exit status, seconds, timed out)."""
     started = time.monotonic()
     try:
-        agent = subprocess.Popen(confined(command, settings.file_size), cwd=cwd, stdin=subprocess.DEVNULL,
-                                 stdout=log, stderr=log,
-                                 env=agent_env(settings, model), start_new_session=True,
-                                 **model.popen_kwargs())
+        agent = subprocess.Popen(
+            confined(command, settings.file_size),
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            env=agent_env(settings, model),
+            start_new_session=True,
+            **model.popen_kwargs(),
+        )
     except OSError as exc:
         log.write(f"[ssebench] cannot start the agent command {command}: {exc}\n".encode())
         return 127, time.monotonic() - started, False
@@ -453,9 +486,11 @@ def limits_report() -> dict[str, object]:
     pids = _cgroup_file("pids/pids.events", "pids.events")
     cpu = _cgroup_file("cpu/cpu.stat", "cpu,cpuacct/cpu.stat", "cpu.stat")
     report: dict[str, object] = {
-        "memory": {"oom_kills": memory.get("oom_kill"),
-                   "limit": _cgroup_value("memory/memory.limit_in_bytes", "memory.max"),
-                   "peak": _cgroup_value("memory/memory.max_usage_in_bytes", "memory.peak")},
+        "memory": {
+            "oom_kills": memory.get("oom_kill"),
+            "limit": _cgroup_value("memory/memory.limit_in_bytes", "memory.max"),
+            "peak": _cgroup_value("memory/memory.max_usage_in_bytes", "memory.peak"),
+        },
         "pids": {"refused": pids.get("max"), "limit": _cgroup_value("pids/pids.max", "pids.max")},
         "cpu": {"throttled": cpu.get("nr_throttled")},
     }
@@ -470,10 +505,19 @@ def limits_report() -> dict[str, object]:
 
 def finish_archive(settings: RuntimeSettings) -> None:
     """Leave the archive regular files and directories under their caps (model no longer runs)."""
-    pruned = prune_tree(Path(settings.archive), file_cap=settings.archive_file_cap, total_cap=settings.archive_cap,
-                        max_entries=settings.archive_entries)
-    record = {"kept_files": pruned.kept_files, "kept_bytes": pruned.kept_bytes, "dropped": pruned.dropped,
-              "dropped_count": pruned.dropped_count, "unfinished": pruned.unfinished}
+    pruned = prune_tree(
+        Path(settings.archive),
+        file_cap=settings.archive_file_cap,
+        total_cap=settings.archive_cap,
+        max_entries=settings.archive_entries,
+    )
+    record = {
+        "kept_files": pruned.kept_files,
+        "kept_bytes": pruned.kept_bytes,
+        "dropped": pruned.dropped,
+        "dropped_count": pruned.dropped_count,
+        "unfinished": pruned.unfinished,
+    }
     write_atomic(Path(settings.results), "archive.json", json.dumps(record, indent=2) + "\n")
 
 
@@ -494,8 +538,11 @@ def start_daemon(settings: RuntimeSettings, env: dict[str, str]) -> Served:
         with contextlib.suppress(subprocess.TimeoutExpired):
             status = wait(daemon.process, 10)
     end(daemon.process)
-    why = (f"the daemon exited with status {status} while starting" if status is not None
-           else f"the daemon did not become ready within {settings.daemon_timeout:.0f} s")
+    why = (
+        f"the daemon exited with status {status} while starting"
+        if status is not None
+        else f"the daemon did not become ready within {settings.daemon_timeout:.0f} s"
+    )
     raise RuntimeError(f"{why}:\n{_tail(daemon.log)}")
 
 
@@ -627,8 +674,10 @@ def main(argv: list[str]) -> int:
         source = load_taskfile(Path(layout.TASK_DIR) / "config.yaml").source
         started = time.monotonic()
         entries = prepare_tree(Path(source), model)
-        say(f"the agent's tree is {mounted(source)}, model's: {entries} entries, its original kept for "
-            f"grading, in {time.monotonic() - started:.2f} s")
+        say(
+            f"the agent's tree is {mounted(source)}, model's: {entries} entries, its original kept for "
+            f"grading, in {time.monotonic() - started:.2f} s"
+        )
     except (RuntimeError, OSError, ValueError) as exc:  # OSError, ValueError: no readable config.yaml
         say(f"refusing to start: {exc}")
         write_error(settings, f"the runtime failed to start: {exc}")
@@ -676,12 +725,18 @@ def main(argv: list[str]) -> int:
     served = mcp.close()
     unserved = served is not None and served.failed_to_start()
     if served is None:
-        say(f"the MCP server could not be started ({mcp.failures} attempt(s)); see above" if mcp.failures
-            else "the MCP server was not started: no client connected")
+        say(
+            f"the MCP server could not be started ({mcp.failures} attempt(s)); see above"
+            if mcp.failures
+            else "the MCP server was not started: no client connected"
+        )
     else:
         if served.process.poll() is not None:
-            say(f"the MCP server exited with status {served.process.returncode} "
-                + ("before it served" if unserved else "before the agent did") + "; see mcp.log")
+            say(
+                f"the MCP server exited with status {served.process.returncode} "
+                + ("before it served" if unserved else "before the agent did")
+                + "; see mcp.log"
+            )
         end(served.process)
         os.close(served.ready)
 
@@ -691,9 +746,18 @@ def main(argv: list[str]) -> int:
             write_error(settings, f"the MCP server failed to start:\n{_tail(results / 'mcp.log')}")
             say("not graded: the MCP server failed to start")
         else:
-            evaluate(settings, env, evaluator, evaluator_log, results / "evaluator.log",
-                     {"AGENT_DURATION": f"{duration:.3f}", "AGENT_EXIT_STATUS": str(status),
-                      "SSE_METRIC_AGENT_TIMEOUT": "true" if timed_out else "false"})
+            evaluate(
+                settings,
+                env,
+                evaluator,
+                evaluator_log,
+                results / "evaluator.log",
+                {
+                    "AGENT_DURATION": f"{duration:.3f}",
+                    "AGENT_EXIT_STATUS": str(status),
+                    "SSE_METRIC_AGENT_TIMEOUT": "true" if timed_out else "false",
+                },
+            )
             say("graded: " + _tail(results / "evaluator.log", 1))
     if not ended:
         # Processes of model may live on: the archive is left as it is, and the host keeps regular files

@@ -42,8 +42,16 @@ def runtime_result(environ: Mapping[str, str], evaluator_timeout: bool) -> dict[
 
 
 def error_result(message: str, log: str | None = None) -> dict[str, Any]:
-    return {"status": "error", "build_success": None, "pov_passed": None, "pov_total": None,
-            "func_test_success": None, "intent_test_success": None, "error_msg": message, "error_log": log}
+    return {
+        "status": "error",
+        "build_success": None,
+        "pov_passed": None,
+        "pov_total": None,
+        "func_test_success": None,
+        "intent_test_success": None,
+        "error_msg": message,
+        "error_log": log,
+    }
 
 
 def grade_with_limit(limit: float, results: Path | None = None) -> tuple[dict[str, Any], bool]:
@@ -62,8 +70,9 @@ def grade_with_limit(limit: float, results: Path | None = None) -> tuple[dict[st
             graded = grade()
             outcome["result"] = {"status": graded.status(), **asdict(graded)}
         except BaseException as exc:  # everything here is an infrastructure error
-            outcome["result"] = error_result(f"grading raised {type(exc).__name__}: {exc}",
-                                             traceback.format_exc()[-8000:])
+            outcome["result"] = error_result(
+                f"grading raised {type(exc).__name__}: {exc}", traceback.format_exc()[-8000:]
+            )
 
     thread = threading.Thread(target=work, name="grading", daemon=True)
     thread.start()
@@ -71,8 +80,9 @@ def grade_with_limit(limit: float, results: Path | None = None) -> tuple[dict[st
     if thread.is_alive():
         message = f"grading did not finish within its time limit of {limit:.0f} s"
         if results is not None and (results / "final.patch").is_file():
-            failed = error_result("Grading time limit: the checks of the patched tree did not finish within "
-                                  f"{limit:.0f} s")
+            failed = error_result(
+                f"Grading time limit: the checks of the patched tree did not finish within {limit:.0f} s"
+            )
             return {**failed, "status": "failed"}, True
         return error_result(message), True
     return outcome["result"], False
@@ -86,10 +96,12 @@ SIGNAL_PATHS = 200
 # constructor, an .init_array entry, a Go init), that ends the process or takes its crash (an exit in an init,
 # a panic hook, a signal handler, the sanitizer's own hooks), or a macro that renames main. Signals for a
 # reader, never a grade: each also has honest uses.
-HIDING = re.compile(rb"#\s*define\s+main\b|__attribute__\s*\(\(\s*constructor|init_array|link_section|"
-                    rb"__(?:asan|ubsan|sanitizer|lsan|msan)_\w+|\bsignal\s*\(\s*SIG(?:SEGV|ABRT|BUS|ILL|FPE)|"
-                    rb"\bsigaction\s*\(|\bset_hook\s*\(|\bprocess::exit\b|\bfunc\s+init\s*\(|\bos\.Exit\s*\(|"
-                    rb"\bdebug\.SetPanicOnFault|\bsetrlimit\s*\(|\bprctl\s*\(")
+HIDING = re.compile(
+    rb"#\s*define\s+main\b|__attribute__\s*\(\(\s*constructor|init_array|link_section|"
+    rb"__(?:asan|ubsan|sanitizer|lsan|msan)_\w+|\bsignal\s*\(\s*SIG(?:SEGV|ABRT|BUS|ILL|FPE)|"
+    rb"\bsigaction\s*\(|\bset_hook\s*\(|\bprocess::exit\b|\bfunc\s+init\s*\(|\bos\.Exit\s*\(|"
+    rb"\bdebug\.SetPanicOnFault|\bsetrlimit\s*\(|\bprctl\s*\("
+)
 
 
 def hiding_lines(patch: bytes, limit: int = 50) -> tuple[list[dict[str, str]], int]:
@@ -145,8 +157,8 @@ def main() -> int:
         print(f"ssebench-evaluator: {exc}", file=sys.stderr)
         return 2
     # Started with the agent: what grading needs is loaded while the agent works, not after it.
-    import httpx  # noqa: F401  (the SDK's transport, imported where the first call is made)
-    from sse import grading  # noqa: F401
+    import httpx
+    from sse import grading
 
     figures = agent_figures(sys.stdin.buffer)
     if figures is None:
@@ -154,12 +166,14 @@ def main() -> int:
         return 0
     patch_result, timed_out = grade_with_limit(settings.grading_timeout, Path(settings.results))
     signals = grading_signals(Path(settings.results)) if not timed_out else {}
-    result = {"patch_result": patch_result, "runtime_result": runtime_result(figures, timed_out),
-              "signals": signals}
+    result = {"patch_result": patch_result, "runtime_result": runtime_result(figures, timed_out), "signals": signals}
     path = write_atomic(Path(settings.results), "result.json", json.dumps(result, indent=2) + "\n")
-    print(f"ssebench-evaluator: {patch_result['status']}"
-          + (f": {patch_result['error_msg']}" if patch_result.get("error_msg") else "") + f" ({path})",
-          file=sys.stderr)
+    print(
+        f"ssebench-evaluator: {patch_result['status']}"
+        + (f": {patch_result['error_msg']}" if patch_result.get("error_msg") else "")
+        + f" ({path})",
+        file=sys.stderr,
+    )
     return 0
 
 

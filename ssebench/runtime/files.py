@@ -10,6 +10,7 @@ a renamed directory leads it nowhere.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import stat
@@ -39,15 +40,26 @@ def remove_tree(path: Path | str, timeout: float = REMOVE_TIMEOUT) -> bool:
     if not os.path.lexists(path):
         return True
     try:
-        done = subprocess.run(["rm", "-rf", "--one-file-system", "--", str(path)], cwd=NEUTRAL_CWD,
-                              env={"PATH": ROOT_PATH, "LC_ALL": "C"}, stdin=subprocess.DEVNULL,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=timeout, check=False)
+        done = subprocess.run(
+            ["rm", "-rf", "--one-file-system", "--", str(path)],
+            cwd=NEUTRAL_CWD,
+            env={"PATH": ROOT_PATH, "LC_ALL": "C"},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            timeout=timeout,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         log.warning("removing %s failed: %s", path, exc)
         return False
     if done.returncode != 0 or os.path.lexists(path):
-        log.warning("removing %s failed (rm exit %d): %s", path, done.returncode,
-                    done.stderr.decode(errors="replace").strip()[-500:])
+        log.warning(
+            "removing %s failed (rm exit %d): %s",
+            path,
+            done.returncode,
+            done.stderr.decode(errors="replace").strip()[-500:],
+        )
         return False
     return True
 
@@ -94,8 +106,7 @@ def check_root_path(path: str) -> None:
 
 def create_exclusive(directory_fd: int, name: str, data: bytes, mode: int) -> None:
     """Create `name` in an open directory; fail if anything, a link included, is already there."""
-    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode,
-                 dir_fd=directory_fd)
+    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=directory_fd)
     with os.fdopen(fd, "wb") as out:
         os.fchmod(out.fileno(), mode)  # exactly `mode`, whatever the umask
         out.write(data)
@@ -156,8 +167,13 @@ class Pruned:
 
 
 def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISLNK, "symlink"), (stat.S_ISFIFO, "fifo"), (stat.S_ISSOCK, "socket"),
-                       (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device")):
+    for test, name in (
+        (stat.S_ISLNK, "symlink"),
+        (stat.S_ISFIFO, "fifo"),
+        (stat.S_ISSOCK, "socket"),
+        (stat.S_ISCHR, "character device"),
+        (stat.S_ISBLK, "block device"),
+    ):
         if test(mode):
             return name
     return "special file"
@@ -169,19 +185,30 @@ def remove_at(dir_fd: int, names: list[str], timeout: float = REMOVE_TIMEOUT) ->
     path another user could change."""
     done_all = True
     for at in range(0, len(names), 512):
-        batch = [f"/proc/self/fd/{dir_fd}/{name}" for name in names[at:at + 512]]
+        batch = [f"/proc/self/fd/{dir_fd}/{name}" for name in names[at : at + 512]]
         try:
-            done = subprocess.run(["rm", "-rf", "--one-file-system", "--", *batch], cwd=NEUTRAL_CWD,
-                                  env={"PATH": ROOT_PATH, "LC_ALL": "C"}, pass_fds=(dir_fd,),
-                                  stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                  timeout=timeout, check=False)
+            done = subprocess.run(
+                ["rm", "-rf", "--one-file-system", "--", *batch],
+                cwd=NEUTRAL_CWD,
+                env={"PATH": ROOT_PATH, "LC_ALL": "C"},
+                pass_fds=(dir_fd,),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                timeout=timeout,
+                check=False,
+            )
         except (OSError, subprocess.TimeoutExpired) as exc:
             log.warning("removing %d entries failed: %s", len(batch), exc)
             done_all = False
             continue
         if done.returncode != 0:
-            log.warning("removing %d entries failed (rm exit %d): %s", len(batch), done.returncode,
-                        done.stderr.decode(errors="replace").strip()[-500:])
+            log.warning(
+                "removing %d entries failed (rm exit %d): %s",
+                len(batch),
+                done.returncode,
+                done.stderr.decode(errors="replace").strip()[-500:],
+            )
             done_all = False
     return done_all
 
@@ -189,8 +216,15 @@ def remove_at(dir_fd: int, names: list[str], timeout: float = REMOVE_TIMEOUT) ->
 PRUNE_TIME = 120.0
 
 
-def prune_tree(root: Path, *, file_cap: int, total_cap: int, max_entries: int = 100_000,
-               max_depth: int = 64, time_limit: float = PRUNE_TIME) -> Pruned:
+def prune_tree(
+    root: Path,
+    *,
+    file_cap: int,
+    total_cap: int,
+    max_entries: int = 100_000,
+    max_depth: int = 64,
+    time_limit: float = PRUNE_TIME,
+) -> Pruned:
     """Leave only regular files (each at most `file_cap` bytes, `total_cap` in all) and directories.
 
     Walks through directory descriptors without following links, iteratively (one descriptor per level,
@@ -224,8 +258,9 @@ def prune_tree(root: Path, *, file_cap: int, total_cap: int, max_entries: int = 
             remove_at(fd, doomed)
         os.close(fd)
 
-    def drop(dir_fd: int, doomed: list[str], relative: str, name: str, kind: str, reason: str, size: int | None,
-             is_dir: bool) -> None:
+    def drop(
+        dir_fd: int, doomed: list[str], relative: str, name: str, kind: str, reason: str, size: int | None, is_dir: bool
+    ) -> None:
         entry: dict[str, object] = {"path": relative, "kind": kind, "reason": reason}
         if size is not None:
             entry["size"] = size
@@ -233,10 +268,8 @@ def prune_tree(root: Path, *, file_cap: int, total_cap: int, max_entries: int = 
         if is_dir:
             doomed.append(name)
         else:
-            try:
+            with contextlib.suppress(OSError):
                 os.unlink(name, dir_fd=dir_fd)
-            except OSError:
-                pass
 
     enter(top, "")
     try:
@@ -249,8 +282,15 @@ def prune_tree(root: Path, *, file_cap: int, total_cap: int, max_entries: int = 
                 leave()
                 continue
             if seen >= max_entries:  # the rest of this directory, unseen: counted and removed whole
-                pruned.drop({"path": f"{prefix}*", "kind": "entries", "reason": f"more than {max_entries} entries",
-                             "count": len(names)}, count=len(names))
+                pruned.drop(
+                    {
+                        "path": f"{prefix}*",
+                        "kind": "entries",
+                        "reason": f"more than {max_entries} entries",
+                        "count": len(names),
+                    },
+                    count=len(names),
+                )
                 doomed.extend(names)
                 names.clear()
                 continue
@@ -275,11 +315,27 @@ def prune_tree(root: Path, *, file_cap: int, total_cap: int, max_entries: int = 
             elif info.st_nlink != 1:
                 drop(dir_fd, doomed, relative, name, "file", "has several names (a hard link)", info.st_size, False)
             elif info.st_size > file_cap:
-                drop(dir_fd, doomed, relative, name, "file", f"larger than the per-file cap of {file_cap} bytes",
-                     info.st_size, False)
+                drop(
+                    dir_fd,
+                    doomed,
+                    relative,
+                    name,
+                    "file",
+                    f"larger than the per-file cap of {file_cap} bytes",
+                    info.st_size,
+                    False,
+                )
             elif pruned.kept_bytes + info.st_size > total_cap:
-                drop(dir_fd, doomed, relative, name, "file", f"over the archive cap of {total_cap} bytes",
-                     info.st_size, False)
+                drop(
+                    dir_fd,
+                    doomed,
+                    relative,
+                    name,
+                    "file",
+                    f"over the archive cap of {total_cap} bytes",
+                    info.st_size,
+                    False,
+                )
             else:
                 pruned.kept_bytes += info.st_size
                 pruned.kept_files += 1

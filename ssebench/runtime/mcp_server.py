@@ -71,7 +71,9 @@ def _log(result: ScriptResult) -> str:
 
 def save_log(text: str, directory: Path = LOG_DIR) -> Path:
     """Save a whole log where model can read it but not tamper with it (root's, no links)."""
-    if directory.is_symlink() or (directory.exists() and (not directory.is_dir() or directory.stat().st_uid != os.geteuid())):
+    if directory.is_symlink() or (
+        directory.exists() and (not directory.is_dir() or directory.stat().st_uid != os.geteuid())
+    ):
         raise PermissionError(f"{directory} is not this server's directory")
     directory.mkdir(mode=0o755, exist_ok=True)
     os.chmod(directory, 0o755)
@@ -122,8 +124,11 @@ def patch_report(difficulty: int, checks: Checks, save: Callable[[str], Path] = 
         results = [(poc, checks.run_poc(poc)) for poc in checks.pocs]
         bad = [(poc, r) for poc, r in results if not r.is_success()]
         if bad:
-            report.failure(NAMES["run_poc"], f" ({len(bad)} of {len(results)} still trigger the bug, first {bad[0][0]})",
-                           _log(bad[0][1]))
+            report.failure(
+                NAMES["run_poc"],
+                f" ({len(bad)} of {len(results)} still trigger the bug, first {bad[0][0]})",
+                _log(bad[0][1]),
+            )
         else:
             report.passed(NAMES["run_poc"], f" ({len(results)} of {len(results)} no longer trigger the bug)")
 
@@ -202,9 +207,11 @@ def transport_security(settings: RuntimeSettings) -> Any:
     named = urlsplit(settings.mcp_url).hostname
     if named and named not in hosts:
         hosts.append(named)
-    return TransportSecuritySettings(enable_dns_rebinding_protection=True,
-                                     allowed_hosts=[f"{host}:*" for host in hosts],
-                                     allowed_origins=[f"http://{host}:*" for host in hosts])
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=[f"{host}:*" for host in hosts],
+        allowed_origins=[f"http://{host}:*" for host in hosts],
+    )
 
 
 def main() -> None:
@@ -229,8 +236,9 @@ def main() -> None:
             if self.started:  # the entrypoint learns it serves: it never starts then fails the run
                 ready()
 
-    app = create_server(settings.difficulty).streamable_http_app(stateless_http=True, json_response=True,
-                                                                  transport_security=transport_security(settings))
+    app = create_server(settings.difficulty).streamable_http_app(
+        stateless_http=True, json_response=True, transport_security=transport_security(settings)
+    )
     server = Server(uvicorn.Config(app, log_level="warning"))
     server.run(sockets=[sock])
     if not server.started:  # uvicorn returns when its start-up fails: say so in the exit status

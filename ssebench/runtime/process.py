@@ -12,6 +12,7 @@ first, not the runtime's.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import select
@@ -170,10 +171,8 @@ def wait(process: subprocess.Popen[bytes], timeout: float) -> int:
 
 def kill_group(pid: int) -> None:
     """SIGKILL the process group that `pid` leads (started with start_new_session); gone already is fine."""
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def _signal(pids: object, sig: signal.Signals) -> int:
@@ -241,8 +240,14 @@ def remove_ipc(user: User) -> int:
             if str(user.uid) in (values.get("uid"), values.get("cuid")):
                 ident = values.get("shmid") or values.get("msqid") or values.get("semid")
                 # As the user: root would need CAP_IPC_OWNER, which run containers do not get.
-                done = subprocess.run(["/usr/bin/ipcrm", flag, str(ident)], cwd=NEUTRAL_CWD, check=False,
-                                      capture_output=True, env={"PATH": ROOT_PATH}, **user.popen_kwargs())
+                done = subprocess.run(
+                    ["/usr/bin/ipcrm", flag, str(ident)],
+                    cwd=NEUTRAL_CWD,
+                    check=False,
+                    capture_output=True,
+                    env={"PATH": ROOT_PATH},
+                    **user.popen_kwargs(),
+                )
                 removed += done.returncode == 0
     queues = Path("/dev/mqueue")
     if queues.is_dir():

@@ -25,8 +25,19 @@ from dataclasses import dataclass
 
 # Files a fix of the language is made of.
 CODE: dict[str, tuple[str, ...]] = {
-    "c": ("**/*.c", "**/*.h", "**/*.cc", "**/*.cpp", "**/*.cxx", "**/*.hh", "**/*.hpp", "**/*.hxx",
-          "**/*.inc", "**/*.y", "**/*.l"),
+    "c": (
+        "**/*.c",
+        "**/*.h",
+        "**/*.cc",
+        "**/*.cpp",
+        "**/*.cxx",
+        "**/*.hh",
+        "**/*.hpp",
+        "**/*.hxx",
+        "**/*.inc",
+        "**/*.y",
+        "**/*.l",
+    ),
     "go": ("**/*.go", "**/*.s"),
     "rust": ("**/*.rs",),
 }
@@ -37,8 +48,21 @@ CODE: dict[str, tuple[str, ...]] = {
 _EVERY_LANGUAGE = ("**/.*/**", "**/test/**", "**/tests/**", "**/testdata/**", "**/fuzz/**", "**/fuzzing/**")
 PROTECTED: dict[str, tuple[str, ...]] = {
     # (`*.inc` is code, but a Makefile.inc is make's: c-ares's src/lib/Makefile.inc, found by review.)
-    "c": (*_EVERY_LANGUAGE, "**/Makefile*", "**/t/**", "**/testing/**", "**/oss-fuzz/**", "**/test_*.c", "**/test_*.cc",
-          "**/*_test.c", "**/*_test.cc", "**/*_tests.c", "**/*_unittest.c", "**/*_unittest.cc", "**/*fuzzer*"),
+    "c": (
+        *_EVERY_LANGUAGE,
+        "**/Makefile*",
+        "**/t/**",
+        "**/testing/**",
+        "**/oss-fuzz/**",
+        "**/test_*.c",
+        "**/test_*.cc",
+        "**/*_test.c",
+        "**/*_test.cc",
+        "**/*_tests.c",
+        "**/*_unittest.c",
+        "**/*_unittest.cc",
+        "**/*fuzzer*",
+    ),
     "go": (*_EVERY_LANGUAGE, "**/*_test.go", "**/vendor/**"),
     "rust": (*_EVERY_LANGUAGE, "**/build.rs", "**/tests.rs", "**/benches/**", "**/examples/**"),
 }
@@ -57,20 +81,31 @@ class Protection:
     fix_may_change: tuple[str, ...] = ()
 
     @classmethod
-    def of(cls, language: str, protected: list[str] | tuple[str, ...] = (),
-           fix_may_change: list[str] | tuple[str, ...] = ()) -> Protection:
+    def of(
+        cls,
+        language: str,
+        protected: list[str] | tuple[str, ...] = (),
+        fix_may_change: list[str] | tuple[str, ...] = (),
+    ) -> Protection:
         """The protection of a task in `language` (an unknown language grades no file but what the task
         names in `fix_may_change`)."""
-        return cls(code=CODE.get(language, ()), protected=(*PROTECTED.get(language, ()), *protected),
-                   fix_may_change=tuple(fix_may_change))
+        return cls(
+            code=CODE.get(language, ()),
+            protected=(*PROTECTED.get(language, ()), *protected),
+            fix_may_change=tuple(fix_may_change),
+        )
 
     def graded(self) -> list[list[str]]:
         """Pathspec lists whose matches, together, are the graded paths; each list selects paths apart from
         the others (`fix_may_change` wins over the protected paths, so the first list leaves it out)."""
         sets = []
         if self.code:
-            sets.append([*(_glob(p) for p in self.code),
-                         *(_glob(p, exclude=True) for p in (*self.protected, *self.fix_may_change))])
+            sets.append(
+                [
+                    *(_glob(p) for p in self.code),
+                    *(_glob(p, exclude=True) for p in (*self.protected, *self.fix_may_change)),
+                ]
+            )
         if self.fix_may_change:
             sets.append([_glob(p) for p in self.fix_may_change])
         return sets

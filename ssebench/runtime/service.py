@@ -27,7 +27,7 @@ from sse.dialog import loads_record
 from sse.helper import ScriptResult
 
 from ssebench.runtime.bencher import BencherError, ChangeFailed, Guard, set_aside_note
-from ssebench.runtime.capture import Change, CaptureError, FileChange
+from ssebench.runtime.capture import CaptureError, Change, FileChange
 from ssebench.runtime.files import read_no_follow, write_atomic
 from ssebench.runtime.protection import Protection
 from ssebench.runtime.settings import RuntimeSettings
@@ -62,9 +62,20 @@ class CaptureLike(Protocol):
 class TaskService:
     """The daemon's state and actions for one task container."""
 
-    def __init__(self, task: TaskFile, *, task_dir: Path, results: Path, archive: Path,
-                 bencher: BencherLike, bash: BashLike, capture: CaptureLike,
-                 end_agent: Callable[[], object], version: str, file_size: int | None = None) -> None:
+    def __init__(
+        self,
+        task: TaskFile,
+        *,
+        task_dir: Path,
+        results: Path,
+        archive: Path,
+        bencher: BencherLike,
+        bash: BashLike,
+        capture: CaptureLike,
+        end_agent: Callable[[], object],
+        version: str,
+        file_size: int | None = None,
+    ) -> None:
         self.task = task
         self.task_dir = task_dir
         self.results = results
@@ -99,8 +110,11 @@ class TaskService:
             "project": t.project,
             "language": t.language,
             "source": t.source,
-            "task_description": {"issue": t.issue, "crash_report": reports or None,
-                                 "bug_description": t.bug_description},
+            "task_description": {
+                "issue": t.issue,
+                "crash_report": reports or None,
+                "bug_description": t.bug_description,
+            },
             "poc": [str(self.task_dir / p) for p in t.poc],
             "build_script": self._text(t.build_script),
             "test_script": self._text(t.test_script),
@@ -189,15 +203,25 @@ class TaskService:
             # cannot read, a change over the patch limit), that is its
             # failure, not the harness's. An "error" would drop the run.
             write_atomic(self.results, "final.patch", "")
-            return {"applied": False, "files": 0, "reason": "Patch capture failed", "log": str(exc), "changes": [],
-                    "set_aside": []}
+            return {
+                "applied": False,
+                "files": 0,
+                "reason": "Patch capture failed",
+                "log": str(exc),
+                "changes": [],
+                "set_aside": [],
+            }
         finally:
             self.end_agent()  # whatever the capture ran as model is gone before grading starts
         write_atomic(self.results, "final.patch", change.patch)
         write_atomic(self.results, "graded.patch", change.graded)
         write_atomic(self.results, "commits.log", commits)
-        prepared: dict[str, Any] = {"applied": True, "files": len(changes), "changes": changes,
-                                    "set_aside": list(change.set_aside)}
+        prepared: dict[str, Any] = {
+            "applied": True,
+            "files": len(changes),
+            "changes": changes,
+            "set_aside": list(change.set_aside),
+        }
         if not change.patch.strip():
             prepared["log"] = "the agent changed nothing"
         elif change.set_aside:
@@ -236,26 +260,39 @@ def container_service(settings: RuntimeSettings) -> TaskService:
     model, runner = User.named(layout.MODEL), User.named(layout.RUNNER)
     results = Path(settings.results)
     environ = dict(os.environ)
-    limits = Limits(settings.script_timeout, settings.output_cap, copy_limit=settings.copy_limit,
-                    file_size=settings.file_size)
-    capture = Capture(Path(task.source), Path(layout.CAPTURE_DIR), model, patch_limit=settings.patch_limit,
-                      time_limit=settings.capture_timeout)
+    limits = Limits(
+        settings.script_timeout, settings.output_cap, copy_limit=settings.copy_limit, file_size=settings.file_size
+    )
+    capture = Capture(
+        Path(task.source),
+        Path(layout.CAPTURE_DIR),
+        model,
+        patch_limit=settings.patch_limit,
+        time_limit=settings.capture_timeout,
+    )
     capture.prepare()
     protection = task.protection()
     bencher = Bencher(task, limits, results, environ, runner, changes=lambda: capture.change(protection))
     bencher.new_session()
     shell_env = {k: v for k, v in environ.items() if k not in ("SSE_ADMIN_SOCKET", "SSE_RESULTS")}
     shell_env.update(HOME=model.home, USER=model.name, LOGNAME=model.name, SHELL="/bin/bash")
-    bash = BashTool(model, Path(task.source), shell_env, settings.bash_timeout, settings.output_cap,
-                    file_size=settings.file_size)
+    bash = BashTool(
+        model, Path(task.source), shell_env, settings.bash_timeout, settings.output_cap, file_size=settings.file_size
+    )
 
     def end_agent() -> None:
         clear_user(model)
         clear_user(runner)
 
     return TaskService(
-        task, task_dir=Path(layout.TASK_DIR), results=results,
-        archive=Path(settings.archive), bencher=bencher, bash=bash, capture=capture,
-        end_agent=end_agent, version=__version__, file_size=settings.file_size,
+        task,
+        task_dir=Path(layout.TASK_DIR),
+        results=results,
+        archive=Path(settings.archive),
+        bencher=bencher,
+        bash=bash,
+        capture=capture,
+        end_agent=end_agent,
+        version=__version__,
+        file_size=settings.file_size,
     )
-

@@ -103,11 +103,25 @@ class RuntimeSettings:
 
 # The bounds of each numeric setting: (least, most); a float's least is exclusive (a time must be > 0).
 _BOUNDS: dict[str, tuple[float, float | None]] = {
-    "http_port": (1, 65535), "output_cap": (1024, None), "file_size": (1 << 20, None),
-    "copy_limit": (1 << 20, None), "patch_limit": (1 << 10, None), "archive_file_cap": (1, None),
-    "archive_cap": (1, None), "archive_entries": (1, None),
-    **{name: (0, None) for name in ("agent_timeout", "daemon_timeout", "script_timeout",
-                                     "bash_timeout", "grading_timeout", "capture_timeout")},
+    "http_port": (1, 65535),
+    "output_cap": (1024, None),
+    "file_size": (1 << 20, None),
+    "copy_limit": (1 << 20, None),
+    "patch_limit": (1 << 10, None),
+    "archive_file_cap": (1, None),
+    "archive_cap": (1, None),
+    "archive_entries": (1, None),
+    **{
+        name: (0, None)
+        for name in (
+            "agent_timeout",
+            "daemon_timeout",
+            "script_timeout",
+            "bash_timeout",
+            "grading_timeout",
+            "capture_timeout",
+        )
+    },
 }
 _FLOATS = {f.name for f in fields(RuntimeSettings) if isinstance(f.default, float)}
 

@@ -50,9 +50,30 @@ def create_users() -> None:
         if group.gr_gid == MODEL_UID or group.gr_name in (layout.MODEL, layout.RUNNER):
             _run("groupdel", group.gr_name)
     _run("groupadd", "--gid", str(MODEL_UID), layout.MODEL)
-    _run("useradd", "--uid", str(MODEL_UID), "--gid", layout.MODEL, "--create-home", "--home-dir", f"/home/{layout.MODEL}", "--shell", "/bin/bash", layout.MODEL)
-    _run("useradd", "--system", "--user-group", "--no-create-home",
-         "--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin", layout.RUNNER)
+    _run(
+        "useradd",
+        "--uid",
+        str(MODEL_UID),
+        "--gid",
+        layout.MODEL,
+        "--create-home",
+        "--home-dir",
+        f"/home/{layout.MODEL}",
+        "--shell",
+        "/bin/bash",
+        layout.MODEL,
+    )
+    _run(
+        "useradd",
+        "--system",
+        "--user-group",
+        "--no-create-home",
+        "--home-dir",
+        "/nonexistent",
+        "--shell",
+        "/usr/sbin/nologin",
+        layout.RUNNER,
+    )
 
 
 def _remove_git_dirs(tree: Path) -> None:
@@ -121,7 +142,8 @@ def strip_world_writable() -> None:
     """No path anyone may write, unless sticky (like /tmp)."""
     out = subprocess.run(
         ["find", "/", "-xdev", "-perm", "-o+w", "!", "-type", "l", "!", "-perm", "-1000", "-print0"],
-        check=False, capture_output=True,
+        check=False,
+        capture_output=True,
     ).stdout
     for raw in filter(None, out.split(b"\0")):
         path = raw.decode(errors="surrogateescape")
@@ -131,8 +153,9 @@ def strip_world_writable() -> None:
 
 def strip_set_id_bits() -> None:
     """No setuid or setgid program: the container also runs with no-new-privileges, this is the second lock."""
-    out = subprocess.run(["find", "/", "-xdev", "-type", "f", "-perm", "/6000", "-print0"],
-                         check=False, capture_output=True).stdout
+    out = subprocess.run(
+        ["find", "/", "-xdev", "-type", "f", "-perm", "/6000", "-print0"], check=False, capture_output=True
+    ).stdout
     for raw in filter(None, out.split(b"\0")):
         path = raw.decode(errors="surrogateescape")
         os.chmod(path, stat.S_IMODE(os.lstat(path).st_mode) & ~0o6000)
@@ -193,8 +216,10 @@ def check_runtime_locked() -> None:
         for dirpath, dirnames, filenames in os.walk(tree):
             for name in [*dirnames, *filenames, "."]:
                 if not _root_alone(os.path.join(dirpath, name)):
-                    raise SystemExit(f"toollayer: {os.path.join(dirpath, name)} (root's Python library) must be "
-                                     "root's and writable by nobody else")
+                    raise SystemExit(
+                        f"toollayer: {os.path.join(dirpath, name)} (root's Python library) must be "
+                        "root's and writable by nobody else"
+                    )
     if not os.statvfs(layout.RUNTIME_HOME).f_flag & os.ST_RDONLY:
         raise SystemExit(f"toollayer: {layout.RUNTIME_HOME} must be the runtime volume, mounted read-only")
     for dirpath, dirnames, filenames in os.walk(layout.RUNTIME_HOME):

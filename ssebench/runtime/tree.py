@@ -37,8 +37,14 @@ COPY_TIMEOUT = 1800
 
 def _copy_into(src: Path, dst: Path) -> None:
     """Copy the entries of `src` into the existing directory `dst`."""
-    done = subprocess.run([*_COPY, f"{src}/.", str(dst)], cwd=NEUTRAL_CWD, env={"PATH": ROOT_PATH, "LC_ALL": "C"},
-                          capture_output=True, timeout=COPY_TIMEOUT, check=False)
+    done = subprocess.run(
+        [*_COPY, f"{src}/.", str(dst)],
+        cwd=NEUTRAL_CWD,
+        env={"PATH": ROOT_PATH, "LC_ALL": "C"},
+        capture_output=True,
+        timeout=COPY_TIMEOUT,
+        check=False,
+    )
     if done.returncode != 0:
         raise RuntimeError(f"copying {src} to {dst} failed: {done.stderr.decode(errors='replace').strip()[-500:]}")
 
@@ -54,8 +60,9 @@ def give_to(tree: Path, user: User) -> int:
     return count
 
 
-def prepare_tree(source: Path, model: User, *, repo: Path = Path(layout.REPO),
-                 base: Path = Path(layout.CAPTURE_DIR) / BASE_REPO) -> int:
+def prepare_tree(
+    source: Path, model: User, *, repo: Path = Path(layout.REPO), base: Path = Path(layout.CAPTURE_DIR) / BASE_REPO
+) -> int:
     """Keep grading's original, give the tree its `.git` and give it to model; how many entries it has.
 
     Raises RuntimeError when the tree is not a real directory reached through directories of root's alone,

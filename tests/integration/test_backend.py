@@ -43,9 +43,13 @@ def _image() -> str:
 
 def test_runs_with_env_mounts_and_labels(backend: Backend, labels: dict[str, str], tmp_path: Path) -> None:
     (tmp_path / "in.txt").write_text("from the host")
-    spec = ContainerSpec(image=_image(), env={"GREETING": "hello"}, labels=labels,
-                         mounts=[Mount(tmp_path, "/data")],
-                         command=["bash", "-c", "echo $GREETING; cat /data/in.txt > /data/out.txt; exit 3"])
+    spec = ContainerSpec(
+        image=_image(),
+        env={"GREETING": "hello"},
+        labels=labels,
+        mounts=[Mount(tmp_path, "/data")],
+        command=["bash", "-c", "echo $GREETING; cat /data/in.txt > /data/out.txt; exit 3"],
+    )
     handle = backend.start(spec)
     try:
         assert handle.wait(120) == 3
@@ -60,7 +64,8 @@ def test_runs_with_env_mounts_and_labels(backend: Backend, labels: dict[str, str
 
 
 def test_a_command_runs_as_root_in_a_running_container_with_its_status_output_and_time_limit(
-        backend: Backend, labels: dict[str, str]) -> None:
+    backend: Backend, labels: dict[str, str]
+) -> None:
     """How the host tells sidecar mode's task container that the agent phase is over (ssebench.runtime.phase)."""
     handle = backend.start(ContainerSpec(image=_image(), labels=labels, command=["sleep", "600"]))
     try:
@@ -77,8 +82,12 @@ def test_a_command_runs_as_root_in_a_running_container_with_its_status_output_an
 
 
 def test_read_only_mount(backend: Backend, labels: dict[str, str], tmp_path: Path) -> None:
-    spec = ContainerSpec(image=_image(), labels=labels, mounts=[Mount(tmp_path, "/ro", read_only=True)],
-                         command=["bash", "-c", "touch /ro/x"])
+    spec = ContainerSpec(
+        image=_image(),
+        labels=labels,
+        mounts=[Mount(tmp_path, "/ro", read_only=True)],
+        command=["bash", "-c", "touch /ro/x"],
+    )
     handle = backend.start(spec)
     try:
         assert handle.wait(120) != 0
@@ -109,17 +118,31 @@ PROBE = "timeout 5 bash -c 'exec 3<>/dev/tcp/deb.debian.org/80' && echo reached 
 
 
 def test_on_an_internal_network_a_name_outside_fails_at_once_and_a_name_inside_resolves(
-        backend: Backend, labels: dict[str, str]) -> None:
+    backend: Backend, labels: dict[str, str]
+) -> None:
     """The engine's resolver never answers for a name outside an internal network: a task's lookup (c-ares's
     tests make some) waited out its resolver's timeouts, 20 s for getent, 75 s for one c-ares test."""
     name = f"ssebench-conformance-{uuid.uuid4().hex[:8]}"
     backend.create_network(name, internal=True, labels=labels)
-    peer = backend.start(ContainerSpec(image=_image(), labels=labels, network=name, name=f"{name}-peer",
-                                       capabilities=None, command=["sleep", "60"]))
-    probe = ("s=$(date +%s%N); getent hosts deb.debian.org; echo outside=$? ms=$(( ($(date +%s%N) - s) / 1000000 )); "
-             f"getent hosts {name}-peer >/dev/null; echo inside=$?")
-    handle = backend.start(ContainerSpec(image=_image(), labels=labels, network=name, capabilities=None,
-                                         dns_options=RESTRICTED_DNS_OPTIONS, command=["bash", "-c", probe]))
+    peer = backend.start(
+        ContainerSpec(
+            image=_image(), labels=labels, network=name, name=f"{name}-peer", capabilities=None, command=["sleep", "60"]
+        )
+    )
+    probe = (
+        "s=$(date +%s%N); getent hosts deb.debian.org; echo outside=$? ms=$(( ($(date +%s%N) - s) / 1000000 )); "
+        f"getent hosts {name}-peer >/dev/null; echo inside=$?"
+    )
+    handle = backend.start(
+        ContainerSpec(
+            image=_image(),
+            labels=labels,
+            network=name,
+            capabilities=None,
+            dns_options=RESTRICTED_DNS_OPTIONS,
+            command=["bash", "-c", probe],
+        )
+    )
     try:
         handle.wait(60)
         said = dict(word.split("=") for word in handle.logs().split() if "=" in word)
@@ -139,8 +162,9 @@ def test_networks_of_a_run(backend: Backend, labels: dict[str, str], internal: b
     assert network.name == name and network.gateway
     with pytest.raises(SSEBenchError):
         backend.create_network(name, internal=internal, labels=labels)  # a run's network is its own
-    handle = backend.start(ContainerSpec(image=_image(), labels=labels, network=name, capabilities=None,
-                                         command=["bash", "-c", PROBE]))
+    handle = backend.start(
+        ContainerSpec(image=_image(), labels=labels, network=name, capabilities=None, command=["bash", "-c", PROBE])
+    )
     try:
         handle.wait(60)
         assert handle.logs().split()[-1] == ("unreachable" if internal else "reached")
@@ -153,7 +177,9 @@ def test_networks_of_a_run(backend: Backend, labels: dict[str, str], internal: b
 
 def test_limits_privileges_and_export(backend: Backend, labels: dict[str, str]) -> None:
     limits = Limits(pids=128, memory=256 << 20, cpus=0.5, file_size=1 << 20)
-    script = "grep -E '^(CapEff|NoNewPrivs)' /proc/self/status; mkdir -p /out/d; echo data > /out/d/f; ln -s /etc /out/l"
+    script = (
+        "grep -E '^(CapEff|NoNewPrivs)' /proc/self/status; mkdir -p /out/d; echo data > /out/d/f; ln -s /etc /out/l"
+    )
     handle = backend.start(ContainerSpec(image=_image(), labels=labels, limits=limits, command=["bash", "-c", script]))
     try:
         assert handle.wait(60) == 0
@@ -176,7 +202,9 @@ def test_a_container_that_floods_its_output_leaves_the_engine_its_cap(backend: B
     """Sidecar mode's agent writes to its container's output, which the host reads whole: the engine keeps its
     last 64 MB, however much the agent printed (here 200 MB)."""
     limits = Limits(pids=128, memory=256 << 20, cpus=1.0, file_size=1 << 20)
-    flood = "yes 0123456789012345678901234567890123456789012345678901234567890123456789 | head -c 200000000; echo THE-END"
+    flood = (
+        "yes 0123456789012345678901234567890123456789012345678901234567890123456789 | head -c 200000000; echo THE-END"
+    )
     handle = backend.start(ContainerSpec(image=_image(), labels=labels, limits=limits, command=["bash", "-c", flood]))
     try:
         assert handle.wait(300) == 0
@@ -206,12 +234,22 @@ def test_volumes_poll_and_stop(backend: Backend, labels: dict[str, str]) -> None
     for name in (filled, plain):
         backend.create_volume(name, labels=labels)
     try:
-        writer = backend.start(ContainerSpec(
-            image=_image(), labels=labels, command=["bash", "-c", "echo shared > /plain/note; sleep 600"],
-            volumes=[Volume(filled, "/etc/apt", fill=True), Volume(plain, "/plain")]))
-        reader = backend.start(ContainerSpec(
-            image=_image(), labels=labels, volumes=[Volume(filled, "/seen"), Volume(plain, "/usr/share")],
-            command=["bash", "-c", "sleep 2; ls /seen; echo ---; ls /usr/share; echo ---; cat /usr/share/note"]))
+        writer = backend.start(
+            ContainerSpec(
+                image=_image(),
+                labels=labels,
+                command=["bash", "-c", "echo shared > /plain/note; sleep 600"],
+                volumes=[Volume(filled, "/etc/apt", fill=True), Volume(plain, "/plain")],
+            )
+        )
+        reader = backend.start(
+            ContainerSpec(
+                image=_image(),
+                labels=labels,
+                volumes=[Volume(filled, "/seen"), Volume(plain, "/usr/share")],
+                command=["bash", "-c", "sleep 2; ls /seen; echo ---; ls /usr/share; echo ---; cat /usr/share/note"],
+            )
+        )
         try:
             assert writer.poll() is None
             assert reader.wait(120) == 0
@@ -243,7 +281,8 @@ def _runtime_image(labels: dict[str, str], script: str) -> tuple[str, str]:
 
 
 def test_the_runtime_volume_is_made_once_from_its_image_and_mounted_read_only(
-        backend: Backend, labels: dict[str, str], settings: Settings, tmp_path: Path) -> None:
+    backend: Backend, labels: dict[str, str], settings: Settings, tmp_path: Path
+) -> None:
     """A runtime image's /opt/ssebench becomes one volume, named by its digest, made on first use and found
     after; a run mounts it read-only (never filled from its own image) and cannot write to it, root or not.
     A volume of that name that is not known complete (left empty by the engine, or by a fill that was
@@ -251,16 +290,25 @@ def test_the_runtime_volume_is_made_once_from_its_image_and_mounted_read_only(
     from ssebench.engine import remove_volume
 
     settings = settings.model_copy(update={"cache_dir": tmp_path / "cache"})
-    runtime, digest = _runtime_image(labels, "mkdir -p /opt/ssebench/lib && echo rt > /opt/ssebench/lib/marker "
-                                             "&& chmod -R go-w /opt/ssebench")
+    runtime, digest = _runtime_image(
+        labels, "mkdir -p /opt/ssebench/lib && echo rt > /opt/ssebench/lib/marker && chmod -R go-w /opt/ssebench"
+    )
     name = f"ssebench-runtime-{digest[:32]}"
-    probe = ("cat /opt/ssebench/lib/marker; stat -c '%U %a' /opt/ssebench/lib/marker; "
-             "touch /opt/ssebench/x 2>&1; ls /opt/ssebench")
+    probe = (
+        "cat /opt/ssebench/lib/marker; stat -c '%U %a' /opt/ssebench/lib/marker; "
+        "touch /opt/ssebench/x 2>&1; ls /opt/ssebench"
+    )
 
     def probed(user: str) -> str:
         as_user = [] if user == "root" else ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups"]
-        handle = backend.start(ContainerSpec(image=_image(), labels=labels, command=[*as_user, "bash", "-c", probe],
-                                             volumes=[Volume(name, "/opt/ssebench", read_only=True)]))
+        handle = backend.start(
+            ContainerSpec(
+                image=_image(),
+                labels=labels,
+                command=[*as_user, "bash", "-c", probe],
+                volumes=[Volume(name, "/opt/ssebench", read_only=True)],
+            )
+        )
         try:
             assert handle.wait(120) == 0
             return handle.logs()
@@ -299,14 +347,20 @@ def test_the_runtime_volume_is_made_once_from_its_image_and_mounted_read_only(
         backend.runtime_volume(settings, "ssebench-conformance/runtime:missing")
 
 
-def test_a_runtime_that_is_not_roots_alone_makes_no_volume(backend: Backend, labels: dict[str, str],
-                                                          settings: Settings, tmp_path: Path) -> None:
+def test_a_runtime_that_is_not_roots_alone_makes_no_volume(
+    backend: Backend, labels: dict[str, str], settings: Settings, tmp_path: Path
+) -> None:
     settings = settings.model_copy(update={"cache_dir": tmp_path / "cache"})
-    for script, bad in (("chmod o+w /opt/ssebench/lib/mod.py", "mod.py"),
-                        ("chown 1000 /opt/ssebench/lib", "/fill/lib"),
-                        ("chmod u+s /opt/ssebench/lib/mod.py", "mod.py")):
-        runtime, digest = _runtime_image(labels, "mkdir -p /opt/ssebench/lib && echo x > /opt/ssebench/lib/mod.py "
-                                                 f"&& chmod -R go-w /opt/ssebench && {script}")
+    for script, bad in (
+        ("chmod o+w /opt/ssebench/lib/mod.py", "mod.py"),
+        ("chown 1000 /opt/ssebench/lib", "/fill/lib"),
+        ("chmod u+s /opt/ssebench/lib/mod.py", "mod.py"),
+    ):
+        runtime, digest = _runtime_image(
+            labels,
+            "mkdir -p /opt/ssebench/lib && echo x > /opt/ssebench/lib/mod.py "
+            f"&& chmod -R go-w /opt/ssebench && {script}",
+        )
         try:
             with pytest.raises(SSEBenchError, match=f"not root's alone: .*{bad}"):
                 backend.runtime_volume(settings, runtime)
@@ -320,8 +374,9 @@ def test_doctor_names_the_engines_storage_driver_and_what_fuse_overlayfs_costs()
 
     from ssebench.doctor import run_checks
 
-    driver = subprocess.run(["docker", "info", "--format", "{{.Driver}}"], capture_output=True, text=True,
-                            check=True).stdout.strip()
+    driver = subprocess.run(
+        ["docker", "info", "--format", "{{.Driver}}"], capture_output=True, text=True, check=True
+    ).stdout.strip()
     [check] = [c for c in run_checks(get_settings()) if c.name == "storage driver"]
     assert check.ok and check.detail.startswith(driver)
     assert ("sse-runner" in check.detail) == (driver == "fuse-overlayfs")

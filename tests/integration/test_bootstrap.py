@@ -32,16 +32,25 @@ def test_without_debootstrap_the_error_says_how_to_get_it(tmp_path: Path, monkey
 
 def test_bootstrap_when_the_image_cannot_be_pulled(tmp_path: Path) -> None:
     # `make test` installs debootstrap and CI runs as root: this test bootstraps for real, or fails saying why.
-    assert shutil.which("debootstrap") or os.path.exists("/usr/sbin/debootstrap"), \
+    assert shutil.which("debootstrap") or os.path.exists("/usr/sbin/debootstrap"), (
         "debootstrap is missing: run make bootstrap (it installs it)"
+    )
     assert os.geteuid() == 0, "debootstrap needs root: run the suite as root (CI does)"
     settings = _unpullable(tmp_path)
     name = settings.os_image
     try:
         made = ensure_os_image(settings)
         assert made == image_id(name)
-        out = client().containers.run(name, ["bash", "-c", "cat /etc/debian_version /etc/apt/sources.list"],
-                                      remove=True, network_disabled=True).decode()
+        out = (
+            client()
+            .containers.run(
+                name,
+                ["bash", "-c", "cat /etc/debian_version /etc/apt/sources.list"],
+                remove=True,
+                network_disabled=True,
+            )
+            .decode()
+        )
         assert f"deb {settings.debian_mirror} {settings.debian_suite} main" in out
         assert ensure_os_image(settings) == made  # present now: nothing is made again
         assert not any((tmp_path / "cache" / "tmp").iterdir())  # the root fs was cleaned up

@@ -25,7 +25,7 @@ import pytest
 
 from ssebench.gateway import Budget, GatewayClient, GatewayProcess, RunKey
 from tests.helpers import scripted_upstream
-from tests.integration.test_gateway_container import PYTHON, image, run_network  # noqa: F401 (a fixture)
+from tests.integration.test_gateway_container import PYTHON, image, run_network
 from tests.unit.test_gateway_hardening import ATTACKER, LEGIT, MIB, SMUGGLED, SMUGGLED_STATUSES, process_status
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -58,13 +58,18 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess
     models = tmp_path_factory.mktemp("models")
     mp = pytest.MonkeyPatch()
     # Short timeouts, so the attack sees them act within the test.
-    for name, value in {"SSEBENCH_GATEWAY_IDLE_TIMEOUT": "2", "SSEBENCH_GATEWAY_BODY_TIMEOUT": "3",
-                        "UPSTREAM_KEY": SECRET}.items():
+    for name, value in {
+        "SSEBENCH_GATEWAY_IDLE_TIMEOUT": "2",
+        "SSEBENCH_GATEWAY_BODY_TIMEOUT": "3",
+        "UPSTREAM_KEY": SECRET,
+    }.items():
         mp.setenv(name, value)
     try:
         with scripted_upstream(MODELS / "scripted" / "fix.yaml", "UPSTREAM_KEY", SECRET) as port:
-            (models / "remote.yaml").write_text(f"name: remote\nbase_url: http://127.0.0.1:{port}/v1\n"
-                                                "api_key_env: UPSTREAM_KEY\nmax_output_tokens: 512\n")
+            (models / "remote.yaml").write_text(
+                f"name: remote\nbase_url: http://127.0.0.1:{port}/v1\n"
+                "api_key_env: UPSTREAM_KEY\nmax_output_tokens: 512\n"
+            )
             with GatewayProcess(models, tmp_path_factory.mktemp("state")) as process:
                 yield process
     finally:
@@ -82,14 +87,16 @@ def _attack(container: Any, key: RunKey, *args: object) -> dict[str, Any]:
     return _run(container, ATTACKER, key.base_url, key.key, key.model, *args)
 
 
-def test_a_hostile_runs_attacks_leave_another_run_its_model(image: tuple[str, dict[str, dict[str, str]]],
-                                                            gateway: GatewayProcess, tmp_path: Path) -> None:
+def test_a_hostile_runs_attacks_leave_another_run_its_model(
+    image: tuple[str, dict[str, dict[str, str]]], gateway: GatewayProcess, tmp_path: Path
+) -> None:
     assert gateway.process is not None
     pid = gateway.process.pid
     client = GatewayClient(gateway.control_url or "", gateway.admin_token, timeout=10)
     with run_network(image) as (hostile_ip, hostile_box), run_network(image) as (victim_ip, victim_box):
-        hostile = client.register_run("attacker", "remote", bind_host=hostile_ip, ttl_seconds=600,
-                                      budget=Budget(tokens=2000))  # two calls of the script spend it
+        hostile = client.register_run(
+            "attacker", "remote", bind_host=hostile_ip, ttl_seconds=600, budget=Budget(tokens=2000)
+        )  # two calls of the script spend it
         victim = client.register_run("victim", "remote", bind_host=victim_ip, ttl_seconds=600)
         before = process_status(pid)
         seen: dict[str, Any] = {}
@@ -122,19 +129,22 @@ def test_a_hostile_runs_attacks_leave_another_run_its_model(image: tuple[str, di
 
             settings = get_settings()
             task = next(t for t in load_tasks(DEMO) if t.id == "c-demo")
-            config = RunConfig(task=task, agent=load_agent(settings.agents_dir, "chat-agent"), model="remote",
-                               timeout=600)
+            config = RunConfig(
+                task=task, agent=load_agent(settings.agents_dir, "chat-agent"), model="remote", timeout=600
+            )
             session = Session(id=f"tests-attacks-{uuid.uuid4().hex[:8]}", controller=os.getpid())
             own = GatewayClient(gateway.control_url or "", gateway.admin_token, timeout=30)
             try:
-                seen["run"] = execute(config, settings, DockerBackend(), session, tmp_path,
-                                      models=GatewayLink(own))
+                seen["run"] = execute(config, settings, DockerBackend(), session, tmp_path, models=GatewayLink(own))
             finally:
                 own.close()
                 reap_session(session.id)
 
-        others = [threading.Thread(target=victim_calls), threading.Thread(target=control_calls),
-                  threading.Thread(target=graded_run)]
+        others = [
+            threading.Thread(target=victim_calls),
+            threading.Thread(target=control_calls),
+            threading.Thread(target=graded_run),
+        ]
         for thread in others:
             thread.start()
         try:
@@ -142,8 +152,9 @@ def test_a_hostile_runs_attacks_leave_another_run_its_model(image: tuple[str, di
             declared = _attack(hostile_box, hostile, "body", 512 * MIB, 1, "length")["results"][0]
             chunked = _attack(hostile_box, hostile, "body", 256 * MIB, 4, "chunked")["results"]
             grown = (process_status(pid)["VmHWM"] - before["VmHWM"]) // 1024
-            smuggled = _attack(hostile_box, hostile, "smuggle",
-                               json.dumps([{**LEGIT, **extra} for extra in SMUGGLED]))["answers"]
+            smuggled = _attack(hostile_box, hostile, "smuggle", json.dumps([{**LEGIT, **extra} for extra in SMUGGLED]))[
+                "answers"
+            ]
             flood = _attack(hostile_box, hostile, "flood", 1500, 300, 1100)  # its first call spends the budget
             # A run registered and finished meanwhile.
             late = client.register_run("late", "remote", bind_host=hostile_ip, ttl_seconds=600)
@@ -165,8 +176,10 @@ def test_a_hostile_runs_attacks_leave_another_run_its_model(image: tuple[str, di
         record = seen["run"]
         assert record.infra_error is None and record.grade == "passed", (record.infra_error, record.grade)
         assert record.usage is not None and record.usage["calls"] >= 3, record.usage
-        lines = [json.loads(line) for line in (gateway.state_dir / "usage" / f"{record.run_id}.jsonl").read_text()
-                 .splitlines()]
+        lines = [
+            json.loads(line)
+            for line in (gateway.state_dir / "usage" / f"{record.run_id}.jsonl").read_text().splitlines()
+        ]
         assert len(lines) == record.usage["calls"] and {line["status"] for line in lines} == {200}, lines
         # The other run: every call answered, promptly; the control API too.
         statuses = seen["victim"]["statuses"]

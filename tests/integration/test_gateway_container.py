@@ -76,8 +76,9 @@ def gateway(tmp_path_factory: pytest.TempPathFactory, upstream: int) -> Iterator
     (models / "scripted").mkdir()
     for name in ("fix", "wander"):
         (models / "scripted" / f"{name}.yaml").write_text((MODELS / "scripted" / f"{name}.yaml").read_text())
-    (models / "remote.yaml").write_text(f"name: remote\nbase_url: http://127.0.0.1:{upstream}/v1\n"
-                                        "api_key_env: UPSTREAM_KEY\n")
+    (models / "remote.yaml").write_text(
+        f"name: remote\nbase_url: http://127.0.0.1:{upstream}/v1\napi_key_env: UPSTREAM_KEY\n"
+    )
     mp = pytest.MonkeyPatch()
     mp.setenv("UPSTREAM_KEY", SECRET)
     try:
@@ -97,8 +98,15 @@ def run_network(image: tuple[str, dict[str, dict[str, str]]]) -> Iterator[tuple[
     try:
         network.reload()
         gateway_ip = network.attrs["IPAM"]["Config"][0]["Gateway"]
-        container = client().containers.run(image[0], entrypoint=["sleep", "600"], detach=True, labels=LABEL,
-                                            network=network.name, user="1000", volumes=image[1])
+        container = client().containers.run(
+            image[0],
+            entrypoint=["sleep", "600"],
+            detach=True,
+            labels=LABEL,
+            network=network.name,
+            user="1000",
+            volumes=image[1],
+        )
         yield gateway_ip, container
     finally:
         if container is not None:
@@ -107,13 +115,16 @@ def run_network(image: tuple[str, dict[str, dict[str, str]]]) -> Iterator[tuple[
 
 
 def call(container: Any, key: RunKey, *, base_url: str | None = None, model: str | None = None) -> dict[str, Any]:
-    code, out = container.exec_run([PYTHON, "-c", textwrap.dedent(CALL), base_url or key.base_url, key.key,
-                                    model or key.model])
+    code, out = container.exec_run(
+        [PYTHON, "-c", textwrap.dedent(CALL), base_url or key.base_url, key.key, model or key.model]
+    )
     assert code == 0, out.decode(errors="replace")
     return dict(json.loads(out.decode().strip().splitlines()[-1]))
 
 
-def test_containers_reach_only_their_own_runs_model(image: tuple[str, dict[str, dict[str, str]]], gateway: GatewayClient) -> None:
+def test_containers_reach_only_their_own_runs_model(
+    image: tuple[str, dict[str, dict[str, str]]], gateway: GatewayClient
+) -> None:
     with run_network(image) as (ip_a, box_a), run_network(image) as (ip_b, box_b):
         key_a = gateway.register_run("gw-a", "scripted-fix", bind_host=ip_a, ttl_seconds=600)
         key_b = gateway.register_run("gw-b", "scripted-fix", bind_host=ip_b, ttl_seconds=600)
@@ -155,15 +166,18 @@ def test_containers_reach_only_their_own_runs_model(image: tuple[str, dict[str, 
         assert usage_b.calls == 2 and usage_b.prompt_tokens == 2 * 1850 and usage_b.completion_tokens == 2 * 74
 
 
-def test_the_provider_key_stays_on_the_host(image: tuple[str, dict[str, dict[str, str]]], gateway: GatewayClient) -> None:
+def test_the_provider_key_stays_on_the_host(
+    image: tuple[str, dict[str, dict[str, str]]], gateway: GatewayClient
+) -> None:
     with run_network(image) as (ip, box):
         key = gateway.register_run("gw-remote", "remote", bind_host=ip, ttl_seconds=600)
         answer = call(box, key)
         assert answer["status"] == 200, answer  # the upstream accepted the provider key the gateway added
         assert SECRET not in answer["body"]
         assert SECRET not in json.dumps(key.env())
-        code, out = box.exec_run(["sh", "-c", "env; cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n'"],
-                                 environment=key.env())
+        code, out = box.exec_run(
+            ["sh", "-c", "env; cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n'"], environment=key.env()
+        )
         assert code == 0 and key.key in out.decode() and SECRET not in out.decode()
         usage = gateway.finish_run("gw-remote")
         assert usage.calls == 1 and usage.records[0].status == 200 and usage.prompt_tokens == 1850
@@ -180,14 +194,18 @@ def shipped_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gatewa
         gateway_client.close()
 
 
-@pytest.mark.parametrize(("model", "grade", "status"), [
-    ("scripted-fix", "passed", "done"),
-    ("scripted-wander", "failed", "done"),
-    ("scripted-garbage", "failed", "error"),
-    ("scripted-budget", "failed", "budget"),
-])
-def test_chat_agent_runs_c_demo_through_the_gateway(shipped_gateway: GatewayClient, tmp_path: Path, model: str,
-                                                    grade: str, status: str) -> None:
+@pytest.mark.parametrize(
+    ("model", "grade", "status"),
+    [
+        ("scripted-fix", "passed", "done"),
+        ("scripted-wander", "failed", "done"),
+        ("scripted-garbage", "failed", "error"),
+        ("scripted-budget", "failed", "budget"),
+    ],
+)
+def test_chat_agent_runs_c_demo_through_the_gateway(
+    shipped_gateway: GatewayClient, tmp_path: Path, model: str, grade: str, status: str
+) -> None:
     """One whole run (images, network, container, grade) of chat-agent; usage comes from the gateway."""
     import os
 

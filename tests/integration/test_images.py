@@ -18,8 +18,8 @@ from ssebench.agent import load_agent
 from ssebench.build import build_images
 from ssebench.engine import client, image_id, list_containers
 from ssebench.image import image_names, log_path
-from ssebench.simplelayer import AGENT
 from ssebench.settings import Settings
+from ssebench.simplelayer import AGENT
 from ssebench.task import Task, load_task
 from tests.helpers import DEMO, runtime_of, write_dataset
 
@@ -48,8 +48,12 @@ def test_second_build_reuses_every_layer(settings: Settings, demo_images: list[T
 
 
 def test_cli_says_nothing_to_build(demo_images: list[Task]) -> None:
-    done = subprocess.run([sys.executable, "-m", "ssebench.cli", "images", "build", str(DEMO), "--agent", "dummy"],
-                          capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "ssebench.cli", "images", "build", str(DEMO), "--agent", "dummy"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     assert "nothing to build: all 15 images are current" in done.stdout
 
@@ -96,8 +100,15 @@ echo "runner_id=$(id)"
 
 
 def _as(user: str, image: str, script: str, *args: str, runtime: dict[str, dict[str, str]]) -> str:
-    out = client().containers.run(image, ["-c", script, "check", *args], entrypoint="bash", user=user,
-                                  remove=True, network_disabled=True, volumes=runtime)
+    out = client().containers.run(
+        image,
+        ["-c", script, "check", *args],
+        entrypoint="bash",
+        user=user,
+        remove=True,
+        network_disabled=True,
+        volumes=runtime,
+    )
     return out.decode()
 
 
@@ -130,8 +141,12 @@ def test_failing_dockerfile_is_one_line_and_leaves_nothing(scratch_dataset: Path
     dockerfile = scratch_dataset / "c-demo" / "Dockerfile"
     marker = f"the-build-breaks-{uuid.uuid4().hex[:12]}"  # unique: no other test's containers count
     dockerfile.write_text(dockerfile.read_text() + f"RUN echo {marker} && false\n")
-    done = subprocess.run([sys.executable, "-m", "ssebench.cli", "dataset", "validate", str(scratch_dataset)],
-                          capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "ssebench.cli", "dataset", "validate", str(scratch_dataset)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert done.returncode == 1
     [line] = [ln for ln in done.stdout.splitlines() if ln.startswith("c-demo:")]
     assert "the case layer does not build" in line and "full log:" in line
@@ -149,8 +164,13 @@ def test_ctrl_c_stops_parallel_builds_and_leaves_nothing(demo_images: list[Task]
         config.write_text(config.read_text().replace("id: c-demo", f"id: {task_id}"))
         dockerfile = scratch_dataset / task_id / "Dockerfile"
         dockerfile.write_text(dockerfile.read_text() + f"RUN echo {marker} && sleep 300\n")
-    build = subprocess.Popen([sys.executable, "-m", "ssebench.cli", "images", "build", str(scratch_dataset),
-                              "--jobs", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    build = subprocess.Popen(
+        [sys.executable, "-m", "ssebench.cli", "images", "build", str(scratch_dataset), "--jobs", "2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
     def slow_steps(all: bool) -> int:
         # Containers come and go meanwhile: list them in one call, never inspect each.
         return sum(marker in (c.get("Command") or "") for c in list_containers(all=all))
@@ -190,14 +210,32 @@ def _seen(image: str, paths: tuple[str, ...], mask: int = 0) -> tuple[object, ..
             with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as archive:
                 for m in archive.getmembers():
                     data = archive.extractfile(m).read() if m.isfile() else b""  # type: ignore[union-attr]
-                    files[f"{path}:{m.name}"] = (m.uid, m.gid, m.mode & 0o7777 & ~mask, m.type, m.linkname, data,
-                                                 m.mtime if m.isfile() else None)
+                    files[f"{path}:{m.name}"] = (
+                        m.uid,
+                        m.gid,
+                        m.mode & 0o7777 & ~mask,
+                        m.type,
+                        m.linkname,
+                        data,
+                        m.mtime if m.isfile() else None,
+                    )
     finally:
         client().api.remove_container(made, force=True)
     labels = {k: v for k, v in (config.get("Labels") or {}).items() if not k.startswith("ssebench.")}
-    return (files, config["Cmd"], config["Entrypoint"], config["User"], config["WorkingDir"],
-            sorted(config["Env"] or []), labels, config.get("Volumes"), config.get("ExposedPorts"),
-            config.get("Shell"), config.get("Healthcheck"), config.get("StopSignal"))
+    return (
+        files,
+        config["Cmd"],
+        config["Entrypoint"],
+        config["User"],
+        config["WorkingDir"],
+        sorted(config["Env"] or []),
+        labels,
+        config.get("Volumes"),
+        config.get("ExposedPorts"),
+        config.get("Shell"),
+        config.get("Healthcheck"),
+        config.get("StopSignal"),
+    )
 
 
 def _remove_prefixed(prefix: str) -> None:
@@ -212,13 +250,15 @@ def _remove_prefixed(prefix: str) -> None:
 def _dockers_build(context: Path, buildargs: dict[str, str], tag: str, cache: bool = False) -> None:
     """Docker's build of `context`, every step run afresh unless `cache`: the builder's cache keys a COPY by
     its files' contents, not their times, so a cached step would give the times of an earlier checkout's."""
-    client().images.build(path=str(context), buildargs=buildargs, tag=tag, rm=True, forcerm=True, pull=False,
-                          nocache=not cache)
+    client().images.build(
+        path=str(context), buildargs=buildargs, tag=tag, rm=True, forcerm=True, pull=False, nocache=not cache
+    )
 
 
 @pytest.mark.parametrize("task_id", ["c-demo", "go-demo", "rust-demo"])
 def test_a_demo_tasks_assembled_case_and_agent_layers_match_dockers_build_of_their_dockerfiles(
-        settings: Settings, demo_images: list[Task], task_id: str) -> None:
+    settings: Settings, demo_images: list[Task], task_id: str
+) -> None:
     """The demo's case layers and the dummy agent's layers are assembled without Docker's builder
     (ssebench.simplelayer); Docker's own build of the same Dockerfiles on the same parents gives the same
     files and configuration.
@@ -284,8 +324,11 @@ _VARIANTS = {
     "folders-of-others": ("", "", "# assembled on"),
     # A step only Docker makes first: Docker builds it, and the copies after it are assembled on its image.
     "head-and-tail": ("", "head:\nRUN echo made > /tmp/by-run \\\n && chmod 600 /tmp/by-run", "# the head: "),
-    "link-on-the-way": (" && mv /srv /data/srv && ln -s /data/srv /srv", "",
-                        "# built by Docker: the parent image has a link at /srv"),
+    "link-on-the-way": (
+        " && mv /srv /data/srv && ln -s /data/srv /srv",
+        "",
+        "# built by Docker: the parent image has a link at /srv",
+    ),
     "file-onto-a-folder": ("", "\nCOPY one.txt /data", "# built by Docker: the parent image has a folder at /data"),
     "onbuild": ("\nONBUILD ENV TRIGGERED=1", "", "has ONBUILD steps"),
 }
@@ -293,7 +336,8 @@ _VARIANTS = {
 
 @pytest.mark.parametrize("variant", list(_VARIANTS))
 def test_an_assembled_case_layer_on_a_hostile_parent_matches_dockers_build(
-        settings: Settings, tmp_path: Path, variant: str) -> None:
+    settings: Settings, tmp_path: Path, variant: str
+) -> None:
     from ssebench.image import Layer, build_layer
 
     parent_extra, case_extra, said = _VARIANTS[variant]
@@ -318,8 +362,14 @@ def test_an_assembled_case_layer_on_a_hostile_parent_matches_dockers_build(
     volumes_before = {v.name for v in client().volumes.list()}
     try:
         _dockers_build(parent_dir, {}, f"{prefix}/base-generic-c:hostile")
-        layer = Layer(kind="case", image=ours, dockerfile=context / "Dockerfile", context=context,
-                      buildargs={"SSEBENCH_REGISTRY": prefix}, digest="test-" + variant)
+        layer = Layer(
+            kind="case",
+            image=ours,
+            dockerfile=context / "Dockerfile",
+            context=context,
+            buildargs={"SSEBENCH_REGISTRY": prefix},
+            digest="test-" + variant,
+        )
         build_layer(settings, layer)
         log = log_path(settings, ours).read_text()
         assert said in log, log

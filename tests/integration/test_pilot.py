@@ -46,17 +46,33 @@ def session() -> Iterator[Session]:
     reap_session(session.id)
 
 
-def test_reference_passes_and_dummy_and_hollow_fail_on_the_poc(pytester: pytest.Pytester,
-                                                               pilot_subset: list[Task]) -> None:
+def test_reference_passes_and_dummy_and_hollow_fail_on_the_poc(
+    pytester: pytest.Pytester, pilot_subset: list[Task]
+) -> None:
     """The reference fix passes; no change, and a change of build files, tests and harnesses alone (the hollow
     agent, which forged a pass on jwt-go and time before grading set such files aside), fail on the PoC."""
     (pytester.path / "datasets" / "pilot").mkdir(parents=True)
     shutil.copy(PILOT / "dataset.yaml", pytester.path / "datasets" / "pilot")
     for task in pilot_subset:
         shutil.copytree(task.path, pytester.path / "datasets" / "pilot" / task.id)
-    result = pytester.runpytest_subprocess("datasets/pilot", "--agent", "reference", "--agent", "dummy",
-                                           "--agent", "hollow", "-n", "2", "--results", "out", "--html",
-                                           "report.html", "--self-contained-html", "-p", "no:cacheprovider")
+    result = pytester.runpytest_subprocess(
+        "datasets/pilot",
+        "--agent",
+        "reference",
+        "--agent",
+        "dummy",
+        "--agent",
+        "hollow",
+        "-n",
+        "2",
+        "--results",
+        "out",
+        "--html",
+        "report.html",
+        "--self-contained-html",
+        "-p",
+        "no:cacheprovider",
+    )
     result.assert_outcomes(passed=3, failed=6)
     failures = result.stdout.str().split("short test summary info")[0]
     assert failures.count("A proof of concept still reproduces: /ssebench/pocs/") == 6
@@ -71,13 +87,18 @@ def test_reference_passes_and_dummy_and_hollow_fail_on_the_poc(pytester: pytest.
         signals = json.loads((run / "result.json").read_text())["signals"]
         assert signals["protected_files_count"] > 0, (run, signals)
     text = rendered_text(pytester.path / "report.html")
-    for shown in ("CVE-2023-43641, GHSA-5982-x7hv-r9cj · libcue", "CVE-2020-26160 · jwt-go", "CVE-2026-25727, RUSTSEC-2026-0009 · time"):
+    for shown in (
+        "CVE-2023-43641, GHSA-5982-x7hv-r9cj · libcue",
+        "CVE-2020-26160 · jwt-go",
+        "CVE-2026-25727, RUSTSEC-2026-0009 · time",
+    ):
         assert shown in text, shown
 
 
 @pytest.mark.parametrize("task_id", SUBSET)
-def test_the_agent_cannot_read_what_names_the_fix(pilot_subset: list[Task], settings: Settings, session: Session,
-                                                  task_id: str) -> None:
+def test_the_agent_cannot_read_what_names_the_fix(
+    pilot_subset: list[Task], settings: Settings, session: Session, task_id: str
+) -> None:
     task = next(t for t in pilot_subset if t.id == task_id)
     image = image_names(settings, task)["tool"]
     terms = leak_terms(task)

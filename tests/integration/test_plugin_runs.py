@@ -42,8 +42,19 @@ def _started_by(process: subprocess.Popen[bytes]) -> list[dict[str, Any]]:
 
 
 def test_reference_passes_every_demo_task(demo: pytest.Pytester) -> None:
-    result = demo.runpytest_subprocess("datasets/demo", "--agent", "reference", "--results", "out",
-                                       "--junitxml", "junit.xml", "--html", "report.html", "-p", "no:cacheprovider")
+    result = demo.runpytest_subprocess(
+        "datasets/demo",
+        "--agent",
+        "reference",
+        "--results",
+        "out",
+        "--junitxml",
+        "junit.xml",
+        "--html",
+        "report.html",
+        "-p",
+        "no:cacheprovider",
+    )
     result.assert_outcomes(passed=3)
     result.stdout.fnmatch_lines(["*SSEBench scores*", "*reference*none*2*3*3*0*0*100%*100%*100%*100%*"])
     # Every run has its own directory, with everything a run leaves.
@@ -51,8 +62,18 @@ def test_reference_passes_every_demo_task(demo: pytest.Pytester) -> None:
     assert len(runs) == 3
     for run_dir in runs:
         names = {p.name for p in run_dir.iterdir()}
-        assert {"summary.json", "result.json", "final.patch", "commits.log", "daemon.log", "evaluator.log",
-                "agent.log", "mcp.log", "archive", "container.log"} <= names
+        assert {
+            "summary.json",
+            "result.json",
+            "final.patch",
+            "commits.log",
+            "daemon.log",
+            "evaluator.log",
+            "agent.log",
+            "mcp.log",
+            "archive",
+            "container.log",
+        } <= names
         summary = json.loads((run_dir / "summary.json").read_text())
         assert summary["grade"] == "passed" and summary["config"]["reference_run"] is True
         assert {"task", "config", "grade", "run_id", "started_at", "durations"} <= set(summary)
@@ -66,7 +87,9 @@ def test_reference_passes_every_demo_task(demo: pytest.Pytester) -> None:
 
 
 def test_dummy_fails_every_demo_task_naming_the_poc(demo: pytest.Pytester) -> None:
-    result = demo.runpytest_subprocess("datasets/demo", "--agent", "dummy", "--results", "out", "-p", "no:cacheprovider")
+    result = demo.runpytest_subprocess(
+        "datasets/demo", "--agent", "dummy", "--results", "out", "-p", "no:cacheprovider"
+    )
     result.assert_outcomes(failed=3)
     # Count in the failure reports only: with CI set, pytest repeats each whole message in its short summary.
     text = result.stdout.str().split("short test summary info")[0]
@@ -75,22 +98,52 @@ def test_dummy_fails_every_demo_task_naming_the_poc(demo: pytest.Pytester) -> No
 
 
 def _image_ids() -> dict[str, str]:
-    return {tag: image["Id"] for image in client().api.images(filters={"label": "ssebench.layer"})
-            for tag in image.get("RepoTags") or []}
+    return {
+        tag: image["Id"]
+        for image in client().api.images(filters={"label": "ssebench.layer"})
+        for tag in image.get("RepoTags") or []
+    }
 
 
 def test_sweep_in_parallel_with_trials(demo: pytest.Pytester) -> None:
     before = _image_ids()
-    result = demo.runpytest_subprocess("datasets/demo", "--agent", "reference", "--agent", "dummy", "--trials", "2",
-                                       "-n", "2", "--results", "out", "-p", "no:cacheprovider")
+    result = demo.runpytest_subprocess(
+        "datasets/demo",
+        "--agent",
+        "reference",
+        "--agent",
+        "dummy",
+        "--trials",
+        "2",
+        "-n",
+        "2",
+        "--results",
+        "out",
+        "-p",
+        "no:cacheprovider",
+    )
     result.assert_outcomes(passed=6, failed=6)
     # Per agent: 6 runs, the pass rate with its Wilson interval, pass@1 and pass@2 over the three tasks.
     table = result.stdout.str().split("SSEBench scores")[1].splitlines()[1:4]
-    assert table[0].split()[:11] == ["agent", "model", "diff", "mode", "runs", "passed", "failed", "error", "pass",
-                                     "rate", "[95%"] and "pass@1  pass@2" in table[0], table
+    assert (
+        table[0].split()[:11]
+        == ["agent", "model", "diff", "mode", "runs", "passed", "failed", "error", "pass", "rate", "[95%"]
+        and "pass@1  pass@2" in table[0]
+    ), table
     assert table[1].split()[:11] == ["dummy", "none", "2", "sandbox", "6", "0", "6", "0", "0%", "[0-39]", "0%"], table
-    assert table[2].split()[:11] == ["reference", "none", "2", "sandbox", "6", "6", "0", "0", "100%", "[61-100]",
-                                     "100%"], table
+    assert table[2].split()[:11] == [
+        "reference",
+        "none",
+        "2",
+        "sandbox",
+        "6",
+        "6",
+        "0",
+        "0",
+        "100%",
+        "[61-100]",
+        "100%",
+    ], table
     summaries = [json.loads(p.read_text()) for p in (demo.path / "out").glob("*/*/*/*-sandbox-*/summary.json")]
     assert sorted(s["config"]["trial"] for s in summaries) == [1] * 6 + [2] * 6
     # The images were current: nothing was built again (another test's agents may have been built meanwhile).
@@ -104,24 +157,60 @@ def test_an_interrupted_sweep_resumes_with_what_had_not_finished(demo: pytest.Py
         return sorted((demo.path / "out" / "c-demo" / "none" / "dummy").glob("*-d2-sandbox-*"))
 
     # The sweep stops at its first failure (-x): one run of three is finished.
-    first = demo.runpytest_subprocess("datasets/demo/c-demo", "--agent", "dummy", "--trials", "3", "-x",
-                                      "--results", "out", "-p", "no:cacheprovider", "-p", "no:randomly")
+    first = demo.runpytest_subprocess(
+        "datasets/demo/c-demo",
+        "--agent",
+        "dummy",
+        "--trials",
+        "3",
+        "-x",
+        "--results",
+        "out",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:randomly",
+    )
     first.assert_outcomes(failed=1)
     [done] = run_dirs()
-    resumed = demo.runpytest_subprocess("datasets/demo/c-demo", "--agent", "dummy", "--trials", "3", "--resume",
-                                        "--results", "out", "--junitxml", "junit.xml", "-p", "no:cacheprovider")
+    resumed = demo.runpytest_subprocess(
+        "datasets/demo/c-demo",
+        "--agent",
+        "dummy",
+        "--trials",
+        "3",
+        "--resume",
+        "--results",
+        "out",
+        "--junitxml",
+        "junit.xml",
+        "-p",
+        "no:cacheprovider",
+    )
     resumed.assert_outcomes(failed=3)
     resumed.stdout.fnmatch_lines(["resumed: 1 item(s) reported from finished runs, not run again"])
     # Two new runs; the finished one was reported from its directory, not run again.
     assert len(run_dirs()) == 3 and done in run_dirs()
-    props = [{p.get("name"): p.get("value") for p in case.iter("property")}
-             for case in ET.parse(demo.path / "junit.xml").iter("testcase")]
+    props = [
+        {p.get("name"): p.get("value") for p in case.iter("property")}
+        for case in ET.parse(demo.path / "junit.xml").iter("testcase")
+    ]
     from_disk = [p for p in props if p["ssebench.resumed"] == "True"]
     assert len(from_disk) == 1 and from_disk[0]["ssebench.run_dir"] == str(done)
     assert from_disk[0]["ssebench.trial"] == "1"
     # Everything finished now: resuming again runs nothing.
-    again = demo.runpytest_subprocess("datasets/demo/c-demo", "--agent", "dummy", "--trials", "3", "--resume",
-                                      "--results", "out", "-p", "no:cacheprovider")
+    again = demo.runpytest_subprocess(
+        "datasets/demo/c-demo",
+        "--agent",
+        "dummy",
+        "--trials",
+        "3",
+        "--resume",
+        "--results",
+        "out",
+        "-p",
+        "no:cacheprovider",
+    )
     again.assert_outcomes(failed=3)
     again.stdout.fnmatch_lines(["resumed: 3 item(s) reported from finished runs, not run again"])
     assert len(run_dirs()) == 3
@@ -132,20 +221,41 @@ def test_a_run_beside_popular_plugins(demo: pytest.Pytester, monkeypatch: pytest
     from tests.unit.test_plugin import beside_popular_plugins
 
     beside_popular_plugins(monkeypatch)
-    result = demo.runpytest_subprocess("datasets/demo/c-demo", "--agent", "dummy", "--timeout", "900",
-                                       "--cov=ssebench", "-p", "randomly", "--results", "out",
-                                       "-p", "no:cacheprovider")
+    result = demo.runpytest_subprocess(
+        "datasets/demo/c-demo",
+        "--agent",
+        "dummy",
+        "--timeout",
+        "900",
+        "--cov=ssebench",
+        "-p",
+        "randomly",
+        "--results",
+        "out",
+        "-p",
+        "no:cacheprovider",
+    )
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["Using --randomly-seed=*", "*A proof of concept still reproduces*",
-                                 "*SSEBench scores*", "*coverage: platform*"])
+    result.stdout.fnmatch_lines(
+        [
+            "Using --randomly-seed=*",
+            "*A proof of concept still reproduces*",
+            "*SSEBench scores*",
+            "*coverage: platform*",
+        ]
+    )
 
 
 def test_broken_dockerfile_is_an_error_with_the_build_log(demo: pytest.Pytester) -> None:
     dockerfile = demo.path / "datasets" / "demo" / "c-demo" / "Dockerfile"
     dockerfile.write_text(dockerfile.read_text() + "RUN echo the-case-build-breaks-here && false\n")
-    result = demo.runpytest_subprocess("datasets/demo", "--agent", "dummy", "--results", "out", "-p", "no:cacheprovider")
+    result = demo.runpytest_subprocess(
+        "datasets/demo", "--agent", "dummy", "--results", "out", "-p", "no:cacheprovider"
+    )
     result.assert_outcomes(failed=2, errors=1)
-    result.stdout.fnmatch_lines(["*Infrastructure error, not a grade*c-demo*case layer*", "*the-case-build-breaks-here*"])
+    result.stdout.fnmatch_lines(
+        ["*Infrastructure error, not a grade*c-demo*case layer*", "*the-case-build-breaks-here*"]
+    )
 
 
 SLEEPER = """\
@@ -169,11 +279,31 @@ def sleeper(demo: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Py
 
 def _start(pytester: pytest.Pytester, mode: str = "sandbox") -> subprocess.Popen[bytes]:
     """The sweep, its output in `session.log`; with faulthandler, so that SIGABRT shows where it hangs."""
-    command = [sys.executable, "-m", "pytest", "datasets/demo/c-demo", "datasets/demo/go-demo", "--agent", "sleeper",
-               "-n", "2", "--results", "out", "-p", "no:cacheprovider", "--mode", mode]
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "datasets/demo/c-demo",
+        "datasets/demo/go-demo",
+        "--agent",
+        "sleeper",
+        "-n",
+        "2",
+        "--results",
+        "out",
+        "-p",
+        "no:cacheprovider",
+        "--mode",
+        mode,
+    ]
     with open(pytester.path / "session.log", "wb") as log:
-        return subprocess.Popen(command, cwd=pytester.path, env={**os.environ, "PYTHONFAULTHANDLER": "1"},
-                                stdout=log, stderr=subprocess.STDOUT)
+        return subprocess.Popen(
+            command,
+            cwd=pytester.path,
+            env={**os.environ, "PYTHONFAULTHANDLER": "1"},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
 
 
 def _interrupt(process: subprocess.Popen[bytes], pytester: pytest.Pytester, timeout: float = 120) -> None:
@@ -188,8 +318,9 @@ def _interrupt(process: subprocess.Popen[bytes], pytester: pytest.Pytester, time
                 os.kill(pid, signal.SIGABRT)
         time.sleep(3)
         log = (pytester.path / "session.log").read_text(errors="replace")
-        raise AssertionError(f"the sweep did not end within {timeout} s of Ctrl-C; its output and stacks:\n"
-                             f"{log[-20000:]}") from None
+        raise AssertionError(
+            f"the sweep did not end within {timeout} s of Ctrl-C; its output and stacks:\n{log[-20000:]}"
+        ) from None
 
 
 def _wait_for_containers(process: subprocess.Popen[bytes], count: int, timeout: float = 600) -> None:
@@ -219,8 +350,9 @@ def _listed_in_agent_phase(agent: str, runs: int, timeout: float = 120) -> list[
     the timeout, as they are then)."""
     deadline = time.monotonic() + timeout
     while True:
-        listed = subprocess.run([sys.executable, "-m", "ssebench.cli", "ps", "--json"], capture_output=True,
-                                text=True, check=True)
+        listed = subprocess.run(
+            [sys.executable, "-m", "ssebench.cli", "ps", "--json"], capture_output=True, text=True, check=True
+        )
         mine: list[dict[str, Any]] = [r for r in json.loads(listed.stdout) if r["agent"] == agent]
         if [r["phase"] for r in mine] == ["agent"] * runs or time.monotonic() > deadline:
             return mine
@@ -236,9 +368,12 @@ def test_ctrl_c_leaves_nothing_behind(sleeper: pytest.Pytester) -> None:
         # While they run, `ssebench ps` shows both in their agent phase.
         mine = _listed_in_agent_phase("sleeper", 2)
         assert sorted((r["task"], r["model"], r["difficulty"], r["mode"], r["phase"]) for r in mine) == [
-            ("c-demo", "none", "2", "sandbox", "agent"), ("go-demo", "none", "2", "sandbox", "agent")]
-        table = subprocess.run([sys.executable, "-m", "ssebench.cli", "ps"], capture_output=True, text=True,
-                               check=True).stdout
+            ("c-demo", "none", "2", "sandbox", "agent"),
+            ("go-demo", "none", "2", "sandbox", "agent"),
+        ]
+        table = subprocess.run(
+            [sys.executable, "-m", "ssebench.cli", "ps"], capture_output=True, text=True, check=True
+        ).stdout
         assert table.startswith("TASK") and "sleeper" in table
         _interrupt(process, sleeper)
     finally:
@@ -258,7 +393,9 @@ def test_ctrl_c_in_sidecar_mode_leaves_no_container_volume_or_network(sleeper: p
         assert roles == ["agent", "agent", "task", "task"], roles
         mine = _listed_in_agent_phase("sleeper", 2)  # each run once (by its agent container)
         assert sorted((r["task"], r["mode"], r["phase"]) for r in mine) == [
-            ("c-demo", "sidecar", "agent"), ("go-demo", "sidecar", "agent")]
+            ("c-demo", "sidecar", "agent"),
+            ("go-demo", "sidecar", "agent"),
+        ]
         _interrupt(process, sleeper)
     finally:
         process.kill()
@@ -283,22 +420,57 @@ def test_killed_worker_and_crashed_session_are_reaped_by_the_next(sleeper: pytes
             os.kill(worker, signal.SIGKILL)
     time.sleep(1)
     assert _started_by(process), "the crash should have left containers for the next session to reap"
-    nextone = sleeper.runpytest_subprocess("datasets/demo/c-demo", "--agent", "dummy", "--collect-only", "-q",
-                                           "-p", "no:cacheprovider")
+    nextone = sleeper.runpytest_subprocess(
+        "datasets/demo/c-demo", "--agent", "dummy", "--collect-only", "-q", "-p", "no:cacheprovider"
+    )
     assert nextone.ret == 0
     assert _started_by(process) == []
     assert client().networks.list(filters={"label": f"ssebench.controller={process.pid}"}) == []
 
 
 def test_ssebench_run_cli(demo: pytest.Pytester) -> None:
-    passed = subprocess.run([sys.executable, "-m", "ssebench.cli", "run", "--task", "datasets/demo/go-demo",
-                             "--agent", "reference", "--results", "out", "--require-pass"],
-                            cwd=demo.path, capture_output=True, text=True, check=False)
+    passed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ssebench.cli",
+            "run",
+            "--task",
+            "datasets/demo/go-demo",
+            "--agent",
+            "reference",
+            "--results",
+            "out",
+            "--require-pass",
+        ],
+        cwd=demo.path,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert passed.returncode == 0, passed.stdout + passed.stderr
     assert "grade: passed" in passed.stdout and "run directory: " in passed.stdout
-    failed = subprocess.run([sys.executable, "-m", "ssebench.cli", "run", "--task", "go-demo", "--datasets",
-                             "datasets", "--agent", "dummy", "--results", "out", "--require-pass"],
-                            cwd=demo.path, capture_output=True, text=True, check=False)
+    failed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ssebench.cli",
+            "run",
+            "--task",
+            "go-demo",
+            "--datasets",
+            "datasets",
+            "--agent",
+            "dummy",
+            "--results",
+            "out",
+            "--require-pass",
+        ],
+        cwd=demo.path,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert failed.returncode == 1
     assert "grade: failed (PoC failed: /ssebench/pocs/" in failed.stdout
 
@@ -324,11 +496,21 @@ def pytest_ssebench_backend(config):
 
 
 @pytest.mark.parametrize("retries, outcome", [("0", {"errors": 1}), ("2", {"failed": 1})])
-def test_infrastructure_errors_are_retried_failures_never(demo: pytest.Pytester, retries: str,
-                                                          outcome: dict[str, int]) -> None:
+def test_infrastructure_errors_are_retried_failures_never(
+    demo: pytest.Pytester, retries: str, outcome: dict[str, int]
+) -> None:
     demo.makeconftest(FLAKY_CONFTEST)
-    result = demo.runpytest_subprocess("datasets/demo/c-demo", "--agent", "dummy", "--infra-retries", retries,
-                                       "--results", "out", "-p", "no:cacheprovider")
+    result = demo.runpytest_subprocess(
+        "datasets/demo/c-demo",
+        "--agent",
+        "dummy",
+        "--infra-retries",
+        retries,
+        "--results",
+        "out",
+        "-p",
+        "no:cacheprovider",
+    )
     result.assert_outcomes(**outcome)
     runs = list((demo.path / "out" / "c-demo" / "none" / "dummy").glob("*-d2-sandbox-*"))
     # One attempt hit the hiccup; with retries one more ran and was graded failed, and was not retried.
@@ -339,14 +521,26 @@ def test_infrastructure_errors_are_retried_failures_never(demo: pytest.Pytester,
 
 # -- a model-driven agent through the plugin, read in a browser ----------------------
 
+
 def test_chat_agent_fixes_the_demo_through_the_gateway_and_the_report_shows_it(demo: pytest.Pytester) -> None:
     import yaml
     from sse.dialog import read, validate
 
     models = Path(__file__).resolve().parents[2] / "models"
-    result = demo.runpytest_subprocess("datasets/demo", "--agent", "chat-agent", "--model", "scripted-fix",
-                                       "--results", "out", "--html", "report.html", "--self-contained-html",
-                                       "-p", "no:cacheprovider")
+    result = demo.runpytest_subprocess(
+        "datasets/demo",
+        "--agent",
+        "chat-agent",
+        "--model",
+        "scripted-fix",
+        "--results",
+        "out",
+        "--html",
+        "report.html",
+        "--self-contained-html",
+        "-p",
+        "no:cacheprovider",
+    )
     result.assert_outcomes(passed=3)
     script = yaml.safe_load((models / "scripted" / "fix.yaml").read_text())
     runs = sorted((demo.path / "out").glob("*/scripted-fix/chat-agent/*-d2-sandbox-*"))
@@ -357,29 +551,59 @@ def test_chat_agent_fixes_the_demo_through_the_gateway_and_the_report_shows_it(d
         prompt = next(r["text"] for r in dialog if r["type"] == "prompt")
         [steps] = [c["steps"] for c in script["conversations"] if c["match"] in prompt]
         usage = json.loads((run_dir / "summary.json").read_text())["usage"]
-        expected = (sum(s["usage"]["prompt_tokens"] for s in steps), sum(s["usage"]["completion_tokens"] for s in steps))
+        expected = (
+            sum(s["usage"]["prompt_tokens"] for s in steps),
+            sum(s["usage"]["completion_tokens"] for s in steps),
+        )
         assert (usage["prompt_tokens"], usage["completion_tokens"]) == expected, run_dir
         assert usage["calls"] == len(steps) and usage["stopped"] is None
         assert usage["cost"] == pytest.approx((expected[0] * 3.0 + expected[1] * 15.0) / 1e6)
     text = rendered_text(demo.path / "report.html")
     # What a person sees: the runs, the vulnerability column, and each transcript with its tool calls.
     assert "3 Passed" in text and "Vulnerability" in text
-    for seen in ("chat-agent with model scripted-fix", "Task prompt", "view_file", "edit_file", "test_patch",
-                 "tokens: 1850 in / 74 out", "complete: done", "TLV_ERR_TOO_LONG", "model use"):
+    for seen in (
+        "chat-agent with model scripted-fix",
+        "Task prompt",
+        "view_file",
+        "edit_file",
+        "test_patch",
+        "tokens: 1850 in / 74 out",
+        "complete: done",
+        "TLV_ERR_TOO_LONG",
+        "model use",
+    ):
         assert seen in text, seen
 
 
 def test_sidecar_runs_through_the_plugin_are_graded_where_the_task_is(demo: pytest.Pytester) -> None:
     """Sidecar mode as a user runs it: the plugin, two xdist workers sharing the controller's gateway, a model
     agent that fixes c-demo and the dummy that does not; each graded in its task container."""
-    result = demo.runpytest_subprocess("datasets/demo/c-demo", "--agent", "chat-agent", "--agent", "dummy",
-                                       "--model", "scripted-fix", "--mode", "sidecar", "-n", "2", "--results", "out",
-                                       "-p", "no:cacheprovider")
+    result = demo.runpytest_subprocess(
+        "datasets/demo/c-demo",
+        "--agent",
+        "chat-agent",
+        "--agent",
+        "dummy",
+        "--model",
+        "scripted-fix",
+        "--mode",
+        "sidecar",
+        "-n",
+        "2",
+        "--results",
+        "out",
+        "-p",
+        "no:cacheprovider",
+    )
     result.assert_outcomes(passed=1, failed=1)
-    summaries = {s["config"]["agent"]: s for s in (json.loads(p.read_text())
-                                                   for p in (demo.path / "out").glob("c-demo/*/*/*/summary.json"))}
+    summaries = {
+        s["config"]["agent"]: s
+        for s in (json.loads(p.read_text()) for p in (demo.path / "out").glob("c-demo/*/*/*/summary.json"))
+    }
     assert {a: (s["grade"], s["config"]["mode"]) for a, s in summaries.items()} == {
-        "chat-agent": ("passed", "sidecar"), "dummy": ("failed", "sidecar")}
+        "chat-agent": ("passed", "sidecar"),
+        "dummy": ("failed", "sidecar"),
+    }
     assert summaries["chat-agent"]["usage"]["calls"] >= 2  # through the controller's gateway, from a worker
     result.stdout.fnmatch_lines(["*A proof of concept still reproduces*"])
     (session,) = {s["session"] for s in summaries.values()}

@@ -25,8 +25,16 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow]
 LABEL = {"ssebench.session": "tests-runtime"}
 PYTHON = "/opt/ssebench/venv/bin/python"
 RESULT_FIELDS = {
-    "patch_result": {"status", "build_success", "pov_passed", "pov_total", "func_test_success",
-                     "intent_test_success", "error_msg", "error_log"},
+    "patch_result": {
+        "status",
+        "build_success",
+        "pov_passed",
+        "pov_total",
+        "func_test_success",
+        "intent_test_success",
+        "error_msg",
+        "error_log",
+    },
     "runtime_result": {"agent_duration", "agent_timeout", "evaluator_timeout", "agent_exit_code"},
     "signals": {"protected_files", "protected_files_count", "hiding_code", "hiding_code_count"},
 }
@@ -37,21 +45,40 @@ def _task(tasks: list[Task], task_id: str) -> Task:
 
 
 @contextmanager
-def container(image: str, command: list[str], run_dir: Path, *, runtime: dict[str, dict[str, str]],
-              env: dict[str, str] | None = None, patch: Path | None = None,
-              mounts: dict[str, dict[str, str]] | None = None) -> Iterator[Any]:
+def container(
+    image: str,
+    command: list[str],
+    run_dir: Path,
+    *,
+    runtime: dict[str, dict[str, str]],
+    env: dict[str, str] | None = None,
+    patch: Path | None = None,
+    mounts: dict[str, dict[str, str]] | None = None,
+) -> Iterator[Any]:
     """A task container (with its `runtime`: tests.helpers.runtime_of) and its results and archive on the
     host; removed afterwards."""
     (run_dir / "archive").mkdir(parents=True, exist_ok=True)
-    volumes = {**runtime, str(run_dir): {"bind": "/var/lib/ssebench/results", "mode": "rw"},
-               str(run_dir / "archive"): {"bind": "/tmp/sse-archive", "mode": "rw"}, **(mounts or {})}
+    volumes = {
+        **runtime,
+        str(run_dir): {"bind": "/var/lib/ssebench/results", "mode": "rw"},
+        str(run_dir / "archive"): {"bind": "/tmp/sse-archive", "mode": "rw"},
+        **(mounts or {}),
+    }
     if patch is not None:
         volumes[str(patch)] = {"bind": "/reference/patch.diff", "mode": "ro"}
     # Like a real run: on an internal network (no route out, but interfaces, so
     # name lookups of localhost behave as they do in a run).
     network = client().networks.create(f"ssebench-tests-{uuid.uuid4().hex[:10]}", internal=True, labels=LABEL)
-    c = client().containers.run(image, command, detach=True, init=True, labels=LABEL, volumes=volumes,
-                                environment={"TIMEOUT": "600", **(env or {})}, network=network.name)
+    c = client().containers.run(
+        image,
+        command,
+        detach=True,
+        init=True,
+        labels=LABEL,
+        volumes=volumes,
+        environment={"TIMEOUT": "600", **(env or {})},
+        network=network.name,
+    )
     try:
         yield c
     finally:
@@ -69,8 +96,9 @@ def finish(c: Any, run_dir: Path, timeout: int = 300) -> dict[str, Any]:
 def run_as(c: Any, user: str, code: str, env: dict[str, str] | None = None) -> Any:
     """Run Python in the container as `user`; return what it prints as JSON."""
     environment = {"SSE_DAEMON_SOCKET": "/tmp/sse.sock", **(env or {})}
-    exit_code, (out, err) = c.exec_run([PYTHON, "-c", textwrap.dedent(code)], user=user, environment=environment,
-                                       demux=True)
+    exit_code, (out, err) = c.exec_run(
+        [PYTHON, "-c", textwrap.dedent(code)], user=user, environment=environment, demux=True
+    )
     assert exit_code == 0, f"exit {exit_code}\n{(err or b'').decode(errors='replace')}"
     return json.loads(out.decode())
 
@@ -95,13 +123,14 @@ def _checks(run_dir: Path) -> list[tuple[str, str]]:
 
 
 def _same_tree(a: Path, b: Path) -> bool:
-    files = lambda root: {p.relative_to(root): p.read_bytes() for p in root.rglob("*") if p.is_file()}  # noqa: E731
+    files = lambda root: {p.relative_to(root): p.read_bytes() for p in root.rglob("*") if p.is_file()}
     return files(a) == files(b)
 
 
 @pytest.mark.parametrize("task_id", ["c-demo", "go-demo", "rust-demo"])
-def test_no_change_fails_on_every_poc(settings: Settings, demo_images: list[Task], tmp_path: Path,
-                                      task_id: str) -> None:
+def test_no_change_fails_on_every_poc(
+    settings: Settings, demo_images: list[Task], tmp_path: Path, task_id: str
+) -> None:
     task = _task(demo_images, task_id)
     image = image_names(settings, task, "dummy")["agent"]
     with container(image, [], tmp_path, runtime=runtime_of(settings, task)) as c:
@@ -123,16 +152,22 @@ def test_no_change_fails_on_every_poc(settings: Settings, demo_images: list[Task
 
 @pytest.mark.parametrize("task_id", ["c-demo", "go-demo", "rust-demo"])
 @pytest.mark.parametrize("committed", [False, True], ids=["uncommitted", "committed"])
-def test_the_fix_passes_committed_or_not(settings: Settings, demo_images: list[Task], tmp_path: Path,
-                                         task_id: str, committed: bool) -> None:
+def test_the_fix_passes_committed_or_not(
+    settings: Settings, demo_images: list[Task], tmp_path: Path, task_id: str, committed: bool
+) -> None:
     task = _task(demo_images, task_id)
     patch = task.path / "sse" / "diffs" / "patch.diff"
     apply = "git apply /reference/patch.diff"
     if committed:
         apply += " && git add -A && git -c user.name=m -c user.email=m@x commit -qm fix"
     run_dir = tmp_path / "run"
-    with container(image_names(settings, task)["tool"], ["bash", "-c", apply], run_dir, patch=patch,
-                   runtime=runtime_of(settings, task)) as c:
+    with container(
+        image_names(settings, task)["tool"],
+        ["bash", "-c", apply],
+        run_dir,
+        patch=patch,
+        runtime=runtime_of(settings, task),
+    ) as c:
         result = finish(c, run_dir)
     grade = result["patch_result"]
     assert grade["status"] == "passed", grade
@@ -147,8 +182,12 @@ def test_the_fix_passes_committed_or_not(settings: Settings, demo_images: list[T
         assert "fix" in (run_dir / "commits.log").read_text()
     # Grading built once: the PoCs, the tests and the hidden tests ran in the graded build's tree.
     checks = _checks(run_dir)
-    assert [c for c, _ in checks] == ["build", *["run_poc"] * len(task.config.files.poc), "function_test",
-                                      "intent_test"], checks
+    assert [c for c, _ in checks] == [
+        "build",
+        *["run_poc"] * len(task.config.files.poc),
+        "function_test",
+        "intent_test",
+    ], checks
     assert len({cwd for _, cwd in checks}) == 1, checks
 
 
@@ -157,8 +196,9 @@ def held(settings: Settings, demo_images: list[Task], tmp_path: Path) -> Iterato
     """A c-demo container held in the agent phase (the agent sleeps)."""
     task = _task(demo_images, "c-demo")
     env = {"SSE_BASH_TIMEOUT": "3", "SSE_DIFFICULTY": "2"}
-    with container(image_names(settings, task)["tool"], ["sleep", "600"], tmp_path, env=env,
-                   runtime=runtime_of(settings, task)) as c:
+    with container(
+        image_names(settings, task)["tool"], ["sleep", "600"], tmp_path, env=env, runtime=runtime_of(settings, task)
+    ) as c:
         wait_for_agent_phase(c)
         yield c
 
@@ -200,12 +240,18 @@ def test_checks_leave_no_runner_process_and_grading_starts_clean(held: Any) -> N
     # The agent's code in its unit tests' program (the code under repair, which the check runs as sse-runner):
     # it daemonises and drops a file in the runner's home.
     sh(held, "1000", in_the_checks("setsid sleep 1000 >/dev/null 2>&1 & touch $HOME/marker"), workdir="/src/tlvkit")
-    tested = run_as(held, "1000", "import json; from sse import project; print(json.dumps(project.function_test().code))")
+    tested = run_as(
+        held, "1000", "import json; from sse import project; print(json.dumps(project.function_test().code))"
+    )
     assert tested == 0
     assert run_as(held, "root", RUNNER_PIDS) == 0
     [marked] = sh(held, "root", "ls /var/lib/ssebench-runner/session-*/home/marker").split()
-    prepared = run_as(held, "root", "import json; from sse.daemon import Daemon;"
-                      "print(json.dumps(Daemon('/run/ssebench/admin.sock').prepare_grading()))")
+    prepared = run_as(
+        held,
+        "root",
+        "import json; from sse.daemon import Daemon;"
+        "print(json.dumps(Daemon('/run/ssebench/admin.sock').prepare_grading()))",
+    )
     assert prepared["applied"] is True
     # The agent's session is gone with what its checks left. (Ending the agent phase ended the held agent,
     # so grading itself may already be testing in a session of its own, where the agent's code marks again.)
@@ -235,8 +281,12 @@ echo '/* changed by the agent */' >> tlv.c
 
 def test_an_agents_own_checks_each_get_a_fresh_copy(held: Any, tmp_path: Path) -> None:
     """Only grading shares a tree between checks: the agent's tree may change between its own."""
-    ran = run_as(held, "1000", "import json; from sse import project;"
-                 "print(json.dumps([project.build().code, project.function_test().code, project.build().code]))")
+    ran = run_as(
+        held,
+        "1000",
+        "import json; from sse import project;"
+        "print(json.dumps([project.build().code, project.function_test().code, project.build().code]))",
+    )
     assert ran == [0, 0, 0]
     checks = _checks(tmp_path)
     assert [c for c, _ in checks] == ["build", "function_test", "build"], checks
@@ -245,13 +295,21 @@ def test_an_agents_own_checks_each_get_a_fresh_copy(held: Any, tmp_path: Path) -
 
 def test_planted_git_configuration_runs_nothing(held: Any) -> None:
     sh(held, "1000", PLANT)
-    listing = run_as(held, "1000", "import json; from sse.daemon import _default as d;"
-                     "print(json.dumps([d().get('/diff')['diff'], d().get('/files')['files']]))")
+    listing = run_as(
+        held,
+        "1000",
+        "import json; from sse.daemon import _default as d;"
+        "print(json.dumps([d().get('/diff')['diff'], d().get('/files')['files']]))",
+    )
     diff, files = listing
     assert "changed by the agent" in diff
     assert {f["path"] for f in files} == {".gitattributes", "tlv.c"}
-    run_as(held, "root", "import json; from sse.daemon import Daemon;"
-           "print(json.dumps(Daemon('/run/ssebench/admin.sock').prepare_grading()))")
+    run_as(
+        held,
+        "root",
+        "import json; from sse.daemon import Daemon;"
+        "print(json.dumps(Daemon('/run/ssebench/admin.sock').prepare_grading()))",
+    )
     markers = sh(held, "root", "ls /tmp | grep '^m-' || true").split()
     assert markers == []
 
@@ -281,13 +339,18 @@ anyio.run(main)
 
 
 @pytest.mark.parametrize("delay", ["0", "1.5"], ids=["at-once", "later"])
-def test_an_agent_that_calls_mcp_first_thing_is_served(settings: Settings, demo_images: list[Task],
-                                                       tmp_path: Path, delay: str) -> None:
+def test_an_agent_that_calls_mcp_first_thing_is_served(
+    settings: Settings, demo_images: list[Task], tmp_path: Path, delay: str
+) -> None:
     """The MCP server starts when its first client connects: its socket is bound before the agent starts,
     so a call made at once (or later) waits for the server instead of failing."""
     task = _task(demo_images, "c-demo")
-    with container(image_names(settings, task)["tool"], [PYTHON, "-c", FIRST_THING, delay], tmp_path,
-                   runtime=runtime_of(settings, task)) as c:
+    with container(
+        image_names(settings, task)["tool"],
+        [PYTHON, "-c", FIRST_THING, delay],
+        tmp_path,
+        runtime=runtime_of(settings, task),
+    ) as c:
         finish(c, tmp_path)
         said = c.logs().decode(errors="replace")
     assert "daemon ready; MCP server listening" in said, said
@@ -297,12 +360,14 @@ def test_an_agent_that_calls_mcp_first_thing_is_served(settings: Settings, demo_
     assert 'MCP-ANSWER "All 2 checks that ran passed.' in agent_log, agent_log
 
 
-def test_an_agent_that_never_calls_mcp_starts_no_mcp_server(settings: Settings, demo_images: list[Task],
-                                                             tmp_path: Path) -> None:
+def test_an_agent_that_never_calls_mcp_starts_no_mcp_server(
+    settings: Settings, demo_images: list[Task], tmp_path: Path
+) -> None:
     """The MCP server is the heaviest runtime process to start; no client, no start, and the run is graded."""
     task = _task(demo_images, "c-demo")
-    with container(image_names(settings, task)["tool"], ["sleep", "1"], tmp_path,
-                   runtime=runtime_of(settings, task)) as c:
+    with container(
+        image_names(settings, task)["tool"], ["sleep", "1"], tmp_path, runtime=runtime_of(settings, task)
+    ) as c:
         grade = finish(c, tmp_path)["patch_result"]
         said = c.logs().decode(errors="replace")
     assert "the MCP server was not started: no client connected" in said, said
@@ -317,8 +382,9 @@ SERVES_THEN_ENDS = "import os\nos.write(int(os.environ['SSE_READY_FD']), b'1')\n
 
 
 @pytest.mark.parametrize("stand_in", [NEVER_SERVES, SERVES_THEN_ENDS], ids=["never-serves", "serves-then-ends"])
-def test_an_mcp_server_that_never_served_makes_the_run_an_error(settings: Settings, demo_images: list[Task],
-                                                                 tmp_path: Path, stand_in: str) -> None:
+def test_an_mcp_server_that_never_served_makes_the_run_an_error(
+    settings: Settings, demo_images: list[Task], tmp_path: Path, stand_in: str
+) -> None:
     """The agent no longer waits for the MCP server. One that exits before it ever served is the harness's
     failure: the run is an error, not graded. One that served and then ended is the agent's lookout, as any
     tool: the run is graded (the dummy's c-demo fails on its PoC)."""
@@ -327,8 +393,13 @@ def test_an_mcp_server_that_never_served_makes_the_run_an_error(settings: Settin
     module.write_text(stand_in)
     mounted = {str(module): {"bind": "/opt/ssebench/lib/ssebench/runtime/mcp_server.py", "mode": "ro"}}
     run_dir = tmp_path / "run"
-    with container(image_names(settings, task)["tool"], CONNECTS_TO_MCP, run_dir, mounts=mounted,
-                   runtime=runtime_of(settings, task)) as c:
+    with container(
+        image_names(settings, task)["tool"],
+        CONNECTS_TO_MCP,
+        run_dir,
+        mounts=mounted,
+        runtime=runtime_of(settings, task),
+    ) as c:
         grade = finish(c, run_dir)["patch_result"]
         said = c.logs().decode(errors="replace")
     if stand_in == NEVER_SERVES:
@@ -346,7 +417,8 @@ DAEMON_HANGS = "import time\ntime.sleep(600)\n"
 
 @pytest.mark.parametrize("stand_in", [DAEMON_EXITS, DAEMON_HANGS], ids=["exits", "never-serves"])
 def test_a_daemon_that_never_serves_makes_the_run_an_error_and_no_agent_runs(
-        settings: Settings, demo_images: list[Task], tmp_path: Path, stand_in: str) -> None:
+    settings: Settings, demo_images: list[Task], tmp_path: Path, stand_in: str
+) -> None:
     """The agent starts once the daemon says it serves (one byte on a pipe). One that exits first, or is
     not ready within SSE_DAEMON_TIMEOUT, makes the run an error: not graded, not the agent's failure, and
     the agent never started (nothing of it can have starved the daemon's start)."""
@@ -355,8 +427,14 @@ def test_a_daemon_that_never_serves_makes_the_run_an_error_and_no_agent_runs(
     module.write_text(stand_in)
     mounted = {str(module): {"bind": "/opt/ssebench/lib/ssebench/runtime/daemon.py", "mode": "ro"}}
     run_dir = tmp_path / "run"
-    with container(image_names(settings, task)["tool"], ["true"], run_dir, mounts=mounted,
-                   env={"SSE_DAEMON_TIMEOUT": "5"}, runtime=runtime_of(settings, task)) as c:
+    with container(
+        image_names(settings, task)["tool"],
+        ["true"],
+        run_dir,
+        mounts=mounted,
+        env={"SSE_DAEMON_TIMEOUT": "5"},
+        runtime=runtime_of(settings, task),
+    ) as c:
         grade = finish(c, run_dir, timeout=90)["patch_result"]
         said = c.logs().decode(errors="replace")
     assert grade["status"] == "error" and grade["error_msg"].startswith("the runtime failed to start"), grade
@@ -370,13 +448,15 @@ def test_a_daemon_that_never_serves_makes_the_run_an_error_and_no_agent_runs(
     assert (run_dir / "limits.json").exists()  # what the cgroup counted is kept on this path too
 
 
-def test_a_tree_the_agent_made_unreadable_is_graded_failed(settings: Settings, demo_images: list[Task],
-                                                           tmp_path: Path) -> None:
+def test_a_tree_the_agent_made_unreadable_is_graded_failed(
+    settings: Settings, demo_images: list[Task], tmp_path: Path
+) -> None:
     """Making the change uncapturable must not turn a failure into an ungraded error."""
     task = _task(demo_images, "c-demo")
     hide = "echo 'int hidden;' > hidden.c && chmod 000 hidden.c"
-    with container(image_names(settings, task)["tool"], ["bash", "-c", hide], tmp_path,
-                   runtime=runtime_of(settings, task)) as c:
+    with container(
+        image_names(settings, task)["tool"], ["bash", "-c", hide], tmp_path, runtime=runtime_of(settings, task)
+    ) as c:
         result = finish(c, tmp_path)
     assert result["patch_result"]["status"] == "failed"
     assert result["patch_result"]["error_msg"] == "Patch capture failed"

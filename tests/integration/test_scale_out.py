@@ -22,9 +22,9 @@ from typing import IO, Any
 
 import pytest
 
+from ssebench import dispatch
 from ssebench.agent import load_agent
 from ssebench.build import build_images
-from ssebench import dispatch
 from ssebench.dispatch import NodeModels, bring_home, run_on_node
 from ssebench.engine import client, image_id, list_containers
 from ssebench.image import image_names
@@ -72,8 +72,13 @@ def ray_cluster() -> Iterator[RayCluster]:
     name = f"ssebench-ray-{os.getpid()}"
     delete_netns(name)
     inside = in_loopback_netns(name)
-    process = subprocess.Popen([*inside, sys.executable, "-m", "tests.raycluster", "2"], cwd=ROOT, text=True,
-                               stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    process = subprocess.Popen(
+        [*inside, sys.executable, "-m", "tests.raycluster", "2"],
+        cwd=ROOT,
+        text=True,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
     try:
         assert process.stdout is not None
         started = json.loads(process.stdout.readline())
@@ -117,19 +122,46 @@ def _session_left(session: str) -> list[dict[str, Any]]:
     return list_containers({"label": f"ssebench.session={session}"})
 
 
-def test_the_demo_over_two_ray_nodes_grades_as_a_local_session(demo: pytest.Pytester, ray_cluster: RayCluster,
-                                                               demo_images: list[Task]) -> None:
-    result = demo.run(*ray_cluster.inside, sys.executable, "-m", "pytest", "datasets/demo", "--agent", "reference",
-                      "--agent", "dummy", "--dispatch", "ray", "--ray-address", ray_cluster.address,
-                      "--results", "out", "-p", "no:cacheprovider", timeout=1500)
+def test_the_demo_over_two_ray_nodes_grades_as_a_local_session(
+    demo: pytest.Pytester, ray_cluster: RayCluster, demo_images: list[Task]
+) -> None:
+    result = demo.run(
+        *ray_cluster.inside,
+        sys.executable,
+        "-m",
+        "pytest",
+        "datasets/demo",
+        "--agent",
+        "reference",
+        "--agent",
+        "dummy",
+        "--dispatch",
+        "ray",
+        "--ray-address",
+        ray_cluster.address,
+        "--results",
+        "out",
+        "-p",
+        "no:cacheprovider",
+        timeout=1500,
+    )
     result.assert_outcomes(passed=3, failed=3)
-    result.stdout.fnmatch_lines([f"*dispatch ray ({ray_cluster.address})*", "*SSEBench scores*",
-                                 "*dummy*none*2*3*0*3*0*", "*reference*none*2*3*3*0*0*"])
+    result.stdout.fnmatch_lines(
+        [
+            f"*dispatch ray ({ray_cluster.address})*",
+            "*SSEBench scores*",
+            "*dummy*none*2*3*0*3*0*",
+            "*reference*none*2*3*3*0*0*",
+        ]
+    )
     summaries = _summaries(demo.path / "out")
     assert len(summaries) == 6
     grades = {(s["task"]["id"], s["config"]["agent"]): s["grade"] for s in summaries}
-    assert grades == {(task, agent): ("passed" if agent == "reference" else "failed")
-                      for task in ("c-demo", "go-demo", "rust-demo") for agent in ("reference", "dummy")}
+    assert grades == {
+        (task, agent): ("passed" if agent == "reference" else "failed")
+        for task in ("c-demo", "go-demo", "rust-demo")
+        for agent in ("reference", "dummy")
+    }
     # Every run came home whole: its result and logs, from one of the two worker nodes.
     nodes = {s["node"].split("/")[1] for s in summaries}
     assert nodes == {n["id"][:8] for n in ray_cluster.nodes}, nodes
@@ -138,16 +170,32 @@ def test_the_demo_over_two_ray_nodes_grades_as_a_local_session(demo: pytest.Pyte
         assert {"result.json", "container.log", "final.patch", "archive"} <= {p.name for p in run_dir.iterdir()}
         assert s["files"]["home"]["dropped_count"] == 0 and s["files"]["home"]["files"] >= 5
     # Dummy's failures name the proof of concept, as in a local session.
-    result.stdout.fnmatch_lines([f"*{task}::dummy[[]none-d2-sandbox[]]*" for task in ("c-demo", "go-demo", "rust-demo")],
-                                consecutive=False)
+    result.stdout.fnmatch_lines(
+        [f"*{task}::dummy[[]none-d2-sandbox[]]*" for task in ("c-demo", "go-demo", "rust-demo")], consecutive=False
+    )
     # Each names its own task's PoC (the line may show twice: in the failure and, on a wide terminal, the summary).
     for poc in ("long_value.tlv", "missing_value_length.kv", "offset_overflow.pak"):
         result.stdout.fnmatch_lines([f"*A proof of concept still reproduces: /ssebench/pocs/{poc}*"])
     assert not _session_left(summaries[0]["session"])
     # `ssebench run` dispatches the same way.
-    cli = demo.run(*ray_cluster.inside, sys.executable, "-m", "ssebench.cli", "run", "--task", "datasets/demo/c-demo",
-                   "--agent", "reference", "--dispatch", "ray", "--ray-address", ray_cluster.address,
-                   "--results", "cli", timeout=600)
+    cli = demo.run(
+        *ray_cluster.inside,
+        sys.executable,
+        "-m",
+        "ssebench.cli",
+        "run",
+        "--task",
+        "datasets/demo/c-demo",
+        "--agent",
+        "reference",
+        "--dispatch",
+        "ray",
+        "--ray-address",
+        ray_cluster.address,
+        "--results",
+        "cli",
+        timeout=600,
+    )
     assert cli.ret == 0, cli.stdout.str() + cli.stderr.str()
     cli.stdout.fnmatch_lines(["grade: passed", "run directory: */cli/c-demo/none/reference/* (ran on */*)"])
     # Nothing of the cluster listens beyond loopback.
@@ -155,15 +203,30 @@ def test_the_demo_over_two_ray_nodes_grades_as_a_local_session(demo: pytest.Pyte
     assert listening and all(a.startswith(("127.0.0.1:", "[::ffff:127.0.0.1]:")) for a in listening), listening
 
 
-def test_a_node_pulls_from_the_registry_the_images_it_lacks(demo: pytest.Pytester, ray_cluster: RayCluster,
-                                                           settings: Settings, c_demo: Task, tmp_path: Path) -> None:
+def test_a_node_pulls_from_the_registry_the_images_it_lacks(
+    demo: pytest.Pytester, ray_cluster: RayCluster, settings: Settings, c_demo: Task, tmp_path: Path
+) -> None:
     names = image_names(settings, c_demo, "dummy", "sandbox")
     wanted = [names["tool"], names["agent"]]
     before = {name: image_id(name) for name in wanted}
     with running_registry(tmp_path / "registry") as registry:
-        pushed = subprocess.run([sys.executable, "-m", "ssebench.cli", "images", "build", "datasets/demo/c-demo",
-                                 "--agent", "dummy", "--registry", registry.address], cwd=demo.path,
-                                capture_output=True, text=True)
+        pushed = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "ssebench.cli",
+                "images",
+                "build",
+                "datasets/demo/c-demo",
+                "--agent",
+                "dummy",
+                "--registry",
+                registry.address,
+            ],
+            cwd=demo.path,
+            capture_output=True,
+            text=True,
+        )
         assert pushed.returncode == 0, pushed.stderr
         assert "pushed" in pushed.stdout and f"to {registry.address}" in pushed.stdout
         # The machine no longer holds the task's images: as a node that never built them.
@@ -171,10 +234,26 @@ def test_a_node_pulls_from_the_registry_the_images_it_lacks(demo: pytest.Pyteste
             for ref in (name, f"{registry.address}/{name}"):
                 client().api.remove_image(ref, noprune=True)
             assert image_id(name) is None
-        result = demo.run(*ray_cluster.inside, sys.executable, "-m", "pytest", "datasets/demo/c-demo",
-                          "--agent", "dummy", "--dispatch", "ray", "--ray-address", ray_cluster.address,
-                          "--registry", registry.address, "--results", "out", "-p", "no:cacheprovider",
-                          timeout=900)
+        result = demo.run(
+            *ray_cluster.inside,
+            sys.executable,
+            "-m",
+            "pytest",
+            "datasets/demo/c-demo",
+            "--agent",
+            "dummy",
+            "--dispatch",
+            "ray",
+            "--ray-address",
+            ray_cluster.address,
+            "--registry",
+            registry.address,
+            "--results",
+            "out",
+            "-p",
+            "no:cacheprovider",
+            timeout=900,
+        )
         served = registry.log()
     result.assert_outcomes(failed=1)
     (summary,) = _summaries(demo.path / "out")
@@ -186,11 +265,11 @@ def test_a_node_pulls_from_the_registry_the_images_it_lacks(demo: pytest.Pyteste
         repository, _, tag = name.rpartition(":")
         # (HEAD when the engine still holds the layers: it asks the registry which manifest the name is.)
         assert re.search(rf'"(GET|HEAD) /v2/{re.escape(repository)}/manifests/{re.escape(tag)} ', served), (
-            f"{name} was not pulled from the registry")
+            f"{name} was not pulled from the registry"
+        )
 
 
-def test_a_node_serves_a_runs_model_from_a_gateway_of_its_own(settings: Settings, c_demo: Task,
-                                                              tmp_path: Path) -> None:
+def test_a_node_serves_a_runs_model_from_a_gateway_of_its_own(settings: Settings, c_demo: Task, tmp_path: Path) -> None:
     """What a Ray task runs on its node, called here: the run reaches its model through a gateway the node
     started (its listener on the run network's host address, which only that node has), and comes home
     with the model's use accounted. (The cluster tests run in a loopback-only namespace, which has no run
@@ -210,8 +289,9 @@ def test_a_node_serves_a_runs_model_from_a_gateway_of_its_own(settings: Settings
     dispatch._node_gateway = None
 
 
-def test_a_node_lost_in_the_agent_phase_is_retried_on_the_other(demo: pytest.Pytester, ray_cluster: RayCluster,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_node_lost_in_the_agent_phase_is_retried_on_the_other(
+    demo: pytest.Pytester, ray_cluster: RayCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
     agents = demo.path / "agents"
     shutil.copytree(ROOT / "agents", agents)
     (agents / "slow").mkdir()
@@ -219,10 +299,32 @@ def test_a_node_lost_in_the_agent_phase_is_retried_on_the_other(demo: pytest.Pyt
     (agents / "slow" / "Dockerfile").write_text(SLOW)
     monkeypatch.setenv("SSEBENCH_AGENTS_DIR", str(agents))
     log: IO[str] = (demo.path / "pytest.log").open("w")
-    process = subprocess.Popen([*ray_cluster.inside, sys.executable, "-m", "pytest", "datasets/demo/c-demo",
-                                "--agent", "slow", "--dispatch", "ray", "--ray-address", ray_cluster.address,
-                                "--infra-retries", "1", "--results", "out", "-p", "no:cacheprovider", "-rA"],
-                               cwd=demo.path, stdout=log, stderr=subprocess.STDOUT, text=True)
+    process = subprocess.Popen(
+        [
+            *ray_cluster.inside,
+            sys.executable,
+            "-m",
+            "pytest",
+            "datasets/demo/c-demo",
+            "--agent",
+            "slow",
+            "--dispatch",
+            "ray",
+            "--ray-address",
+            ray_cluster.address,
+            "--infra-retries",
+            "1",
+            "--results",
+            "out",
+            "-p",
+            "no:cacheprovider",
+            "-rA",
+        ],
+        cwd=demo.path,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 600
         while not (running := [r for r in runs_in_flight() if r.agent == "slow" and r.phase == "agent"]):

@@ -24,16 +24,21 @@ def integrity_images(settings: Settings, demo_tasks: list[Task]) -> list[Task]:
 
 
 @pytest.fixture(scope="module", params=MODES)
-def launcher(request: pytest.FixtureRequest, settings: Settings, integrity_images: list[Task],
-             tmp_path_factory: pytest.TempPathFactory) -> Iterator[Launcher]:
+def launcher(
+    request: pytest.FixtureRequest,
+    settings: Settings,
+    integrity_images: list[Task],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Launcher]:
     """Starts held runs in one mode (each test that uses it runs in both)."""
     with launching(settings, integrity_images, tmp_path_factory.mktemp("integrity"), request.param) as launch:
         yield launch
 
 
 @pytest.fixture(params=MODES)
-def fresh_launcher(request: pytest.FixtureRequest, settings: Settings, integrity_images: list[Task],
-                   tmp_path: Path) -> Iterator[Launcher]:
+def fresh_launcher(
+    request: pytest.FixtureRequest, settings: Settings, integrity_images: list[Task], tmp_path: Path
+) -> Iterator[Launcher]:
     with launching(settings, integrity_images, tmp_path, request.param) as launch:
         yield launch
 
@@ -66,6 +71,5 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if not sidecar or name in EVERY_LEVEL_IN_CI:
             continue
         level = params.get("level", params.get("run", 2))  # test_bypass.py's held run is parametrized by level
-        if (level != 2 or name in SIDECAR_NOT_IN_CI
-                or params.get("attack", "fork-bomb") not in ATTACKS_IN_CI):
+        if level != 2 or name in SIDECAR_NOT_IN_CI or params.get("attack", "fork-bomb") not in ATTACKS_IN_CI:
             item.add_marker(pytest.mark.exhaustive)

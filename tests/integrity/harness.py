@@ -36,7 +36,7 @@ from ssebench.result import make_run_dir, new_run_id, read_result, read_safely
 from ssebench.run import SIDECAR_AGENT_SOCKET, LiveRun, ModelLink, RunConfig, collect, limits_for, running
 from ssebench.settings import Settings
 from ssebench.task import Task
-from tests.helpers import in_the_checks, wait_for_agent_phase
+from tests.helpers import wait_for_agent_phase
 
 PYTHON = "/opt/ssebench/venv/bin/python"
 LEVELS = [0, 2, 4]
@@ -100,8 +100,7 @@ class HeldRun:
     def _on(self, task: bool) -> Any:
         return self.task_container if task else self.container
 
-    def sh(self, user: str, script: str, workdir: str | None = None, check: bool = True, *,
-           task: bool = False) -> str:
+    def sh(self, user: str, script: str, workdir: str | None = None, check: bool = True, *, task: bool = False) -> str:
         """Run a bash script as `user` where the agent is (`task`: where the task is); its output
         (asserting exit 0 when `check`)."""
         code, out = self._on(task).exec_run(["bash", "-c", script], user=user, workdir=workdir or self.source)
@@ -120,8 +119,13 @@ class HeldRun:
         Isolated (-I) so that the test's own probe never imports what an attack planted there.
         """
         environment = {"SSE_DAEMON_SOCKET": self.agent_socket, "HOME": "/home/model", **(env or {})}
-        exit_code, (out, err) = self._on(task).exec_run([PYTHON, "-I", "-c", textwrap.dedent(code)], user=user,
-                                                        demux=True, environment=environment, workdir=self.source)
+        exit_code, (out, err) = self._on(task).exec_run(
+            [PYTHON, "-I", "-c", textwrap.dedent(code)],
+            user=user,
+            demux=True,
+            environment=environment,
+            workdir=self.source,
+        )
         assert exit_code == 0, (err or b"").decode(errors="replace")
         return json.loads(out.decode())
 
@@ -164,35 +168,67 @@ class Launcher:
     tmp: Path
     stack: ExitStack
     mode: str = "sandbox"
-    session: Session = field(default_factory=lambda: Session(id=f"integrity{uuid.uuid4().hex[:8]}",
-                                                             controller=os.getpid()))
+    session: Session = field(
+        default_factory=lambda: Session(id=f"integrity{uuid.uuid4().hex[:8]}", controller=os.getpid())
+    )
     # What each run used of its model (filled when its run ends), by run id.
     usage: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def task(self, task_id: str) -> Task:
         return next(t for t in self.tasks if t.id == task_id)
 
-    def start(self, task_id: str = "c-demo", *, agent: str = "dummy", level: int = 2,
-              command: list[str] | None = None, limits: dict[str, str] | None = None, timeout: float = 3600,
-              egress: str = "restricted", hold: bool = True, model: str = "none",
-              models: ModelLink | None = None, env: dict[str, str] | None = None,
-              grading_timeout: float = 3600, backend: DockerBackend | None = None,
-              image: str | None = None) -> HeldRun:
+    def start(
+        self,
+        task_id: str = "c-demo",
+        *,
+        agent: str = "dummy",
+        level: int = 2,
+        command: list[str] | None = None,
+        limits: dict[str, str] | None = None,
+        timeout: float = 3600,
+        egress: str = "restricted",
+        hold: bool = True,
+        model: str = "none",
+        models: ModelLink | None = None,
+        env: dict[str, str] | None = None,
+        grading_timeout: float = 3600,
+        backend: DockerBackend | None = None,
+        image: str | None = None,
+    ) -> HeldRun:
         """A run of `task_id`, held in its agent phase unless `hold` is false; `image` stands for the agent's."""
         task = self.task(task_id)
-        config = RunConfig(task=task, agent=load_agent(self.settings.agents_dir, agent), difficulty=level, model=model,
-                           timeout=timeout, egress=egress, limits=limits_for(self.settings, task, limits),
-                           grading_timeout=grading_timeout, mode=self.mode)
+        config = RunConfig(
+            task=task,
+            agent=load_agent(self.settings.agents_dir, agent),
+            difficulty=level,
+            model=model,
+            timeout=timeout,
+            egress=egress,
+            limits=limits_for(self.settings, task, limits),
+            grading_timeout=grading_timeout,
+            mode=self.mode,
+        )
         run_id = new_run_id(level, config.mode)
         run_dir = make_run_dir(self.tmp / "results", task.id, config.model, agent, run_id)
         names = image_names(self.settings, task, agent, config.mode)
         own = ExitStack()
         self.stack.callback(own.close)
         backend = backend or DockerBackend()
-        live = own.enter_context(running(config, backend, self.session, run_id, image or names["agent"], models=models,
-                                         usage=self.usage.setdefault(run_id, {}), env=env, task_image=names["tool"],
-                                         command=command if command is not None else SLEEP,
-                                         runtime=backend.runtime_volume(self.settings, names["runtime"])))
+        live = own.enter_context(
+            running(
+                config,
+                backend,
+                self.session,
+                run_id,
+                image or names["agent"],
+                models=models,
+                usage=self.usage.setdefault(run_id, {}),
+                env=env,
+                task_image=names["tool"],
+                command=command if command is not None else SLEEP,
+                runtime=backend.runtime_volume(self.settings, names["runtime"]),
+            )
+        )
         held = HeldRun(live=live, config=config, run_dir=run_dir, level=level, source=task.config.source, stack=own)
         if hold:
             wait_for_agent_phase(client().containers.get(live.handle.id))
@@ -213,6 +249,8 @@ def launching(settings: Settings, tasks: list[Task], tmp: Path, mode: str = "san
 def leftovers(label: str) -> list[str]:
     """Containers, networks and volumes that carry `label` (e.g. ssebench.run=<id>)."""
     label_filter = {"label": label}
-    return ([c["Names"][0] for c in list_containers(label_filter)]
-            + [n.name for n in client().networks.list(filters=label_filter)]
-            + [v["Name"] for v in list_volumes(label_filter)])
+    return (
+        [c["Names"][0] for c in list_containers(label_filter)]
+        + [n.name for n in client().networks.list(filters=label_filter)]
+        + [v["Name"] for v in list_volumes(label_filter)]
+    )

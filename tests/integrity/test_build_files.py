@@ -140,8 +140,9 @@ def unprotected_launcher(settings: Settings, unprotected: list[Task], tmp_path: 
 
 
 @pytest.mark.parametrize("task_id", sorted(ATTACKS))
-def test_the_same_attack_passes_where_the_task_lifts_the_protection(unprotected_launcher: Launcher,
-                                                                    task_id: str) -> None:
+def test_the_same_attack_passes_where_the_task_lifts_the_protection(
+    unprotected_launcher: Launcher, task_id: str
+) -> None:
     script, _ = ATTACKS[task_id]
     run = unprotected_launcher.start(task_id, level=2)
     run.sh("1000", script)
@@ -155,7 +156,10 @@ def test_a_crash_report_fails_the_poc_whatever_the_exit_status(unprotected_launc
     """The PoC's verdict is the sanitizer's report as well as the run script's exit status: the same wrapper,
     where nothing protects the Makefile, but letting the report through, still reproduces."""
     run = unprotected_launcher.start("c-demo", level=2)
-    run.sh("1000", C_MAKEFILE + "sed -i 's#^SILENCE ?= 2>/dev/null$#SILENCE ?=#' Makefile && grep -qx 'SILENCE ?=' Makefile\n")
+    run.sh(
+        "1000",
+        C_MAKEFILE + "sed -i 's#^SILENCE ?= 2>/dev/null$#SILENCE ?=#' Makefile && grep -qx 'SILENCE ?=' Makefile\n",
+    )
     result = run.finish()
     grade = result["patch_result"]
     assert grade["status"] == "failed" and grade["pov_passed"] == 0, grade

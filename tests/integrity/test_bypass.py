@@ -121,8 +121,14 @@ def test_admin_socket_cannot_be_reached_nor_sockets_moved(run: Any, where: str) 
     assert len(out) == (8 if run.mode == "sandbox" else 11), out
 
 
-SECRETS = ["/ssebench/diffs/patch.diff", "/ssebench/diffs/test.diff", "/ssebench/pocs/long_value.tlv",
-           "/ssebench/config.yaml", "/ssebench/scripts/run.sh", f"{REPO}/tlv.c"]
+SECRETS = [
+    "/ssebench/diffs/patch.diff",
+    "/ssebench/diffs/test.diff",
+    "/ssebench/pocs/long_value.tlv",
+    "/ssebench/config.yaml",
+    "/ssebench/scripts/run.sh",
+    f"{REPO}/tlv.c",
+]
 
 
 def test_hidden_material_cannot_be_read_directly_or_through_the_bash_tool(run: Any) -> None:
@@ -131,11 +137,14 @@ def test_hidden_material_cannot_be_read_directly_or_through_the_bash_tool(run: A
     for path in SECRETS:
         code, out = sh(run, "1000", f"cat {path}")
         assert code != 0, (path, out)
-    out = as_model(run, f"""
+    out = as_model(
+        run,
+        f"""
     import json
     from sse.tools.bash import execute
     print(json.dumps([execute("cat " + p).code for p in {SECRETS!r}]))
-    """)
+    """,
+    )
     assert all(code != 0 for code in out)
 
 
@@ -159,23 +168,35 @@ def test_history_has_at_most_one_commit(run: Any) -> None:
 
 
 def test_bash_tool_still_works(run: Any) -> None:
-    out = as_model(run, "import json; from sse.tools.bash import execute; r = execute('id -un; pwd');"
-                        "print(json.dumps([r.code, r.stdout]))")
+    out = as_model(
+        run,
+        "import json; from sse.tools.bash import execute; r = execute('id -un; pwd');"
+        "print(json.dumps([r.code, r.stdout]))",
+    )
     assert out == [0, "model\n/src/tlvkit\n"]
 
 
 def test_nothing_the_runner_writes_can_reach_model(run: Any) -> None:
     """Code run by a check (as sse-runner, where the task is) finds no directory it can write and model can
     enter, there or (sidecar mode) through the volumes where the agent runs."""
-    writable = run.sh("root", "runuser -u sse-runner -- find / /dev/shm -xdev -type d -writable 2>/dev/null; "
-                              "runuser -u sse-runner -- find /src /run/ssebench /tmp/sse-archive -type d -writable "
-                              "2>/dev/null; true", task=True)
+    writable = run.sh(
+        "root",
+        "runuser -u sse-runner -- find / /dev/shm -xdev -type d -writable 2>/dev/null; "
+        "runuser -u sse-runner -- find /src /run/ssebench /tmp/sse-archive -type d -writable "
+        "2>/dev/null; true",
+        task=True,
+    )
     # The positive control: the same probe finds what model may write (its tree).
-    assert run.source in run.sh("root", f"runuser -u model -- find {run.source} -maxdepth 0 -type d -writable",
-                                task=True)
-    channels = [d for d in writable.split() for task in (True, False)
-                if run.status("root", f"runuser -u model -- test -x '{d}'", task=task) == 0
-                and run.status("root", f"test -d '{d}'", task=task) == 0]
+    assert run.source in run.sh(
+        "root", f"runuser -u model -- find {run.source} -maxdepth 0 -type d -writable", task=True
+    )
+    channels = [
+        d
+        for d in writable.split()
+        for task in (True, False)
+        if run.status("root", f"runuser -u model -- test -x '{d}'", task=task) == 0
+        and run.status("root", f"test -d '{d}'", task=task) == 0
+    ]
     assert channels == []
 
 
@@ -185,9 +206,17 @@ def test_the_agent_container_holds_nothing_of_the_task(run: Any) -> None:
     if run.mode != "sidecar":
         pytest.skip("sandbox mode: the agent shares the task's container (the other tests cover it)")
     # The case image's own files: what it added to the base (its tree's original, the build it made).
-    case_only = ["/ssebench", "/ssebench/config.yaml", "/ssebench/diffs/patch.diff", "/ssebench/pocs/long_value.tlv",
-                 "/var/lib/ssebench-capture", "/var/lib/ssebench-runner", REPO, f"{REPO}/tlv.c"]
-    probe = "for p in " + " ".join(case_only) + "; do [ -e \"$p\" ] || [ -L \"$p\" ] && echo \"$p\"; done; true"
+    case_only = [
+        "/ssebench",
+        "/ssebench/config.yaml",
+        "/ssebench/diffs/patch.diff",
+        "/ssebench/pocs/long_value.tlv",
+        "/var/lib/ssebench-capture",
+        "/var/lib/ssebench-runner",
+        REPO,
+        f"{REPO}/tlv.c",
+    ]
+    probe = "for p in " + " ".join(case_only) + '; do [ -e "$p" ] || [ -L "$p" ] && echo "$p"; done; true'
     for user in ("1000", "root"):
         assert run.sh(user, probe).split() == [], user
     assert run.sh("root", probe, task=True).split() == case_only

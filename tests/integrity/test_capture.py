@@ -92,8 +92,11 @@ def test_planted_git_configuration_runs_nothing_and_capture_is_out_of_reach(laun
     assert run.sh("1000", ATTACK_BASE, task=True).strip() == ""  # capture is where the task is
     owned = run.sh("root", "find /var/lib/ssebench-capture -not -user root | head", task=True)
     assert owned.strip() == "", f"capture files not root's:\n{owned}"
-    diff, files = run.py("1000", "import json; from sse.daemon import _default as d;"
-                                 "print(json.dumps([d().get('/diff')['diff'], d().get('/files')['files']]))")
+    diff, files = run.py(
+        "1000",
+        "import json; from sse.daemon import _default as d;"
+        "print(json.dumps([d().get('/diff')['diff'], d().get('/files')['files']]))",
+    )
     assert "changed by the agent" in diff
     assert {".gitattributes", "tlv.c"} <= {f["path"] for f in files}
     assert _markers(run.sh("root", f"ls {MARKER_DIR}").split()) == []

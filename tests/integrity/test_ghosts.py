@@ -89,7 +89,9 @@ def test_ghost_processes_are_killed(launcher: Launcher, level: int) -> None:
         # The agent's code starts a ghost as sse-runner in the unit tests' program; the check must not leave it
         # behind. The control: it started (its thread left its mark in the check's home).
         run.sh("1000", RUNNER_GHOST)
-        assert run.py("1000", "import json; from sse import project; print(json.dumps(project.function_test().code))") == 0
+        assert (
+            run.py("1000", "import json; from sse import project; print(json.dumps(project.function_test().code))") == 0
+        )
         assert run.sh("root", "ls /var/lib/ssebench-runner/session-*/home/ghost-started", task=True).strip()
         assert _threads(run, runner, task=True) == 0, "a process of a check outlived it"
         run.sh("1000", "git checkout -q tlv.c")
@@ -106,11 +108,18 @@ def test_ghost_processes_are_killed(launcher: Launcher, level: int) -> None:
     run.sh("1000", "ipcmk -M 4096 -p 0666 && ipcmk -Q -p 0666 && ipcmk -S 1 -p 0666", task=True)
     assert run.sh("root", "awk 'NR>1 && $8==1000' /proc/sysvipc/shm | wc -l", task=True).strip() == "1"
     # (Bounded: a ghost holding the shell's pipes once made the end of the phase wait for ever.)
-    run.sh("root", "timeout 60 /opt/ssebench/venv/bin/python -I -c \"from sse.daemon import Daemon; "
-                   "Daemon('/run/ssebench/admin.sock').post('/admin/agent_exited', {})\"", task=True)
+    run.sh(
+        "root",
+        'timeout 60 /opt/ssebench/venv/bin/python -I -c "from sse.daemon import Daemon; '
+        "Daemon('/run/ssebench/admin.sock').post('/admin/agent_exited', {})\"",
+        task=True,
+    )
     assert _threads(run, 1000, task=True) == 0, "a process of the agent outlived the agent phase"
-    left = run.sh("root", "cat /proc/sysvipc/shm /proc/sysvipc/msg /proc/sysvipc/sem | awk 'NR>1' | grep -c ' 1000 ' "
-                          "|| true", task=True).strip()
+    left = run.sh(
+        "root",
+        "cat /proc/sysvipc/shm /proc/sysvipc/msg /proc/sysvipc/sem | awk 'NR>1' | grep -c ' 1000 ' || true",
+        task=True,
+    ).strip()
     assert left == "0", "IPC objects of the agent outlived the agent phase"
     if sidecar:
         # The agent's own container: its ghost lives until the agent exits (here, until the phase was ended

@@ -75,9 +75,12 @@ def test_a_repository_the_checks_plant_does_not_configure_the_hidden_tests(launc
     run.sh("1000", f"echo {fix} | base64 -d | git apply -p1 && echo {plant} | base64 -d > /tmp/plant.sh")
     run.sh("1000", in_the_checks(PLANT_REPOSITORY))
     # The positive control: where the plant stands, `git apply` runs its filter and fails.
-    control = run.sh("1000", "mkdir /tmp/control && cd /tmp/control && sh /tmp/plant.sh && echo a > f && "
-                             "printf -- '--- a/f\\n+++ b/f\\n@@ -1 +1 @@\\n-a\\n+b\\n' > p.diff && "
-                             "git apply -p1 p.diff 2>&1; echo \"apply exit $?\"; rm -rf /tmp/control")
+    control = run.sh(
+        "1000",
+        "mkdir /tmp/control && cd /tmp/control && sh /tmp/plant.sh && echo a > f && "
+        "printf -- '--- a/f\\n+++ b/f\\n@@ -1 +1 @@\\n-a\\n+b\\n' > p.diff && "
+        'git apply -p1 p.diff 2>&1; echo "apply exit $?"; rm -rf /tmp/control',
+    )
     assert "apply exit 0" not in control and "filter" in control, control
     result = run.finish()
     grade = result["patch_result"]
@@ -116,9 +119,12 @@ def test_a_tree_too_deep_for_recursion_left_by_the_checks_leaves_the_failure_a_f
     run = launcher.start(level=2)
     run.sh("1000", DEEP_IN_THE_CHECKS + "grep -q leave_a_deep_tree tlv.c")
     # The positive control: the programs do leave the tree, 1,100 levels deep, where they run.
-    depth = run.sh("1000", "make -s tlvdump >/dev/null 2>&1 && ./tlvdump /dev/null; "
-                           "find deep -type d | awk -F/ '{print NF}' | sort -n | tail -1; rm -rf deep *.o *.a tlvdump",
-                   check=False)
+    depth = run.sh(
+        "1000",
+        "make -s tlvdump >/dev/null 2>&1 && ./tlvdump /dev/null; "
+        "find deep -type d | awk -F/ '{print NF}' | sort -n | tail -1; rm -rf deep *.o *.a tlvdump",
+        check=False,
+    )
     assert depth.split()[-1] == "1100", depth
     result = run.finish()
     grade = result["patch_result"]
@@ -161,6 +167,7 @@ def test_an_archive_too_deep_and_too_many_is_pruned_and_comes_home_capped(launch
     assert any(d["reason"].startswith("deeper than") for d in pruned["dropped"]), pruned["dropped"][:5]
     came = run.summary["files"]["archive"]
     assert came["files"] <= 5000 and (run.run_dir / "archive" / "dialog.jsonl").is_file(), came
-    depth = max((len(p.relative_to(run.run_dir / "archive").parts) for p in (run.run_dir / "archive").rglob("*")),
-                default=0)
+    depth = max(
+        (len(p.relative_to(run.run_dir / "archive").parts) for p in (run.run_dir / "archive").rglob("*")), default=0
+    )
     assert depth <= 65, depth

@@ -52,16 +52,24 @@ def _special(root: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("level", LEVELS, ids=lambda level: f"d{level}")
-def test_archive_keeps_regular_files_only(settings: Settings, integrity_images: list[Task], tmp_path: Path,
-                                          level: int, mode: str) -> None:
+def test_archive_keeps_regular_files_only(
+    settings: Settings, integrity_images: list[Task], tmp_path: Path, level: int, mode: str
+) -> None:
     task = next(t for t in integrity_images if t.id == "c-demo")
     # A file-size limit above the sparse file's size, so that it exists to be dropped.
-    config = RunConfig(task=task, agent=load_agent(settings.agents_dir, "dummy"), difficulty=level, timeout=300,
-                       limits=limits_for(settings, task, {"file_size": "6g"}), mode=mode)
+    config = RunConfig(
+        task=task,
+        agent=load_agent(settings.agents_dir, "dummy"),
+        difficulty=level,
+        timeout=300,
+        limits=limits_for(settings, task, {"file_size": "6g"}),
+        mode=mode,
+    )
     session = Session.new()
     try:
-        record = execute(config, settings, DockerBackend(), session, tmp_path, build=False,
-                         command=["bash", "-c", HOSTILE])
+        record = execute(
+            config, settings, DockerBackend(), session, tmp_path, build=False, command=["bash", "-c", HOSTILE]
+        )
         assert leftovers(f"ssebench.run={record.run_id}") == []
     finally:
         reap_session(session.id)

@@ -21,8 +21,10 @@ pytestmark = [pytest.mark.docker, pytest.mark.integrity, pytest.mark.slow]
 # the runtime's variables in its environment.
 LOOK = "ls -l /proc/self/fd | awk 'NR > 1 {print $9, $11}'; env | grep -E '^SSE_(LISTEN_FDS|READY_FD|ADMIN_SOCKET)=' || true"
 # The agent's code prints the same from inside a check, as sse-runner (in_the_checks: its unit tests' program).
-CHECK_LOOK = ("echo INHERITED-FDS $(ls -l /proc/self/fd | awk 'NR > 1 {printf \"%s=%s;\", $9, $11}'); "
-              "echo INHERITED-ENV $(env | grep -E '^SSE_(LISTEN_FDS|READY_FD|ADMIN_SOCKET)=' | tr '\\n' ';')")
+CHECK_LOOK = (
+    "echo INHERITED-FDS $(ls -l /proc/self/fd | awk 'NR > 1 {printf \"%s=%s;\", $9, $11}'); "
+    "echo INHERITED-ENV $(env | grep -E '^SSE_(LISTEN_FDS|READY_FD|ADMIN_SOCKET)=' | tr '\\n' ';')"
+)
 
 
 def _beyond_stdio(listing: str) -> list[str]:
@@ -39,18 +41,24 @@ def test_the_agent_its_shell_and_the_checks_inherit_no_descriptor_or_variable_of
     run = launcher.start(level=2)
     # The agent's own command (the held `sleep`, started by the entrypoint), seen by its own user (root
     # here has no CAP_SYS_PTRACE to read another user's descriptors).
-    agent = run.sh("1000", "pid=$(pgrep -u model -x sleep | head -1); ls -l /proc/$pid/fd | awk 'NR > 1 {print $9, $11}';"
-                           " tr '\\0' '\\n' < /proc/$pid/environ | grep -E '^SSE_(LISTEN_FDS|READY_FD|ADMIN_SOCKET)=' || true")
+    agent = run.sh(
+        "1000",
+        "pid=$(pgrep -u model -x sleep | head -1); ls -l /proc/$pid/fd | awk 'NR > 1 {print $9, $11}';"
+        " tr '\\0' '\\n' < /proc/$pid/environ | grep -E '^SSE_(LISTEN_FDS|READY_FD|ADMIN_SOCKET)=' || true",
+    )
     assert "0 /dev/null" in agent  # the control: the listing is read right
     assert _beyond_stdio(agent) == [] and "SSE_" not in agent, agent
     # The bash tool's shell (the daemon's child, as model): what its command inherits.
-    shell = run.py("1000", f"import json; from sse.tools.bash import execute; print(json.dumps(execute({LOOK!r}).stdout))")
+    shell = run.py(
+        "1000", f"import json; from sse.tools.bash import execute; print(json.dumps(execute({LOOK!r}).stdout))"
+    )
     assert any(line.startswith("0 ") for line in shell.splitlines()), shell
     assert _beyond_stdio(shell) == [] and "SSE_" not in shell, shell
     # A check's script (the daemon's child, as sse-runner), through the agent's code in the unit tests' program.
     run.sh("1000", in_the_checks(CHECK_LOOK))
-    built = run.py("1000", "import json; from sse.tools import bencher; r = bencher.function_test(); "
-                           "print(json.dumps(r.stdout))")
+    built = run.py(
+        "1000", "import json; from sse.tools import bencher; r = bencher.function_test(); print(json.dumps(r.stdout))"
+    )
     [fds] = [line for line in built.splitlines() if line.startswith("INHERITED-FDS")]
     [env] = [line for line in built.splitlines() if line.startswith("INHERITED-ENV")]
     listed = [entry.replace("=", " ", 1) for entry in fds.split(" ", 1)[1].split(";") if entry]

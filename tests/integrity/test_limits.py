@@ -52,15 +52,21 @@ def test_run_container_is_confined_and_the_agent_gains_nothing(launcher: Launche
         assert "NoNewPrivs:\t1" in status
     # The agent's processes (its command, and the shell of its bash tool): no capability, no way up, the
     # file-size limit, first to go when memory runs out.
-    agent = run.sh("root", "pid=$(pgrep -u model -x sleep); grep -E '^(CapEff|CapPrm|NoNewPrivs)' /proc/$pid/status; "
-                           "cat /proc/$pid/oom_score_adj; grep 'Max file size' /proc/$pid/limits")
+    agent = run.sh(
+        "root",
+        "pid=$(pgrep -u model -x sleep); grep -E '^(CapEff|CapPrm|NoNewPrivs)' /proc/$pid/status; "
+        "cat /proc/$pid/oom_score_adj; grep 'Max file size' /proc/$pid/limits",
+    )
     assert "CapEff:\t0000000000000000" in agent and "CapPrm:\t0000000000000000" in agent
     assert "NoNewPrivs:\t1" in agent and f"Max file size             {64 << 20}" in agent, agent
     assert agent.splitlines()[3] == "1000", agent
-    shell = run.py("1000", "import json; from sse.tools.bash import execute as x;"
-                           "print(json.dumps([x('cat /proc/self/oom_score_adj; ulimit -f').stdout,"
-                           " x('head -c 70m /dev/zero > /tmp/big').code, x('su -c true root </dev/null').code,"
-                           " x('find / -xdev -perm /6000 -type f 2>/dev/null | wc -l').stdout]))")
+    shell = run.py(
+        "1000",
+        "import json; from sse.tools.bash import execute as x;"
+        "print(json.dumps([x('cat /proc/self/oom_score_adj; ulimit -f').stdout,"
+        " x('head -c 70m /dev/zero > /tmp/big').code, x('su -c true root </dev/null').code,"
+        " x('find / -xdev -perm /6000 -type f 2>/dev/null | wc -l').stdout]))",
+    )
     assert shell[0].split() == ["1000", str((64 << 20) // 1024)], shell
     assert shell[1] != 0 and shell[2] != 0, shell  # over the file-size limit; no way to root
     assert shell[3].strip() == "0", shell  # no setuid or setgid program left
@@ -70,8 +76,10 @@ def test_run_container_is_confined_and_the_agent_gains_nothing(launcher: Launche
 HOG = "import time\nchunks = []\nwhile True:\n    chunks.append(bytearray(64 << 20))\n"
 # The change over the patch limit first: how much of the 10 GB a loaded machine
 # writes before the agent's time limit must not decide what the record says.
-FILL = ("head -c 200m /dev/urandom > big.bin; "
-        "for i in $(seq 1 10); do head -c 1G /dev/zero > /tmp/fill-$i || break; done; df -h / >&2")
+FILL = (
+    "head -c 200m /dev/urandom > big.bin; "
+    "for i in $(seq 1 10); do head -c 1G /dev/zero > /tmp/fill-$i || break; done; df -h / >&2"
+)
 ATTACKS = {
     # name: (level, agent command, limits, what the record must say)
     "fork-bomb": (0, ["bash", "-c", "bomb() { bomb | bomb & }; bomb; sleep 20"], {"pids": "256"}, "pids"),
@@ -91,17 +99,33 @@ def _engine_bytes() -> int:
     return int(done.stdout.split()[0])
 
 
-def _execute(settings: Settings, task: Task, agent: str, level: int, results: Path, session: Session,
-             command: list[str] | None = None, limits: dict[str, str] | None = None,
-             mode: str = "sandbox") -> RunRecord:
-    config = RunConfig(task=task, agent=load_agent(settings.agents_dir, agent), difficulty=level, timeout=180,
-                       grading_timeout=600, limits=limits_for(settings, task, limits), mode=mode)
+def _execute(
+    settings: Settings,
+    task: Task,
+    agent: str,
+    level: int,
+    results: Path,
+    session: Session,
+    command: list[str] | None = None,
+    limits: dict[str, str] | None = None,
+    mode: str = "sandbox",
+) -> RunRecord:
+    config = RunConfig(
+        task=task,
+        agent=load_agent(settings.agents_dir, agent),
+        difficulty=level,
+        timeout=180,
+        grading_timeout=600,
+        limits=limits_for(settings, task, limits),
+        mode=mode,
+    )
     return execute(config, settings, DockerBackend(), session, results, build=False, command=command)
 
 
 @pytest.mark.parametrize("attack", list(ATTACKS))
-def test_an_attack_on_resources_ends_graded_and_spares_its_neighbour(settings: Settings, integrity_images: list[Task],
-                                                                     tmp_path: Path, attack: str, mode: str) -> None:
+def test_an_attack_on_resources_ends_graded_and_spares_its_neighbour(
+    settings: Settings, integrity_images: list[Task], tmp_path: Path, attack: str, mode: str
+) -> None:
     level, command, limits, said = ATTACKS[attack]
     tasks = {t.id: t for t in integrity_images}
     # One attack at a time on the engine, whichever xdist worker runs it: the disk check below weighs the
@@ -114,8 +138,17 @@ def test_an_attack_on_resources_ends_graded_and_spares_its_neighbour(settings: S
         lock.close()
 
 
-def _attack(settings: Settings, tasks: dict[str, Task], tmp_path: Path, attack: str, mode: str, level: int,
-            command: list[str], limits: dict[str, str], said: str) -> None:
+def _attack(
+    settings: Settings,
+    tasks: dict[str, Task],
+    tmp_path: Path,
+    attack: str,
+    mode: str,
+    level: int,
+    command: list[str],
+    limits: dict[str, str],
+    said: str,
+) -> None:
     session = Session.new()
     held_before = _engine_bytes()
     neighbour: dict[str, Any] = {}
@@ -141,8 +174,10 @@ def _attack(settings: Settings, tasks: dict[str, Task], tmp_path: Path, attack: 
     assert record.grade in ("passed", "failed"), text
     named = " ".join(record.limits_hit) if said != "patch limit" else str(record.patch_result.error_log)
     assert said in named, f"the record does not name the limit ({said}): {text}"
-    print(f"{attack}: grade {record.grade}, limits hit {record.limits_hit}, "
-          f"{record.patch_result.error_msg}: {str(record.patch_result.error_log)[:200]}")
+    print(
+        f"{attack}: grade {record.grade}, limits hit {record.limits_hit}, "
+        f"{record.patch_result.error_msg}: {str(record.patch_result.error_log)[:200]}"
+    )
     summary = json.loads((record.run_dir / "summary.json").read_text())
     assert summary["config"]["limits"]["pids"] == record.config.limits.pids
     assert summary["network"] and summary["network"].startswith("ssebench-")
@@ -174,7 +209,8 @@ time.sleep(2)
 
 
 def test_an_agent_that_takes_every_pid_from_its_first_instant_is_graded(
-        settings: Settings, integrity_images: list[Task], tmp_path: Path, mode: str) -> None:
+    settings: Settings, integrity_images: list[Task], tmp_path: Path, mode: str
+) -> None:
     """Nothing the harness needs to grade may depend on a fork, a thread or a process of its own that the
     agent could starve while it runs: an agent that holds every pid from the moment it starts (the
     daemon's start-up still forking beside it, if it could) is graded on its patch, never an ungraded
@@ -182,8 +218,16 @@ def test_an_agent_that_takes_every_pid_from_its_first_instant_is_graded(
     tasks = {t.id: t for t in integrity_images}
     session = Session.new()
     try:
-        record = _execute(settings, tasks["c-demo"], "dummy", 2, tmp_path, session,
-                          ["/opt/ssebench/venv/bin/python", "-I", "-c", HOLD_PIDS], mode=mode)
+        record = _execute(
+            settings,
+            tasks["c-demo"],
+            "dummy",
+            2,
+            tmp_path,
+            session,
+            ["/opt/ssebench/venv/bin/python", "-I", "-c", HOLD_PIDS],
+            mode=mode,
+        )
     finally:
         reap_session(session.id)
     text = f"{record.infra_error} {record.limits_hit} {record.patch_result}"
@@ -216,14 +260,24 @@ time.sleep(25)
 
 
 def test_an_agent_that_spreads_its_memory_and_unmarks_itself_is_graded(
-        settings: Settings, integrity_images: list[Task], tmp_path: Path, mode: str) -> None:
+    settings: Settings, integrity_images: list[Task], tmp_path: Path, mode: str
+) -> None:
     """Whatever the OOM killer ends once the agent took the run's memory, a run whose grade could not be
     completed is the agent's failure, named as the memory limit, never an ungraded error."""
     tasks = {t.id: t for t in integrity_images}
     session = Session.new()
     try:
-        record = _execute(settings, tasks["c-demo"], "dummy", 2, tmp_path, session,
-                          ["/opt/ssebench/venv/bin/python", "-I", "-c", HOG_SPREAD], {"memory": "768m"}, mode=mode)
+        record = _execute(
+            settings,
+            tasks["c-demo"],
+            "dummy",
+            2,
+            tmp_path,
+            session,
+            ["/opt/ssebench/venv/bin/python", "-I", "-c", HOG_SPREAD],
+            {"memory": "768m"},
+            mode=mode,
+        )
     finally:
         reap_session(session.id)
     text = f"{record.infra_error} {record.limits_hit} {record.patch_result}"
@@ -260,16 +314,25 @@ time.sleep(40)
 """
 
 
-def test_memory_filled_where_the_task_is_leaves_the_run_graded(settings: Settings, integrity_images: list[Task],
-                                                               tmp_path: Path, mode: str) -> None:
+def test_memory_filled_where_the_task_is_leaves_the_run_graded(
+    settings: Settings, integrity_images: list[Task], tmp_path: Path, mode: str
+) -> None:
     """Before, in sidecar mode, the task container died of it and the host made the run an ungraded error
     (found by review); sandbox mode graded it failed ("Memory limit") already."""
     tasks = {t.id: t for t in integrity_images}
     session = Session.new()
     try:
-        record = _execute(settings, tasks["c-demo"], "dummy", 2, tmp_path, session,
-                          ["/opt/ssebench/venv/bin/python", "-I", "-c", AGENT_HOGS_THROUGH_ITS_SHELL],
-                          {"memory": "512m"}, mode=mode)
+        record = _execute(
+            settings,
+            tasks["c-demo"],
+            "dummy",
+            2,
+            tmp_path,
+            session,
+            ["/opt/ssebench/venv/bin/python", "-I", "-c", AGENT_HOGS_THROUGH_ITS_SHELL],
+            {"memory": "512m"},
+            mode=mode,
+        )
     finally:
         reap_session(session.id)
     text = f"{record.infra_error} {record.limits_hit} {record.patch_result}"

@@ -58,9 +58,11 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayClient]
 
 def _gateway(tmp_path_factory: pytest.TempPathFactory, port: int) -> Iterator[GatewayClient]:
     models = tmp_path_factory.mktemp("models")
-    (models / "remote.yaml").write_text(f"name: remote\nbase_url: http://127.0.0.1:{port}/v1\n"
-                                        "upstream_model: remote-upstream\napi_key_env: UPSTREAM_KEY\n"
-                                        "price: {input: 1, output: 2}\n")
+    (models / "remote.yaml").write_text(
+        f"name: remote\nbase_url: http://127.0.0.1:{port}/v1\n"
+        "upstream_model: remote-upstream\napi_key_env: UPSTREAM_KEY\n"
+        "price: {input: 1, output: 2}\n"
+    )
     (models / "scripted-fix.yaml").write_text("name: scripted-fix\nscript: scripted/fix.yaml\n")
     (models / "scripted").mkdir()
     (models / "scripted" / "fix.yaml").write_text(SCRIPT.read_text())
@@ -76,12 +78,18 @@ def _gateway(tmp_path_factory: pytest.TempPathFactory, port: int) -> Iterator[Ga
 
 
 @pytest.mark.parametrize("level", LEVELS, ids=lambda level: f"d{level}")
-def test_the_model_is_reachable_and_the_provider_key_is_not(fresh_launcher: Launcher, gateway: GatewayClient,
-                                                            level: int) -> None:
+def test_the_model_is_reachable_and_the_provider_key_is_not(
+    fresh_launcher: Launcher, gateway: GatewayClient, level: int
+) -> None:
     run = fresh_launcher.start(level=level, model="remote", models=GatewayLink(gateway))
-    env = json.loads(run.sh("root", "cat /proc/1/environ | tr '\\0' '\\n' | grep '^SSE_' | "
-                                    "python3 -c 'import json,sys; print(json.dumps(dict(l.strip().split(\"=\",1) "
-                                    "for l in sys.stdin)))'"))
+    env = json.loads(
+        run.sh(
+            "root",
+            "cat /proc/1/environ | tr '\\0' '\\n' | grep '^SSE_' | "
+            'python3 -c \'import json,sys; print(json.dumps(dict(l.strip().split("=",1) '
+            "for l in sys.stdin)))'",
+        )
+    )
     assert env["SSE_BASE_URL"].startswith(f"http://{run.live.network.gateway}:")
     assert env["SSE_MODEL_NAME"] == "remote" and env["SSE_API_KEY"]
     out = run.py("1000", CALL, env={k: env[k] for k in ("SSE_BASE_URL", "SSE_API_KEY", "SSE_MODEL_NAME")})
@@ -90,13 +98,19 @@ def test_the_model_is_reachable_and_the_provider_key_is_not(fresh_launcher: Laun
     assert out["internet"] != "connected" and out["mirror"] != "connected", out
     # The provider key: in no environment, no file of the container.
     for task in (False, True):  # sidecar mode: in neither container
-        found = run.sh("root", f"cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | grep -c {SECRET} || true; "
-                               f"grep -rl --exclude-dir=proc --exclude-dir=sys -e {SECRET} / 2>/dev/null | head -3; true",
-                       task=task)
+        found = run.sh(
+            "root",
+            f"cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | grep -c {SECRET} || true; "
+            f"grep -rl --exclude-dir=proc --exclude-dir=sys -e {SECRET} / 2>/dev/null | head -3; true",
+            task=task,
+        )
         assert found.split() == ["0"], found
     if run.mode == "sidecar":  # and the task container gets no model access at all
-        task_env = run.sh("root", "cat /proc/1/environ | tr '\\0' '\\n' | grep -c -e '^SSE_API_KEY=' -e "
-                                  "'^SSE_BASE_URL=' || true", task=True)
+        task_env = run.sh(
+            "root",
+            "cat /proc/1/environ | tr '\\0' '\\n' | grep -c -e '^SSE_API_KEY=' -e '^SSE_BASE_URL=' || true",
+            task=True,
+        )
         assert task_env.strip() == "0", task_env
     key = env["SSE_API_KEY"]
     run.close()  # the run ends: its key goes with it

@@ -81,20 +81,26 @@ def host_service(request: pytest.FixtureRequest) -> Iterator[Any]:
 
 @pytest.mark.parametrize("level", LEVELS, ids=lambda level: f"d{level}")
 def test_a_run_cannot_reach_another_run(fresh_launcher: Launcher, host_service: Any, level: int) -> None:
-    answer = fresh_launcher.start(agent="reference", level=level,
-                                  command=["bash", "-c", "git apply /reference/patch.diff && sleep 3600"])
+    answer = fresh_launcher.start(
+        agent="reference", level=level, command=["bash", "-c", "git apply /reference/patch.diff && sleep 3600"]
+    )
     attacker = fresh_launcher.start(level=level)
     a, b, a_agent = address(answer), address(attacker), address(answer, agent=True)
     # What there is to steal: A's live diff holds the fix (read inside A).
-    assert "TLV_VALUE_MAX" in answer.py("1000", "import json; from sse.daemon import _default as d;"
-                                                 "print(json.dumps(d().get('/diff')['diff']))")
+    assert "TLV_VALUE_MAX" in answer.py(
+        "1000", "import json; from sse.daemon import _default as d;print(json.dumps(d().get('/diff')['diff']))"
+    )
     gateway = attacker.live.network.gateway
     assert gateway
     port = host_service(gateway)
     targets = {
-        "other-daemon": [a, 4263], "other-diff": [a, 4263, "/diff"], "other-mcp": [a_agent, 3000], "other-ssh": [a, 22],
+        "other-daemon": [a, 4263],
+        "other-diff": [a, 4263, "/diff"],
+        "other-mcp": [a_agent, 3000],
+        "other-ssh": [a, 22],
         "other-agent-ssh": [a_agent, 22],
-        "own-address": [b, 4263, "/version"], "own-diff-from-peer-address": [b, 4263, "/diff"],
+        "own-address": [b, 4263, "/version"],
+        "own-diff-from-peer-address": [b, 4263, "/diff"],
         "host-end-of-own-network": [gateway, port, "/"],
     }
     out = attacker.py("1000", PROBE, env={"TARGETS": json.dumps(targets)})
@@ -115,9 +121,12 @@ EGRESS = {"ip": ["1.1.1.1", 80], "mirror": ["deb.debian.org", 80]}
 def test_restricted_runs_reach_no_outside_host_and_open_ones_do(fresh_launcher: Launcher) -> None:
     restricted = fresh_launcher.start(level=2)
     blocked = restricted.py("1000", PROBE, env={"TARGETS": json.dumps(EGRESS)})
-    through_bash = restricted.py("1000", "import json; from sse.tools.bash import execute;"
-                                 "print(json.dumps(execute('timeout 5 bash -c \"exec 3<>/dev/tcp/deb.debian.org/80\""
-                                 " && echo reached || echo blocked').stdout))")
+    through_bash = restricted.py(
+        "1000",
+        "import json; from sse.tools.bash import execute;"
+        'print(json.dumps(execute(\'timeout 5 bash -c "exec 3<>/dev/tcp/deb.debian.org/80"'
+        " && echo reached || echo blocked').stdout))",
+    )
     assert blocked["ip"] != "connected" and blocked["mirror"] != "connected", blocked
     assert through_bash.strip() == "blocked"
     # Positive control: the same probe from a run with open egress reaches the mirror.

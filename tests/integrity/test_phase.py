@@ -61,25 +61,35 @@ def test_requests_that_waited_run_nothing_after_the_phase(launcher: Launcher, le
     until = int(time.time()) + 45
     run.sh("1000", in_the_checks(f"t=$(({until} - $(date +%s))); [ $t -gt 0 ] && sleep $t"))
     container = run.container
-    exec_id = container.client.api.exec_create(container.id, ["/opt/ssebench/venv/bin/python", "-I", "-c",
-                                                             QUEUE.replace("BENCH", str(bench)).replace(
-                                                                 "SOCKET", repr(run.agent_socket))], user="root")
+    exec_id = container.client.api.exec_create(
+        container.id,
+        [
+            "/opt/ssebench/venv/bin/python",
+            "-I",
+            "-c",
+            QUEUE.replace("BENCH", str(bench)).replace("SOCKET", repr(run.agent_socket)),
+        ],
+        user="root",
+    )
     container.client.api.exec_start(exec_id, detach=True)
     deadline = time.monotonic() + 60
     while run.status("root", "test -e /tmp/queued") != 0:
         assert time.monotonic() < deadline, "the requests were not sent"
         time.sleep(0.2)
     time.sleep(1)  # the busy ones run, the queued ones wait
-    run.sh("root", "/opt/ssebench/venv/bin/python -I -c \"from sse.daemon import Daemon; "
-                   "Daemon('/run/ssebench/admin.sock').post('/admin/agent_exited', {})\"", task=True)
+    run.sh(
+        "root",
+        '/opt/ssebench/venv/bin/python -I -c "from sse.daemon import Daemon; '
+        "Daemon('/run/ssebench/admin.sock').post('/admin/agent_exited', {})\"",
+        task=True,
+    )
     # (sse-runner's processes are grading's from now on: the check that was busy is judged by its time below.
     # So is the capture of the agent's change, which the daemon runs as the tree's owner once the agent is
     # gone: a model process whose parent is the daemon and whose program is capture's confined git.)
     # (Sidecar mode: where the task is; the agent's own container ends the agent's processes when it exits.)
     left = run.sh("root", "sleep 1; ps -o pid=,ppid=,args= -u model || true", task=True).strip().splitlines()
     daemons = set(run.sh("root", "pgrep -f 'ssebench[.]runtime[.]daemon' || true", task=True).split())
-    strays = [line for line in left if line.split()[1] not in daemons
-              or not CAPTURE_GIT.match(line.split(None, 2)[2])]
+    strays = [line for line in left if line.split()[1] not in daemons or not CAPTURE_GIT.match(line.split(None, 2)[2])]
     assert strays == [], "processes of the agent outlived the phase:\n" + "\n".join(strays)
     result = run.finish()
     assert result["patch_result"]["status"] in ("passed", "failed"), result

@@ -66,19 +66,37 @@ def test_modules_planted_at_every_name_are_never_imported(launcher: Launcher, le
     code, out = run.container.exec_run([PYTHON, "-I", "-c", NAMES], user="1000")
     assert code == 0, out
     names = json.loads(out.decode())
-    assert {"signal", "os", "json", "subprocess", "ssebench", "sse", "starlette", "uvicorn", "httpx", "yaml",
-            "pydantic", "mcp"} <= set(names)
+    assert {
+        "signal",
+        "os",
+        "json",
+        "subprocess",
+        "ssebench",
+        "sse",
+        "starlette",
+        "uvicorn",
+        "httpx",
+        "yaml",
+        "pydantic",
+        "mcp",
+    } <= set(names)
     # Sidecar mode: the agent may plant in both containers (root's only processes are in the task's; its
     # agent container's entrypoint imports before the agent starts).
-    for task in ([False, True] if run.mode == "sidecar" else [False]):
-        planted = run.py("1000", PLANT, env={"NAMES": json.dumps(names),
-                                             "WHERE": json.dumps([run.source, "/home/model", "/tmp"])}, task=task)
+    for task in [False, True] if run.mode == "sidecar" else [False]:
+        planted = run.py(
+            "1000",
+            PLANT,
+            env={"NAMES": json.dumps(names), "WHERE": json.dumps([run.source, "/home/model", "/tmp"])},
+            task=task,
+        )
         assert planted >= 3 * len(names) - 3
     # The daemon's workers start processes as other users while they are planted: a check where the
     # level allows one, and the bash tool.
     if level <= 3:
         assert run.py("1000", "import json; from sse import project; print(json.dumps(project.build().code))") == 0
-    assert run.py("1000", "import json; from sse.tools.bash import execute; print(json.dumps(execute('true').code))") == 0
+    assert (
+        run.py("1000", "import json; from sse.tools.bash import execute; print(json.dumps(execute('true').code))") == 0
+    )
     # The MCP server (root) starts when its first client connects: here, after the plants, and its tool
     # runs the checks the level allows.
     assert "check" in run.py("1000", MCP_TEST_PATCH)

@@ -24,8 +24,25 @@ pytestmark = [pytest.mark.docker, pytest.mark.integrity, pytest.mark.slow]
 
 # Names root has used (staging, copies, sessions) or a careless change might:
 # the hidden files' names, the scripts', the PoC's, capture's, the results'.
-NAMES = [".ssebench-stage", ".ssebench", "stage", "run.sh", "build.sh", "test.sh", "hidden.diff", "long_value.tlv",
-         "home", "tmp", "objects", "index", "base.git", "results", "archive", "final.patch", "result.json"]
+NAMES = [
+    ".ssebench-stage",
+    ".ssebench",
+    "stage",
+    "run.sh",
+    "build.sh",
+    "test.sh",
+    "hidden.diff",
+    "long_value.tlv",
+    "home",
+    "tmp",
+    "objects",
+    "index",
+    "base.git",
+    "results",
+    "archive",
+    "final.patch",
+    "result.json",
+]
 NAMES += [f"{kind}-{n}" for kind in ("build", "test", "intent", "stage", "session") for n in range(1, 13)]
 # And under names of code, which grading applies to its copies (the others it sets aside).
 NAMES += [f"{name}.c" for name in ("stage", "hidden.diff", "run.sh", "result.json", "graded", "change.diff")]
@@ -72,8 +89,12 @@ stat -c '%n %U %G %a' /ssebench /ssebench/diffs /ssebench/diffs/patch.diff /sseb
 echo trapped: $(find /tmp/sse-archive/trap -mindepth 1 -not -type d 2>/dev/null | wc -l)
 echo runner links beside copies: $(find /var/lib/ssebench-runner -mindepth 2 -maxdepth 2 -type l | wc -l)
 """.replace("{repo}", REPO)
-PROTECTED = {"ssebench": (0, 0o710), "ssebench/diffs": (0, 0o700), "ssebench/diffs/patch.diff": (0, 0o600),
-             REPO.lstrip("/"): (0, 0o700)}
+PROTECTED = {
+    "ssebench": (0, 0o710),
+    "ssebench/diffs": (0, 0o700),
+    "ssebench/diffs/patch.diff": (0, 0o600),
+    REPO.lstrip("/"): (0, 0o700),
+}
 
 
 def _state(run: HeldRun) -> str:

@@ -38,7 +38,7 @@ from tests.integrity.harness import Launcher, launching, leftovers
 
 pytestmark = [pytest.mark.docker, pytest.mark.integrity]
 
-MOUNT = f"awk '$5 == \"{RUNNER_DIR}\" {{ for (i = 6; $i != \"-\"; i++); print $(i + 1) }}' /proc/self/mountinfo"
+MOUNT = f'awk \'$5 == "{RUNNER_DIR}" {{ for (i = 6; $i != "-"; i++); print $(i + 1) }}\' /proc/self/mountinfo'
 
 
 def test_grading_builds_on_a_volume_of_the_runs_own_that_model_cannot_enter(launcher: Launcher) -> None:
@@ -99,9 +99,15 @@ class PlantingBackend(DockerBackend):
     def create_volume(self, name: str, *, labels: dict[str, str]) -> None:
         super().create_volume(name, labels=labels)
         if name.endswith("-runner"):
-            client().containers.run(self.image, ["-c", f"set -e; cd /area; {self.script}"], entrypoint="bash",
-                                    user="root", network_mode="none", remove=True,
-                                    volumes={name: {"bind": "/area", "mode": "rw"}})
+            client().containers.run(
+                self.image,
+                ["-c", f"set -e; cd /area; {self.script}"],
+                entrypoint="bash",
+                user="root",
+                network_mode="none",
+                remove=True,
+                volumes={name: {"bind": "/area", "mode": "rw"}},
+            )
 
 
 def _run_with(launcher: Launcher, settings: Settings, script: str) -> tuple[int, str, dict[str, Any] | None]:
@@ -122,8 +128,9 @@ def _run_with(launcher: Launcher, settings: Settings, script: str) -> tuple[int,
 
 
 @pytest.mark.parametrize("plant", PLANTS)
-def test_the_entrypoint_takes_the_runners_area_only_empty(fresh_launcher: Launcher, settings: Settings,
-                                                          plant: str) -> None:
+def test_the_entrypoint_takes_the_runners_area_only_empty(
+    fresh_launcher: Launcher, settings: Settings, plant: str
+) -> None:
     status, logs, result = _run_with(fresh_launcher, settings, PLANTS[plant])
     assert "refusing to start: the runner's area" in logs and "must be empty" in logs, logs[-3000:]
     assert "daemon ready" not in logs
@@ -132,8 +139,9 @@ def test_the_entrypoint_takes_the_runners_area_only_empty(fresh_launcher: Launch
         assert result is not None and result["patch_result"]["status"] == "error", result
 
 
-def test_an_empty_area_of_another_users_is_made_roots_and_the_run_grades(fresh_launcher: Launcher,
-                                                                          settings: Settings) -> None:
+def test_an_empty_area_of_another_users_is_made_roots_and_the_run_grades(
+    fresh_launcher: Launcher, settings: Settings
+) -> None:
     """The positive control of the test above: the same run, the area empty but uid 1000's and open to all."""
     status, logs, result = _run_with(fresh_launcher, settings, "chown 1000:1000 . && chmod 0777 .")
     assert "the runner's area is a volume (ext4)" in logs, logs[-3000:]
@@ -155,14 +163,18 @@ def _agent_image_after(settings: Settings, task: Task, plant: str) -> Iterator[s
     """c-demo's dummy agent image with `plant` run in it as root, as an agent's Dockerfile could: its name."""
     agent = image_names(settings, task, "dummy", "sandbox")["agent"]
     config = client().images.get(agent).attrs["Config"]
-    container = client().containers.run(agent, ["-c", f"set -e; {plant}"], entrypoint="bash", user="root",
-                                        network_mode="none", detach=True)
+    container = client().containers.run(
+        agent, ["-c", f"set -e; {plant}"], entrypoint="bash", user="root", network_mode="none", detach=True
+    )
     name = f"ssebench-test/planted-agent:{uuid.uuid4().hex[:12]}"
     try:
         assert container.wait(timeout=60)["StatusCode"] == 0, container.logs()
         repository, tag = name.split(":")
-        container.commit(repository=repository, tag=tag, changes=[
-            f"ENTRYPOINT {json.dumps(config['Entrypoint'])}", f"CMD {json.dumps(config['Cmd'])}"])
+        container.commit(
+            repository=repository,
+            tag=tag,
+            changes=[f"ENTRYPOINT {json.dumps(config['Entrypoint'])}", f"CMD {json.dumps(config['Cmd'])}"],
+        )
     finally:
         container.remove(force=True)
     try:
@@ -173,7 +185,8 @@ def _agent_image_after(settings: Settings, task: Task, plant: str) -> Iterator[s
 
 @pytest.mark.parametrize("plant", [None, *AGENT_PLANTS])
 def test_an_agent_image_that_links_the_area_or_the_tree_elsewhere_does_not_start(
-        settings: Settings, integrity_images: list[Task], tmp_path: Path, plant: str | None) -> None:
+    settings: Settings, integrity_images: list[Task], tmp_path: Path, plant: str | None
+) -> None:
     with launching(settings, integrity_images, tmp_path, "sandbox") as launcher:
         task = launcher.task("c-demo")
         with _agent_image_after(settings, task, AGENT_PLANTS[plant] if plant else "true") as image:
@@ -217,9 +230,15 @@ def _tool_layer_after(settings: Settings, images: list[Task], plant: str, step: 
     names = image_names(settings, task, "dummy", "sandbox")
     runtime = DockerBackend().runtime_volume(settings, names["runtime"])
     script = f"set -e; {plant}; {TOOL_LAYER.format(step=step)}"
-    container = client().containers.run(names["tool"], ["-c", script], entrypoint="bash", user="root",
-                                        network_mode="none", detach=True,
-                                        volumes={runtime: {"bind": "/opt/ssebench", "mode": "ro"}})
+    container = client().containers.run(
+        names["tool"],
+        ["-c", script],
+        entrypoint="bash",
+        user="root",
+        network_mode="none",
+        detach=True,
+        volumes={runtime: {"bind": "/opt/ssebench", "mode": "ro"}},
+    )
     try:
         status = container.wait(timeout=120)["StatusCode"]
         return status, container.logs().decode(errors="replace")
@@ -229,9 +248,11 @@ def _tool_layer_after(settings: Settings, images: list[Task], plant: str, step: 
 
 @pytest.mark.parametrize("plant", [None, *CASE_PLANTS])
 def test_the_tool_layer_refuses_a_case_image_whose_area_is_a_link_or_another_users(
-        settings: Settings, integrity_images: list[Task], plant: str | None) -> None:
-    status, logs = _tool_layer_after(settings, integrity_images, CASE_PLANTS[plant] if plant else "true",
-                                     "make_runtime_dirs()")
+    settings: Settings, integrity_images: list[Task], plant: str | None
+) -> None:
+    status, logs = _tool_layer_after(
+        settings, integrity_images, CASE_PLANTS[plant] if plant else "true", "make_runtime_dirs()"
+    )
     if plant is None:  # the positive control: the image as it is passes
         assert status == 0, logs
     else:
@@ -240,8 +261,9 @@ def test_the_tool_layer_refuses_a_case_image_whose_area_is_a_link_or_another_use
 
 @pytest.mark.parametrize("plant", [None, *TREE_PLANTS])
 def test_the_tool_layer_refuses_a_case_image_whose_tree_is_a_link_or_reached_through_another_users(
-        settings: Settings, integrity_images: list[Task], plant: str | None) -> None:
-    step = "prepare_source(toollayer.load_taskfile(toollayer.Path(\"/ssebench/config.yaml\")))"
+    settings: Settings, integrity_images: list[Task], plant: str | None
+) -> None:
+    step = 'prepare_source(toollayer.load_taskfile(toollayer.Path("/ssebench/config.yaml")))'
     status, logs = _tool_layer_after(settings, integrity_images, TREE_PLANTS[plant] if plant else "true", step)
     if plant is None:  # the positive control: the image as it is passes
         assert status == 0, logs

@@ -58,14 +58,22 @@ for p in paths:
 print(json.dumps({"attempts": attempts, "changed": changed[:20], "count": len(changed)}))
 """
 
-DIGEST = (f"find {RUNTIME} -printf '%p %U %G %m %s %l\\n' | sort | sha256sum && "
-          f"find {RUNTIME} -type f -print0 | sort -z | xargs -0 cat | sha256sum")
+DIGEST = (
+    f"find {RUNTIME} -printf '%p %U %G %m %s %l\\n' | sort | sha256sum && "
+    f"find {RUNTIME} -type f -print0 | sort -z | xargs -0 cat | sha256sum"
+)
 
 
 def _digest(image: str, volume: str) -> str:
     """The runtime volume's names, owners, modes, sizes, link targets and contents, seen from a new container."""
-    out = client().containers.run(image, ["-c", DIGEST], entrypoint=["bash"], remove=True, network_disabled=True,
-                                  volumes={volume: {"bind": RUNTIME, "mode": "ro,nocopy"}})
+    out = client().containers.run(
+        image,
+        ["-c", DIGEST],
+        entrypoint=["bash"],
+        remove=True,
+        network_disabled=True,
+        volumes={volume: {"bind": RUNTIME, "mode": "ro,nocopy"}},
+    )
     return str(out.decode())
 
 
@@ -91,8 +99,12 @@ def test_no_run_can_change_the_runtime_it_shares(launcher: Launcher) -> None:
         before = _digest(image, runtime["Name"])
 
         # Positive control: the same attempts change a writable copy of some of the runtime's files.
-        run.sh("root", f"mkdir /tmp/control && find {RUNTIME}/lib/sse -maxdepth 1 -type f -exec cp -a {{}} "
-                       "/tmp/control/ ';' && chown -R model:model /tmp/control", task=True)
+        run.sh(
+            "root",
+            f"mkdir /tmp/control && find {RUNTIME}/lib/sse -maxdepth 1 -type f -exec cp -a {{}} "
+            "/tmp/control/ ';' && chown -R model:model /tmp/control",
+            task=True,
+        )
         control = _attack(run, "model", "/tmp/control")
         assert int(control["attempts"]) > 10 and control["count"] == control["attempts"], control
 

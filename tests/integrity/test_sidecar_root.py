@@ -50,8 +50,10 @@ def test_root_in_the_agent_container_cannot_touch_the_grade(fresh_launcher: Laun
     run = fresh_launcher.start("c-demo", level=2)
     run.sh("root", FORGE)
     # Nothing that grades is here for root to reach: no admin socket, no results, no task.
-    absent = run.sh("root", "for p in /run/ssebench/admin.sock /ssebench /var/lib/ssebench-runner; do "
-                            "[ -e $p ] && echo $p; done; true")
+    absent = run.sh(
+        "root",
+        "for p in /run/ssebench/admin.sock /ssebench /var/lib/ssebench-runner; do [ -e $p ] && echo $p; done; true",
+    )
     result = run.finish()
     grade = result["patch_result"]
     assert grade["status"] == "failed" and grade["pov_passed"] == 0, grade  # the dummy's grade, as without root

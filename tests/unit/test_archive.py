@@ -20,8 +20,9 @@ def _tar(members: list[tuple[tarfile.TarInfo, bytes | None]]) -> bytes:
     return out.getvalue()
 
 
-def _member(name: str, kind: bytes = tarfile.REGTYPE, data: bytes | None = None, link: str = "") -> tuple[
-        tarfile.TarInfo, bytes | None]:
+def _member(
+    name: str, kind: bytes = tarfile.REGTYPE, data: bytes | None = None, link: str = ""
+) -> tuple[tarfile.TarInfo, bytes | None]:
     info = tarfile.TarInfo(name)
     info.type = kind
     info.linkname = link
@@ -32,7 +33,7 @@ def _member(name: str, kind: bytes = tarfile.REGTYPE, data: bytes | None = None,
 
 def _chunks(data: bytes, size: int = 1000) -> Iterator[bytes]:
     for at in range(0, len(data), size):
-        yield data[at:at + size]
+        yield data[at : at + size]
 
 
 HOSTILE = [
@@ -69,8 +70,9 @@ def test_only_regular_files_and_directories_inside_the_destination(tmp_path: Pat
 
 def test_an_existing_file_is_never_overwritten(tmp_path: Path) -> None:
     (tmp_path / "summary.json").write_text("the host's")
-    got = extract(_chunks(_tar([_member("results/summary.json", data=b"the container's")])), tmp_path,
-                  file_cap=100, total_cap=100)
+    got = extract(
+        _chunks(_tar([_member("results/summary.json", data=b"the container's")])), tmp_path, file_cap=100, total_cap=100
+    )
     assert (tmp_path / "summary.json").read_text() == "the host's"
     assert got.dropped and got.dropped[0]["path"] == "summary.json"
 
@@ -101,8 +103,14 @@ def test_an_archive_of_too_many_entries_or_too_deep_comes_home_capped(tmp_path: 
     deep = "/".join(["d"] * 1100)
     members = [_member("sse-archive", tarfile.DIRTYPE), _member(f"sse-archive/{deep}/leaf", data=b"x")]
     members += [_member(f"sse-archive/many/f{i}", data=b"") for i in range(3000)]
-    collected = extract(_chunks(_tar(members), 1 << 16), tmp_path / "out", file_cap=1 << 20, total_cap=1 << 20,
-                        max_entries=1000, max_depth=64)
+    collected = extract(
+        _chunks(_tar(members), 1 << 16),
+        tmp_path / "out",
+        file_cap=1 << 20,
+        total_cap=1 << 20,
+        max_entries=1000,
+        max_depth=64,
+    )
     assert collected.entries == 1000 and collected.files == 1000
     assert collected.dropped_count == 3001 - 1000 and len(collected.dropped) == 1000
     assert collected.dropped[0] == {"path": f"{deep}/leaf", "kind": "file", "reason": "deeper than 64 levels"}

@@ -19,7 +19,7 @@ def test_the_payload_is_kept_whole_up_to_the_cap_wherever_the_stream_is_cut() ->
             demuxed, at = _Demuxed(cap), 0
             while at < len(raw):
                 step = rng.choice((1, 3, 7, 8, 9, 4096, 70000))
-                demuxed.feed(raw[at:at + step])
+                demuxed.feed(raw[at : at + step])
                 at += step
             assert demuxed.text().encode() == whole[:cap]
 

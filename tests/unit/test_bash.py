@@ -25,18 +25,22 @@ def _run(tmp_path: Path, *commands: str) -> list[tuple[int, str, str]]:
             return [(r.code, r.stdout, r.stderr) for r in [await tool.run(c) for c in commands]]
         finally:
             await tool.close()
+
     return asyncio.run(go())
 
 
-@pytest.mark.parametrize("command, stdout", [
-    ("echo hi", "hi\n"),
-    ("printf '%s\\n' 'a\\\\b'", "a\\\\b\n"),  # backslashes reach the shell as written
-    ("   echo leading", "leading\n"),
-    ("echo one\n\necho two\n\n\n", "one\ntwo\n"),  # several lines, and newlines at the end
-    ("cat <<'EOF'\n$HOME `x`\nEOF", "$HOME `x`\n"),  # a here-document of the command's own
-    ("echo __SSE_CMD_0123__; echo after", "__SSE_CMD_0123__\nafter\n"),  # the end word's look-alike
-    ("read -r line; echo \"[$line] $?\"", "[] 1\n"),  # the command's stdin is empty
-])
+@pytest.mark.parametrize(
+    "command, stdout",
+    [
+        ("echo hi", "hi\n"),
+        ("printf '%s\\n' 'a\\\\b'", "a\\\\b\n"),  # backslashes reach the shell as written
+        ("   echo leading", "leading\n"),
+        ("echo one\n\necho two\n\n\n", "one\ntwo\n"),  # several lines, and newlines at the end
+        ("cat <<'EOF'\n$HOME `x`\nEOF", "$HOME `x`\n"),  # a here-document of the command's own
+        ("echo __SSE_CMD_0123__; echo after", "__SSE_CMD_0123__\nafter\n"),  # the end word's look-alike
+        ('read -r line; echo "[$line] $?"', "[] 1\n"),  # the command's stdin is empty
+    ],
+)
 def test_a_command_runs_as_written(tmp_path: Path, command: str, stdout: str) -> None:
     [(code, out, err)] = _run(tmp_path, command)
     assert (code, out, err) == (0, stdout, "")
@@ -58,9 +62,11 @@ def test_status_and_stderr_come_back(tmp_path: Path) -> None:
 
 def test_a_command_the_shell_cannot_read_whole_runs_nothing_not_the_one_before(tmp_path: Path) -> None:
     """A command longer than a pipe goes through a temporary file; with no room for it, nothing runs."""
+
     async def go() -> list[tuple[int, str, str]]:
-        tool = BashTool(_user(), tmp_path, {"PATH": os.environ["PATH"], "TMPDIR": str(tmp_path)}, 10, 1 << 20,
-                        file_size=4096)
+        tool = BashTool(
+            _user(), tmp_path, {"PATH": os.environ["PATH"], "TMPDIR": str(tmp_path)}, 10, 1 << 20, file_size=4096
+        )
         try:
             first = await tool.run("echo PREVIOUS")
             big = await tool.run("echo BIG # " + "x" * 200_000)
@@ -76,8 +82,9 @@ def test_a_command_the_shell_cannot_read_whole_runs_nothing_not_the_one_before(t
     assert small == (0, "small\n", "")
 
 
-@pytest.mark.parametrize("setup", ["readonly __sse_cmd", "declare -u __sse_cmd", "__sse_cmd='echo old'",
-                                   "set -u", "set -o pipefail"])
+@pytest.mark.parametrize(
+    "setup", ["readonly __sse_cmd", "declare -u __sse_cmd", "__sse_cmd='echo old'", "set -u", "set -o pipefail"]
+)
 def test_what_a_command_sets_in_the_shell_does_not_change_how_the_next_is_read(tmp_path: Path, setup: str) -> None:
     results = _run(tmp_path, setup, "echo next", "echo again")
     assert results[1:] == [(0, "next\n", ""), (0, "again\n", "")]

@@ -51,14 +51,24 @@ agent = _load_agent()
 
 
 def _git(cwd: Path, *args: str) -> str:
-    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
-           "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1", "PATH": "/usr/bin:/bin"}
+    env = {
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+        "GIT_CONFIG_GLOBAL": "/dev/null",
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "PATH": "/usr/bin:/bin",
+    }
     return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout
 
 
 def _tree(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file() and ".git" not in p.relative_to(root).parts}
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and ".git" not in p.relative_to(root).parts
+    }
 
 
 @dataclass
@@ -104,11 +114,18 @@ class Clock:
 def _prompt(task_id: str) -> str:
     task = load_task(DEMO / task_id)
     reports = [(DEMO / task_id / "sse" / r).read_text() for r in task.config.task_description.crash_report]
-    metadata = Metadata(id=task.id, project=task.config.project, language=task.language,
-                        source=Path(task.config.source),
-                        task_description=TaskDescription(issue=None, crash_report=reports,
-                                                         bug_description=task.config.task_description.bug_description),
-                        poc=[], build_script=None, test_script=None)
+    metadata = Metadata(
+        id=task.id,
+        project=task.config.project,
+        language=task.language,
+        source=Path(task.config.source),
+        task_description=TaskDescription(
+            issue=None, crash_report=reports, bug_description=task.config.task_description.bug_description
+        ),
+        poc=[],
+        build_script=None,
+        test_script=None,
+    )
     return build_prompt(metadata)
 
 
@@ -133,21 +150,34 @@ class Harness:
     transports: list[InProcessTransport] = field(default_factory=list)
     sleeps: list[float] = field(default_factory=list)
 
-    def run(self, model: str, env: FakeEnvironment, *, run_id: str = "run-1", clock: Any = None,
-            transport: httpx.BaseTransport | None = None, finish_first: bool = False,
-            **settings: Any) -> tuple[str, list[Any], Usage]:
+    def run(
+        self,
+        model: str,
+        env: FakeEnvironment,
+        *,
+        run_id: str = "run-1",
+        clock: Any = None,
+        transport: httpx.BaseTransport | None = None,
+        finish_first: bool = False,
+        **settings: Any,
+    ) -> tuple[str, list[Any], Usage]:
         key = self.control.register_run(run_id, model, bind_host=HOST, ttl_seconds=3600)
         if finish_first:
             self.control.finish_run(run_id)
         if transport is None:
             transport = InProcessTransport(self.gateway.model_app(HOST))
             self.transports.append(transport)  # type: ignore[arg-type]
-        config = agent.Settings(base_url=key.base_url, api_key=key.key, model=model,
-                                **{"timeout": 3600.0, **settings})
+        config = agent.Settings(base_url=key.base_url, api_key=key.key, model=model, **{"timeout": 3600.0, **settings})
         client = agent.ModelClient(config, transport=transport)
         dialog_path = self.tmp_path / f"{run_id}-dialog.jsonl"
-        worker = agent.Agent(config, env, Dialog(dialog_path), client, sleep=self.sleeps.append,
-                             **({"clock": clock} if clock is not None else {}))
+        worker = agent.Agent(
+            config,
+            env,
+            Dialog(dialog_path),
+            client,
+            sleep=self.sleeps.append,
+            **({"clock": clock} if clock is not None else {}),
+        )
         status = worker.run()
         client.close()
         return status, read(dialog_path), self.control.finish_run(run_id)
@@ -183,11 +213,20 @@ def harness(tmp_path: Path) -> Iterator[Harness]:
 FINISH = {"tool_calls": [{"name": "finish", "arguments": {"summary": "done"}}]}
 TEST_SCRIPTS: dict[str, list[dict[str, Any]]] = {
     "talker": [{"content": "I think the bug is in the parser.", "usage": {"prompt_tokens": 5, "completion_tokens": 6}}],
-    "confused": [{"tool_calls": [{"name": "rm_rf", "arguments": {}}, {"name": "bash", "arguments": {}}]},
-                 {"malformed_tool_call": True, "times": 4}],
-    "tools": [{"tool_calls": [{"name": "view_file", "arguments": {"path": "."}},
-                              {"name": "edit_file", "arguments": {"path": "NEW.md", "new_str": "hello\n"}},
-                              {"name": "bash", "arguments": {"command": "cat NEW.md; exit 3"}}]}, FINISH],
+    "confused": [
+        {"tool_calls": [{"name": "rm_rf", "arguments": {}}, {"name": "bash", "arguments": {}}]},
+        {"malformed_tool_call": True, "times": 4},
+    ],
+    "tools": [
+        {
+            "tool_calls": [
+                {"name": "view_file", "arguments": {"path": "."}},
+                {"name": "edit_file", "arguments": {"path": "NEW.md", "new_str": "hello\n"}},
+                {"name": "bash", "arguments": {"command": "cat NEW.md; exit 3"}},
+            ]
+        },
+        FINISH,
+    ],
 }
 
 
@@ -200,8 +239,9 @@ def test_scripted_fix_fixes_each_demo_task(harness: Harness, tmp_path: Path, tas
     tree = _source(tmp_path, task_id)
     expected = tmp_path / "expected"
     shutil.copytree(tree, expected)
-    subprocess.run(["git", "apply", "-p1", str(DEMO / task_id / "sse" / "diffs" / "patch.diff")], cwd=expected,
-                   check=True)
+    subprocess.run(
+        ["git", "apply", "-p1", str(DEMO / task_id / "sse" / "diffs" / "patch.diff")], cwd=expected, check=True
+    )
     env = FakeEnvironment(tree, _prompt(task_id))
     status, records, usage = harness.run("scripted-fix", env)
 
@@ -219,11 +259,17 @@ def test_scripted_fix_fixes_each_demo_task(harness: Harness, tmp_path: Path, tas
     project = load_task(DEMO / task_id).config.project
     steps = next(c["steps"] for c in script["conversations"] if c["match"] == f"# Task: {project}")
     totals = records[-1]["totals"]
-    assert totals == {"input_tokens": sum(s["usage"]["prompt_tokens"] for s in steps),
-                      "output_tokens": sum(s["usage"]["completion_tokens"] for s in steps),
-                      "turns": len(steps), "tool_calls": len(_tool_names(records))}
+    assert totals == {
+        "input_tokens": sum(s["usage"]["prompt_tokens"] for s in steps),
+        "output_tokens": sum(s["usage"]["completion_tokens"] for s in steps),
+        "turns": len(steps),
+        "tool_calls": len(_tool_names(records)),
+    }
     assert (usage.prompt_tokens, usage.completion_tokens, usage.calls) == (
-        totals["input_tokens"], totals["output_tokens"], totals["turns"])
+        totals["input_tokens"],
+        totals["output_tokens"],
+        totals["turns"],
+    )
     assert usage.cost == pytest.approx((usage.prompt_tokens * 3 + usage.completion_tokens * 15) / 1e6)
 
 
@@ -254,14 +300,19 @@ def test_scripted_garbage_ends_in_error_after_bounded_retries(harness: Harness, 
     env = FakeEnvironment(_source(tmp_path, "rust-demo"), _prompt("rust-demo"))
     status, records, usage = harness.run("scripted-garbage", env)
     assert status == "error" and validate(records) == []
-    assert records[-1]["reason"].startswith("the model failed 6 times in a row; last: the model's answer is not a "
-                                            "chat completion")
+    assert records[-1]["reason"].startswith(
+        "the model failed 6 times in a row; last: the model's answer is not a chat completion"
+    )
     # Three faults before the first answer, five retries before giving up: exponential, capped.
     assert harness.sleeps == [1.0, 2.0, 4.0, 1.0, 2.0, 4.0, 8.0, 16.0]
     malformed = [r for r in records if r["type"] == "tool_result" and r["error"]]
     assert len(malformed) == 2 and all("not a JSON object" in r["error"] for r in malformed)
-    assert records[-1]["totals"] == {"input_tokens": 1500 + 2 * 1700, "output_tokens": 20 + 2 * 30, "turns": 3,
-                                     "tool_calls": 4}
+    assert records[-1]["totals"] == {
+        "input_tokens": 1500 + 2 * 1700,
+        "output_tokens": 20 + 2 * 30,
+        "turns": 3,
+        "tool_calls": 4,
+    }
     statuses = [r.status for r in usage.records]
     assert statuses == [500, 200, 429, 200, 200, 200] + [200] * 6
     assert (usage.prompt_tokens, usage.completion_tokens) == (1500 + 2 * 1700, 20 + 2 * 30)
@@ -271,8 +322,9 @@ def test_the_budget_stops_the_agent(harness: Harness, tmp_path: Path) -> None:
     env = FakeEnvironment(_source(tmp_path, "c-demo"), _prompt("c-demo"))
     status, records, usage = harness.run("scripted-budget", env)
     assert status == "budget" and validate(records) == []
-    assert records[-1]["reason"] == ("the run's budget is exhausted (5105 of 5000 tokens used); no more calls are "
-                                     "forwarded")
+    assert records[-1]["reason"] == (
+        "the run's budget is exhausted (5105 of 5000 tokens used); no more calls are forwarded"
+    )
     assert records[-1]["totals"]["turns"] == 2 and harness.sleeps == []
     assert usage.stopped == "budget exhausted: 5105 of 5000 tokens used" and usage.refused == 1
 
@@ -303,9 +355,24 @@ def test_a_revoked_key_is_an_error_without_retries(harness: Harness, tmp_path: P
 
 def test_transport_errors_and_rate_limits_are_retried(harness: Harness, tmp_path: Path) -> None:
     calls: list[int] = []
-    answer = {"choices": [{"message": {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "c1", "type": "function", "function": {"name": "finish", "arguments": '{"summary": "ok"}'}}]}}],
-        "usage": {"prompt_tokens": 3, "completion_tokens": 4}}
+    answer = {
+        "choices": [
+            {
+                "message": {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": "c1",
+                            "type": "function",
+                            "function": {"name": "finish", "arguments": '{"summary": "ok"}'},
+                        }
+                    ],
+                }
+            }
+        ],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 4},
+    }
 
     def handler(request: httpx.Request) -> httpx.Response:
         calls.append(1)
@@ -425,7 +492,11 @@ def test_settings_come_from_the_environment() -> None:
     base = {"SSE_BASE_URL": "http://172.18.0.1:4000/v1/", "SSE_API_KEY": "k", "SSE_MODEL_NAME": "m"}
     settings = agent.Settings.from_env({**base, "TIMEOUT": "600", "CHAT_AGENT_MAX_TURNS": "7"})
     assert (settings.base_url, settings.timeout, settings.max_turns, settings.margin) == (
-        "http://172.18.0.1:4000/v1", 600.0, 7, 30.0)
+        "http://172.18.0.1:4000/v1",
+        600.0,
+        7,
+        30.0,
+    )
     assert settings.mcp_url == "http://localhost:3000/mcp" and agent.Settings.from_env(base).margin == 60.0
     with pytest.raises(ValueError, match="CHAT_AGENT_MAX_RETRIES='lots' is not a number"):
         agent.Settings.from_env({**base, "CHAT_AGENT_MAX_RETRIES": "lots"})

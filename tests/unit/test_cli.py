@@ -11,8 +11,14 @@ import yaml
 from ssebench.cli import main
 from tests.helpers import DEMO, write_dataset
 
-COMMANDS = [["tasks", "list"], ["dataset", "validate"], ["images", "build"], ["images", "bootstrap"], ["run"],
-            ["doctor"]]
+COMMANDS = [
+    ["tasks", "list"],
+    ["dataset", "validate"],
+    ["images", "build"],
+    ["images", "bootstrap"],
+    ["run"],
+    ["doctor"],
+]
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
@@ -100,10 +106,13 @@ def test_bad_jobs_value_names_the_flag(value: str, capsys: pytest.CaptureFixture
 def test_ps_reads_the_phase_from_the_entrypoints_own_lines() -> None:
     from ssebench.inflight import phase_of
 
-    said = ["[ssebench-entrypoint 12:00:01] daemon ready", "[ssebench-entrypoint 12:00:02.125] MCP server ready",
-            "[ssebench-entrypoint 12:00:02] agent: sleep 600 (timeout 3600 s, difficulty 2)",
-            "[ssebench-entrypoint 12:10:02] agent exited with status 0 after 600.0 s",
-            "[ssebench-entrypoint 12:12:00] graded: failed"]
+    said = [
+        "[ssebench-entrypoint 12:00:01] daemon ready",
+        "[ssebench-entrypoint 12:00:02.125] MCP server ready",
+        "[ssebench-entrypoint 12:00:02] agent: sleep 600 (timeout 3600 s, difficulty 2)",
+        "[ssebench-entrypoint 12:10:02] agent exited with status 0 after 600.0 s",
+        "[ssebench-entrypoint 12:12:00] graded: failed",
+    ]
     phases = [phase_of("\n".join(said[:n])) for n in range(len(said) + 1)]
     assert phases == ["starting", "starting", "starting", "agent", "grading", "finishing"]
     # Other output (the daemon's, say) never sets a phase; only whole entrypoint lines do.
@@ -111,15 +120,43 @@ def test_ps_reads_the_phase_from_the_entrypoints_own_lines() -> None:
 
 
 def test_run_refuses_open_egress_over_ray_before_connecting(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["run", "--task", str(DEMO / "c-demo"), "--agent", "dummy", "--dispatch", "ray",
-                 "--egress", "open", "--ray-address", "127.0.0.1:1"]) == 2
+    assert (
+        main(
+            [
+                "run",
+                "--task",
+                str(DEMO / "c-demo"),
+                "--agent",
+                "dummy",
+                "--dispatch",
+                "ray",
+                "--egress",
+                "open",
+                "--ray-address",
+                "127.0.0.1:1",
+            ]
+        )
+        == 2
+    )
     assert "--egress open with --dispatch ray" in capsys.readouterr().err
 
 
-def test_run_refuses_a_cluster_beyond_loopback_without_token_auth(capsys: pytest.CaptureFixture[str],
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_run_refuses_a_cluster_beyond_loopback_without_token_auth(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
-    status = main(["run", "--task", str(DEMO / "c-demo"), "--agent", "dummy", "--dispatch", "ray",
-                   "--ray-address", "10.9.9.9:6379"])
+    status = main(
+        [
+            "run",
+            "--task",
+            str(DEMO / "c-demo"),
+            "--agent",
+            "dummy",
+            "--dispatch",
+            "ray",
+            "--ray-address",
+            "10.9.9.9:6379",
+        ]
+    )
     assert status != 0
     assert "start the cluster with token authentication" in capsys.readouterr().err

@@ -93,7 +93,10 @@ class FakeCapture:
 
 
 CONFIG = {
-    "id": "t1", "project": "tiny", "language": "c", "source": "/src/tiny",
+    "id": "t1",
+    "project": "tiny",
+    "language": "c",
+    "source": "/src/tiny",
     "task_description": {"crash_report": ["reports/issue.md"], "bug_description": "it crashes", "issue": "none"},
     "scripts": {"build": "scripts/build.sh", "run": "scripts/run.sh", "test": "scripts/test.sh"},
     "files": {"patch": "diffs/patch.diff", "poc": ["pocs/crash.bin"], "future_test": "diffs/test.diff"},
@@ -103,10 +106,15 @@ CONFIG = {
 @pytest.fixture
 def service(tmp_path: Path) -> TaskService:
     task_dir = tmp_path / "ssebench"
-    for sub, name, text in [("scripts", "build.sh", "make\n"), ("scripts", "test.sh", "make test\n"),
-                            ("scripts", "run.sh", "SECRET-RUN-SCRIPT\n"), ("diffs", "patch.diff", PATCH),
-                            ("diffs", "test.diff", "SECRET-HIDDEN-TEST\n"), ("pocs", "crash.bin", "SECRET-POC\n"),
-                            ("reports", "issue.md", "It crashes on long input.\n")]:
+    for sub, name, text in [
+        ("scripts", "build.sh", "make\n"),
+        ("scripts", "test.sh", "make test\n"),
+        ("scripts", "run.sh", "SECRET-RUN-SCRIPT\n"),
+        ("diffs", "patch.diff", PATCH),
+        ("diffs", "test.diff", "SECRET-HIDDEN-TEST\n"),
+        ("pocs", "crash.bin", "SECRET-POC\n"),
+        ("reports", "issue.md", "It crashes on long input.\n"),
+    ]:
         (task_dir / sub).mkdir(parents=True, exist_ok=True)
         (task_dir / sub / name).write_text(text)
     results, archive = tmp_path / "results", tmp_path / "archive"
@@ -115,14 +123,23 @@ def service(tmp_path: Path) -> TaskService:
     (results / "result.json").write_text(json.dumps({"patch_result": {"status": "failed"}}))
     (results / "final.patch").write_text("")
     (archive / "dialog.jsonl").write_text('{"seq": 0, "type": "init"}\n{"seq": 1, "type": "complete"}\n')
-    return TaskService(parse_taskfile(CONFIG), task_dir=task_dir, results=results, archive=archive,
-                       bencher=FakeBencher(), bash=FakeBash(), capture=FakeCapture(), end_agent=lambda: None,
-                       version=VERSION)
+    return TaskService(
+        parse_taskfile(CONFIG),
+        task_dir=task_dir,
+        results=results,
+        archive=archive,
+        bencher=FakeBencher(),
+        bash=FakeBash(),
+        capture=FakeCapture(),
+        end_agent=lambda: None,
+        version=VERSION,
+    )
 
 
 @contextmanager
-def _connect(service: TaskService, difficulty: int, kind: str,
-             peer: tuple[str, int] = ("127.0.0.1", 50000)) -> Iterator[Daemon]:
+def _connect(
+    service: TaskService, difficulty: int, kind: str, peer: tuple[str, int] = ("127.0.0.1", 50000)
+) -> Iterator[Daemon]:
     transport = InProcessTransport(listener_app(create_app(service, difficulty), kind), client=peer)
     try:
         daemon = Daemon(transport=transport)
@@ -149,10 +166,22 @@ def _call(daemon: Daemon, endpoint: str) -> Any:
 
 
 ACTIONS = list(MAX_LEVEL)
-READ_ONLY = ["/project", "/capabilities", "/diff", "/files", "/agent/dialog?since=0", "/result", "/final_diff",
-             "/version"]
-ENDPOINTS = ([f"bencher:{a}" for a in ACTIONS] + [f"bencher:{a}:grading" for a in ACTIONS]
-             + ["bash", "/prepare_grading", "/admin/agent_exited", "/reference/patch"] + READ_ONLY)
+READ_ONLY = [
+    "/project",
+    "/capabilities",
+    "/diff",
+    "/files",
+    "/agent/dialog?since=0",
+    "/result",
+    "/final_diff",
+    "/version",
+]
+ENDPOINTS = (
+    [f"bencher:{a}" for a in ACTIONS]
+    + [f"bencher:{a}:grading" for a in ACTIONS]
+    + ["bash", "/prepare_grading", "/admin/agent_exited", "/reference/patch"]
+    + READ_ONLY
+)
 
 
 def expected_allowed(endpoint: str, kind: str, agent_phase: bool, difficulty: int) -> bool:
@@ -179,8 +208,9 @@ def expected_allowed(endpoint: str, kind: str, agent_phase: bool, difficulty: in
 @pytest.mark.parametrize("difficulty", [0, 1, 2, 3, 4])
 @pytest.mark.parametrize("kind", [AGENT, HTTP, ADMIN])
 @pytest.mark.parametrize("agent_phase", [True, False], ids=["agent-phase", "after-exit"])
-def test_every_endpoint_answers_as_the_spec_says(service: TaskService, difficulty: int, kind: str,
-                                                 agent_phase: bool) -> None:
+def test_every_endpoint_answers_as_the_spec_says(
+    service: TaskService, difficulty: int, kind: str, agent_phase: bool
+) -> None:
     service.agent_running = agent_phase
     with _connect(service, difficulty, kind) as daemon:
         for endpoint in ENDPOINTS:
@@ -207,24 +237,23 @@ def test_refusals_say_why(service: TaskService, kind: str) -> None:
 
 
 def test_agent_exited_closes_tools_on_agent_listeners_and_the_shell_for_all(service: TaskService) -> None:
-    with _connect(service, 0, ADMIN) as admin:
-        with _connect(service, 0, AGENT) as agent:
-            assert agent.tool("bash", None, {"command": "true"})["code"] == 0
-            with pytest.raises(SDKError):
-                agent.post("/admin/agent_exited", {})
-            assert service.agent_running
-            assert admin.post("/admin/agent_exited", {}) == {"ok": True}
-            assert service.bash.closed  # type: ignore[attr-defined]
-            with pytest.raises(SDKError, match="agent phase is over"):
-                agent.tool("bash", None, {"command": "true"})
-            with pytest.raises(SDKError, match="agent phase is over"):
-                agent.tool("bencher", "build", {})
-            with pytest.raises(SDKError, match="admin socket only"):
-                agent.get("/reference/patch")  # not opened by the end of the phase either
-            with pytest.raises(SDKError, match="agent phase is over"):
-                admin.tool("bash", None, {"command": "true"})  # the shell is model's: closed for every listener
-            assert admin.tool("bencher", "build", {"grading": True})["code"] == 0
-            assert admin.get("/reference/patch") == {"diff": PATCH}
+    with _connect(service, 0, ADMIN) as admin, _connect(service, 0, AGENT) as agent:
+        assert agent.tool("bash", None, {"command": "true"})["code"] == 0
+        with pytest.raises(SDKError):
+            agent.post("/admin/agent_exited", {})
+        assert service.agent_running
+        assert admin.post("/admin/agent_exited", {}) == {"ok": True}
+        assert service.bash.closed  # type: ignore[attr-defined]
+        with pytest.raises(SDKError, match="agent phase is over"):
+            agent.tool("bash", None, {"command": "true"})
+        with pytest.raises(SDKError, match="agent phase is over"):
+            agent.tool("bencher", "build", {})
+        with pytest.raises(SDKError, match="admin socket only"):
+            agent.get("/reference/patch")  # not opened by the end of the phase either
+        with pytest.raises(SDKError, match="agent phase is over"):
+            admin.tool("bash", None, {"command": "true"})  # the shell is model's: closed for every listener
+        assert admin.tool("bencher", "build", {"grading": True})["code"] == 0
+        assert admin.get("/reference/patch") == {"diff": PATCH}
 
 
 def test_public_view_leaves_the_answer_out(service: TaskService) -> None:
@@ -236,8 +265,13 @@ def test_public_view_leaves_the_answer_out(service: TaskService) -> None:
         assert project["build_script"] == "make\n" and project["test_script"] == "make test\n"
         assert project["poc"] == [str(service.task_dir / "pocs/crash.bin")]
         assert project["task_description"]["issue"] is None
-        assert daemon.capabilities() == {"can_build": True, "can_run_poc": True, "poc_count": 1,
-                                         "has_function_test": True, "has_intent_test": True}
+        assert daemon.capabilities() == {
+            "can_build": True,
+            "can_run_poc": True,
+            "poc_count": 1,
+            "has_function_test": True,
+            "has_intent_test": True,
+        }
 
 
 def test_admin_bencher_runs_every_action_with_grading(service: TaskService) -> None:
@@ -248,9 +282,8 @@ def test_admin_bencher_runs_every_action_with_grading(service: TaskService) -> N
 
 
 def test_unknown_action_is_400(service: TaskService) -> None:
-    with _connect(service, 0, ADMIN) as daemon:
-        with pytest.raises(SDKError, match="unknown action 'deploy'"):
-            daemon.tool("bencher", "deploy", {})
+    with _connect(service, 0, ADMIN) as daemon, pytest.raises(SDKError, match="unknown action 'deploy'"):
+        daemon.tool("bencher", "deploy", {})
 
 
 def test_dialog_since(service: TaskService) -> None:
@@ -262,9 +295,8 @@ def test_dialog_never_follows_a_link(service: TaskService) -> None:
     dialog = service.archive / "dialog.jsonl"
     dialog.unlink()
     dialog.symlink_to(service.task_dir / "diffs" / "patch.diff")
-    with _connect(service, 2, AGENT) as daemon:
-        with pytest.raises(SDKError, match="refused"):
-            daemon.get("/agent/dialog?since=0")
+    with _connect(service, 2, AGENT) as daemon, pytest.raises(SDKError, match="refused"):
+        daemon.get("/agent/dialog?since=0")
 
 
 def test_dialog_refuses_an_archive_that_is_a_link(service: TaskService, tmp_path: Path) -> None:
@@ -276,18 +308,29 @@ def test_dialog_refuses_an_archive_that_is_a_link(service: TaskService, tmp_path
         f.unlink()
     archive.rmdir()
     archive.symlink_to(elsewhere)
-    with _connect(service, 2, AGENT) as daemon:
-        with pytest.raises(SDKError, match="refused"):
-            daemon.get("/agent/dialog?since=0")
+    with _connect(service, 2, AGENT) as daemon, pytest.raises(SDKError, match="refused"):
+        daemon.get("/agent/dialog?since=0")
 
 
 def test_openapi_describes_every_endpoint(service: TaskService) -> None:
     with _connect(service, 2, AGENT) as daemon:
         spec = daemon.get("/openapi.json")
     assert spec["info"]["title"] == "ssebench-daemon"
-    assert set(spec["paths"]) == {"/tool/bencher", "/tool/bash", "/prepare_grading", "/admin/agent_exited",
-                                  "/reference/patch", "/project", "/capabilities", "/diff", "/files",
-                                  "/agent/dialog", "/result", "/final_diff", "/version"}
+    assert set(spec["paths"]) == {
+        "/tool/bencher",
+        "/tool/bash",
+        "/prepare_grading",
+        "/admin/agent_exited",
+        "/reference/patch",
+        "/project",
+        "/capabilities",
+        "/diff",
+        "/files",
+        "/agent/dialog",
+        "/result",
+        "/final_diff",
+        "/version",
+    }
 
 
 @pytest.mark.parametrize("value", ["-1", "5", "two", ""])
@@ -298,8 +341,14 @@ def test_invalid_difficulty_is_refused(value: str) -> None:
 
 @pytest.mark.parametrize("value", ["-1", "5", "two", ""])
 def test_daemon_refuses_to_start_with_invalid_difficulty(value: str) -> None:
-    done = subprocess.run([sys.executable, "-m", "ssebench.runtime.daemon"], env={"SSE_DIFFICULTY": value,
-                          "PATH": "/usr/bin:/bin"}, capture_output=True, text=True, timeout=60, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "ssebench.runtime.daemon"],
+        env={"SSE_DIFFICULTY": value, "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 2
     assert "SSE_DIFFICULTY" in done.stderr and "refusing to start" in done.stderr
 
@@ -339,13 +388,12 @@ class BrokenCapture(FakeCapture):
     def patch(self) -> bytes:
         from ssebench.runtime.capture import CaptureError
 
-        raise CaptureError("git add failed: error: open(\"secret.c\"): Permission denied")
+        raise CaptureError('git add failed: error: open("secret.c"): Permission denied')
 
 
 def test_an_uncapturable_tree_is_the_agents_failure(service: TaskService) -> None:
-    from sse.grading import grade
-
     import sse.daemon
+    from sse.grading import grade
 
     service.capture = BrokenCapture()
     with _connect(service, 2, ADMIN) as daemon:

@@ -17,7 +17,10 @@ def test_tasks_found_from_dataset_task_or_folder_above(tmp_path: Path) -> None:
     assert [t.id for t in load_tasks(dataset / "b-task")] == ["b-task"]
     found = load_tasks(tmp_path)
     assert sorted((t.dataset, t.id) for t in found) == [
-        ("other", "c-task"), ("tinyset", "a-task"), ("tinyset", "b-task")]
+        ("other", "c-task"),
+        ("tinyset", "a-task"),
+        ("tinyset", "b-task"),
+    ]
 
 
 def test_dataset_version_is_required(tmp_path: Path) -> None:

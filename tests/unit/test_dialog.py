@@ -33,8 +33,18 @@ def test_a_written_session_validates_and_counts_its_totals(tmp_path: Path) -> No
     records = read(path)
     assert validate(records) == []
     assert [r["seq"] for r in records] == list(range(len(records)))
-    assert [r["type"] for r in records] == ["init", "prompt", "thinking", "message", "tool_call", "tool_result",
-                                           "message", "tool_call", "tool_result", "complete"]
+    assert [r["type"] for r in records] == [
+        "init",
+        "prompt",
+        "thinking",
+        "message",
+        "tool_call",
+        "tool_result",
+        "message",
+        "tool_call",
+        "tool_result",
+        "complete",
+    ]
     assert records[0]["version"] == "1"
     assert records[-1]["totals"] == {"input_tokens": 250, "output_tokens": 10, "turns": 2, "tool_calls": 2}
     assert all(isinstance(r["ts"], float) for r in records)
@@ -69,8 +79,12 @@ def _valid() -> list[dict[str, Any]]:
         {"type": "message", "text": "x", "tokens": {"input": 1, "output": 2}},
         {"type": "tool_call", "tool_id": "t", "name": "bash", "input": {"command": "ls"}},
         {"type": "tool_result", "tool_id": "t", "output": "", "code": 0, "error": None},
-        {"type": "complete", "status": "done", "reason": None,
-         "totals": {"input_tokens": 1, "output_tokens": 2, "turns": 1, "tool_calls": 1}},
+        {
+            "type": "complete",
+            "status": "done",
+            "reason": None,
+            "totals": {"input_tokens": 1, "output_tokens": 2, "turns": 1, "tool_calls": 1},
+        },
     ]
     return [{"seq": i, "ts": 1.5, **r} for i, r in enumerate(records)]
 
@@ -85,30 +99,39 @@ def _broken(change: Any) -> list[str]:
     return validate(records)
 
 
-@pytest.mark.parametrize(("change", "expected"), [
-    (lambda r: r.clear(), "the dialog is empty"),
-    (lambda r: r[2].update(seq=7), "record 2: seq is 7, expected 2"),
-    (lambda r: r[2].update(ts="now"), "record 2: ts must be a number"),
-    (lambda r: r[2].update(type="chat"), "record 2: unknown type 'chat'"),
-    (lambda r: r.insert(0, r.pop(1)) or [x.update(seq=i) for i, x in enumerate(r)],
-     "record 0: the first record must be init, not prompt"),
-    (lambda r: r.pop(), "no complete record"),
-    (lambda r: r.insert(3, {**r[-1], "seq": 3}) or [x.update(seq=i) for i, x in enumerate(r)],
-     "record 3: complete must be the last record"),
-    (lambda r: r.pop(4) and [x.update(seq=i) for i, x in enumerate(r)], "tool_call 't' has no tool_result"),
-    (lambda r: r[4].update(tool_id="u"), "tool_result for tool_id 'u', which no earlier tool_call has"),
-    (lambda r: r.insert(5, {**r[4], "seq": 5}) or [x.update(seq=i) for i, x in enumerate(r)],
-     "a second tool_result for tool_id 't'"),
-    (lambda r: r[2].update(tokens={"input": -1, "output": 2}), "must be non-negative integers"),
-    (lambda r: r[2].update(tokens={"in": 1}), "tokens must be null or {input, output}"),
-    (lambda r: r[2].pop("text"), "message lacks text"),
-    (lambda r: r[0].update(agent=3), "init.agent must be a string"),
-    (lambda r: r[5].update(status="finished"), "complete.status must be one of"),
-    (lambda r: r[5].update(totals={"turns": 1}), "complete.totals.input_tokens must be a non-negative integer"),
-    (lambda r: r[4].update(code="0"), "tool_result.code must be an integer or null"),
-    (lambda r: r[3].pop("input"), "tool_call lacks input"),
-    (lambda r: r.__setitem__(2, "not json"), "record 2: not a JSON object"),
-])
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (lambda r: r.clear(), "the dialog is empty"),
+        (lambda r: r[2].update(seq=7), "record 2: seq is 7, expected 2"),
+        (lambda r: r[2].update(ts="now"), "record 2: ts must be a number"),
+        (lambda r: r[2].update(type="chat"), "record 2: unknown type 'chat'"),
+        (
+            lambda r: r.insert(0, r.pop(1)) or [x.update(seq=i) for i, x in enumerate(r)],
+            "record 0: the first record must be init, not prompt",
+        ),
+        (lambda r: r.pop(), "no complete record"),
+        (
+            lambda r: r.insert(3, {**r[-1], "seq": 3}) or [x.update(seq=i) for i, x in enumerate(r)],
+            "record 3: complete must be the last record",
+        ),
+        (lambda r: r.pop(4) and [x.update(seq=i) for i, x in enumerate(r)], "tool_call 't' has no tool_result"),
+        (lambda r: r[4].update(tool_id="u"), "tool_result for tool_id 'u', which no earlier tool_call has"),
+        (
+            lambda r: r.insert(5, {**r[4], "seq": 5}) or [x.update(seq=i) for i, x in enumerate(r)],
+            "a second tool_result for tool_id 't'",
+        ),
+        (lambda r: r[2].update(tokens={"input": -1, "output": 2}), "must be non-negative integers"),
+        (lambda r: r[2].update(tokens={"in": 1}), "tokens must be null or {input, output}"),
+        (lambda r: r[2].pop("text"), "message lacks text"),
+        (lambda r: r[0].update(agent=3), "init.agent must be a string"),
+        (lambda r: r[5].update(status="finished"), "complete.status must be one of"),
+        (lambda r: r[5].update(totals={"turns": 1}), "complete.totals.input_tokens must be a non-negative integer"),
+        (lambda r: r[4].update(code="0"), "tool_result.code must be an integer or null"),
+        (lambda r: r[3].pop("input"), "tool_call lacks input"),
+        (lambda r: r.__setitem__(2, "not json"), "record 2: not a JSON object"),
+    ],
+)
 def test_each_break_is_named(change: Any, expected: str) -> None:
     problems = _broken(change)
     assert any(expected in p for p in problems), problems

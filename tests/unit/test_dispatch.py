@@ -20,8 +20,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from ssebench.agent import load_agent
 from ssebench import dispatch
+from ssebench.agent import load_agent
 from ssebench.dispatch import (
     HOME_CAP,
     NodeOutcome,
@@ -56,10 +56,22 @@ def _node_run(root: Path) -> Path:
 
 
 def _fields(run_id: str = "20260101T000000-d2-sandbox-abcdef") -> dict[str, object]:
-    return {"run_id": run_id, "started_at": "2026-01-01T00:00:00+00:00", "grade": "failed",
-            "result": {"patch_result": {"status": "failed"}}, "infra_error": None, "exit_code": 0,
-            "network": "n", "limits_hit": [], "files": {}, "usage": None, "durations": {"total": 1.0},
-            "session": "s1", "timeline": {}, "images": {"built": [], "pulled": []}}
+    return {
+        "run_id": run_id,
+        "started_at": "2026-01-01T00:00:00+00:00",
+        "grade": "failed",
+        "result": {"patch_result": {"status": "failed"}},
+        "infra_error": None,
+        "exit_code": 0,
+        "network": "n",
+        "limits_hit": [],
+        "files": {},
+        "usage": None,
+        "durations": {"total": 1.0},
+        "session": "s1",
+        "timeline": {},
+        "images": {"built": [], "pulled": []},
+    }
 
 
 def _outcome(data: bytes, node: str = "host/n") -> NodeOutcome:
@@ -75,8 +87,14 @@ def test_pack_sends_regular_files_and_directories_only_and_lists_the_rest(tmp_pa
     data, left = pack(run, file_cap=1024)
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
         members = {m.name: m for m in tar.getmembers()}
-    assert set(members) == {"run", "run/archive", "run/archive/deep", "run/archive/deep/a.txt",
-                            "run/result.json", "run/container.log"}
+    assert set(members) == {
+        "run",
+        "run/archive",
+        "run/archive/deep",
+        "run/archive/deep/a.txt",
+        "run/result.json",
+        "run/container.log",
+    }
     assert all(m.isdir() or m.isreg() for m in members.values())
     assert {entry["path"] for entry in left} == {"passwd", "archive/etc", "pipe", "big.bin"}
 
@@ -95,7 +113,8 @@ def test_a_run_comes_home_whole_with_its_node_and_a_fresh_summary(tmp_path: Path
 
 @pytest.mark.parametrize("hostile", ["../escaped.txt", "/abs.txt", "link"])
 def test_a_stream_that_is_not_a_plain_run_directory_is_an_error_and_writes_nothing_outside(
-        hostile: str, tmp_path: Path) -> None:
+    hostile: str, tmp_path: Path
+) -> None:
     out = io.BytesIO()
     with tarfile.open(fileobj=out, mode="w") as tar:
         info = tarfile.TarInfo("run/result.json")
@@ -139,8 +158,10 @@ def test_a_run_asks_the_cluster_for_what_its_containers_may_use() -> None:
     assert HOME_CAP > (1 << 30)
 
 
-@pytest.mark.parametrize("text, parsed", [("127.0.0.1:5000", "127.0.0.1:5000"), ("Registry.Lan:443/", "registry.lan:443"),
-                                          ("[::1]:5000", "[::1]:5000")])
+@pytest.mark.parametrize(
+    "text, parsed",
+    [("127.0.0.1:5000", "127.0.0.1:5000"), ("Registry.Lan:443/", "registry.lan:443"), ("[::1]:5000", "[::1]:5000")],
+)
 def test_a_registry_is_host_and_port(text: str, parsed: str) -> None:
     assert parse_registry(text) == parsed
 
@@ -196,8 +217,9 @@ def test_no_depth_of_tree_a_run_leaves_stops_it_from_coming_home(deep_scratch: P
     assert "run/result.json" in names and any(n.endswith("/leaf.txt") for n in names)
 
 
-def test_a_tree_that_cannot_be_packed_still_sends_the_harness_s_files(tmp_path: Path,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_tree_that_cannot_be_packed_still_sends_the_harness_s_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     run = _node_run(tmp_path)
 
     def unpackable(*args: object, **kwargs: object) -> tuple[bytes, list[dict[str, object]]]:
@@ -235,11 +257,20 @@ def test_a_node_sends_only_run_ids_of_the_harness_s_making(tmp_path: Path) -> No
         assert latest.is_symlink() and os.readlink(latest) == record.run_dir.name  # the error's own directory
 
 
-@pytest.mark.parametrize("address, refused", [("127.0.0.1:6379", False), ("localhost:6379", False),
-                                              ("[::1]:6379", False), ("10.0.0.5:6379", True),
-                                              ("head.lan:6379", True), ("auto", True)])
-def test_a_cluster_beyond_loopback_needs_token_authentication(address: str, refused: bool,
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    "address, refused",
+    [
+        ("127.0.0.1:6379", False),
+        ("localhost:6379", False),
+        ("[::1]:6379", False),
+        ("10.0.0.5:6379", True),
+        ("head.lan:6379", True),
+        ("auto", True),
+    ],
+)
+def test_a_cluster_beyond_loopback_needs_token_authentication(
+    address: str, refused: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
     if refused:
         with pytest.raises(SSEBenchError, match="start the cluster with token authentication"):
@@ -258,10 +289,18 @@ class FakeRay(types.ModuleType):
     def __init__(self, gcs: str, nodes: list[str], dashboard: str = "") -> None:
         super().__init__("ray")
         self.gcs, self.dashboard, self.connected = gcs, dashboard, False
-        self.node_table = [{"NodeID": f"{i:056x}", "Alive": True, "NodeManagerAddress": address,
-                            "NodeManagerPort": 40000 + i, "ObjectManagerPort": 41000 + i,
-                            "RuntimeEnvAgentPort": 42000 + i, "MetricsExportPort": -1}
-                           for i, address in enumerate(nodes)]
+        self.node_table = [
+            {
+                "NodeID": f"{i:056x}",
+                "Alive": True,
+                "NodeManagerAddress": address,
+                "NodeManagerPort": 40000 + i,
+                "ObjectManagerPort": 41000 + i,
+                "RuntimeEnvAgentPort": 42000 + i,
+                "MetricsExportPort": -1,
+            }
+            for i, address in enumerate(nodes)
+        ]
 
     def init(self, address: str, **options: object) -> SimpleNamespace:
         self.connected = True
@@ -280,8 +319,13 @@ class FakeRay(types.ModuleType):
         return function
 
 
-LOOPBACK_LISTENERS = [("127.0.0.1", 6379), ("::ffff:127.0.0.1", 40000), ("127.0.0.1", 41000), ("::1", 42000),
-                      ("0.0.0.0", 22)]  # sshd's, not the cluster's
+LOOPBACK_LISTENERS = [
+    ("127.0.0.1", 6379),
+    ("::ffff:127.0.0.1", 40000),
+    ("127.0.0.1", 41000),
+    ("::1", 42000),
+    ("0.0.0.0", 22),
+]  # sshd's, not the cluster's
 # (what --ray-address says, the GCS address the driver reached, the nodes' addresses, the dashboard, listeners)
 EXPOSED = {
     # `ray start --head` takes the machine's outward address and listens on every interface; Ray turns
@@ -290,21 +334,35 @@ EXPOSED = {
     # Debian's hostname resolves to 127.0.1.1, Ray's fallback node address: for any node address but
     # 127.0.0.1 Ray binds every interface (tests/raycluster.py shows it on a real cluster).
     "127.0.1.1": ("127.0.1.1:6379", "127.0.1.1:6379", ["127.0.1.1"], "", LOOPBACK_LISTENERS),
-    "one node beyond loopback": ("127.0.0.1:6379", "127.0.0.1:6379", ["127.0.0.1", "10.0.0.7"], "",
-                                 LOOPBACK_LISTENERS),
+    "one node beyond loopback": ("127.0.0.1:6379", "127.0.0.1:6379", ["127.0.0.1", "10.0.0.7"], "", LOOPBACK_LISTENERS),
     # --dashboard-host 0.0.0.0 on a loopback head: the job API (code execution) on every interface, which
     # no node address shows; this namespace's listeners do.
-    "dashboard on every interface": ("127.0.0.1:6379", "127.0.0.1:6379", ["127.0.0.1"], "127.0.0.1:8265",
-                                     [*LOOPBACK_LISTENERS, ("0.0.0.0", 8265)]),
-    "a node's port on every interface": ("localhost:6379", "127.0.0.1:6379", ["127.0.0.1"], "",
-                                         [("127.0.0.1", 6379), ("::", 40000)]),
+    "dashboard on every interface": (
+        "127.0.0.1:6379",
+        "127.0.0.1:6379",
+        ["127.0.0.1"],
+        "127.0.0.1:8265",
+        [*LOOPBACK_LISTENERS, ("0.0.0.0", 8265)],
+    ),
+    "a node's port on every interface": (
+        "localhost:6379",
+        "127.0.0.1:6379",
+        ["127.0.0.1"],
+        "",
+        [("127.0.0.1", 6379), ("::", 40000)],
+    ),
     # Listeners that cannot be read prove nothing.
     "listeners unknown": ("127.0.0.1:6379", "127.0.0.1:6379", ["127.0.0.1"], "", None),
 }
 
 
-def _dispatch_to(fake: FakeRay, address: str, listeners: list[tuple[str, int]] | None, monkeypatch: pytest.MonkeyPatch,
-                 tmp_path: Path) -> dispatch.RayDispatch:
+def _dispatch_to(
+    fake: FakeRay,
+    address: str,
+    listeners: list[tuple[str, int]] | None,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> dispatch.RayDispatch:
     monkeypatch.setitem(sys.modules, "ray", fake)
     monkeypatch.setattr(dispatch, "listening", lambda: listeners, raising=False)
     return dispatch.RayDispatch(get_settings(), Session.new(), tmp_path, address)
@@ -312,8 +370,14 @@ def _dispatch_to(fake: FakeRay, address: str, listeners: list[tuple[str, int]] |
 
 @pytest.mark.parametrize("address, gcs, nodes, dashboard, listeners", EXPOSED.values(), ids=EXPOSED.keys())
 def test_a_cluster_that_answers_beyond_loopback_is_refused_without_a_token_and_disconnected(
-        address: str, gcs: str, nodes: list[str], dashboard: str, listeners: list[tuple[str, int]] | None,
-        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    address: str,
+    gcs: str,
+    nodes: list[str],
+    dashboard: str,
+    listeners: list[tuple[str, int]] | None,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
     monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
     fake = FakeRay(gcs, nodes, dashboard)
     with pytest.raises(SSEBenchError) as refused:
@@ -327,8 +391,7 @@ def test_a_cluster_that_answers_beyond_loopback_is_refused_without_a_token_and_d
     assert _dispatch_to(FakeRay(gcs, nodes, dashboard), address, listeners, monkeypatch, tmp_path)._ray.connected
 
 
-def test_a_cluster_wholly_on_loopback_is_taken_without_a_token(monkeypatch: pytest.MonkeyPatch,
-                                                               tmp_path: Path) -> None:
+def test_a_cluster_wholly_on_loopback_is_taken_without_a_token(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
     fake = FakeRay("127.0.0.1:6379", ["127.0.0.1", "127.0.0.1"], "127.0.0.1:8265")
     taken = _dispatch_to(fake, "127.0.0.1:6379", [*LOOPBACK_LISTENERS, ("127.0.0.1", 8265)], monkeypatch, tmp_path)
@@ -340,17 +403,26 @@ def test_the_listening_sockets_are_read_from_the_kernel_s_tables(tmp_path: Path)
     (tmp_path / "tcp").write_text(
         head + "   0: 0100007F:18EB 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1 1\n"
         "   1: 00000000:20C9 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 2 1\n"
-        "   2: 0500000A:9C40 0100000A:D431 01 00000000:00000000 00:00000000 00000000     0        0 3 1\n")
+        "   2: 0500000A:9C40 0100000A:D431 01 00000000:00000000 00:00000000 00000000     0        0 3 1\n"
+    )
     (tmp_path / "tcp6").write_text(
         head + "   0: 0000000000000000FFFF00000100007F:9C40 00000000000000000000000000000000:0000 0A 0 0 0 0 0 4 1\n"
         "   1: 00000000000000000000000001000000:A410 00000000000000000000000000000000:0000 0A 0 0 0 0 0 5 1\n"
-        "   2: 00000000000000000000000000000000:2328 00000000000000000000000000000000:0000 0A 0 0 0 0 0 6 1\n")
+        "   2: 00000000000000000000000000000000:2328 00000000000000000000000000000000:0000 0A 0 0 0 0 0 6 1\n"
+    )
     # Established connections (st 01) are not listeners.
     found = dispatch.listening(tmp_path)
     assert found is not None
     assert {(ipaddress.ip_address(a), port) for a, port in found} == {
-        (ipaddress.ip_address(a), port) for a, port in [("127.0.0.1", 6379), ("0.0.0.0", 8393),
-                                                         ("::ffff:127.0.0.1", 40000), ("::1", 42000), ("::", 9000)]}
+        (ipaddress.ip_address(a), port)
+        for a, port in [
+            ("127.0.0.1", 6379),
+            ("0.0.0.0", 8393),
+            ("::ffff:127.0.0.1", 40000),
+            ("::1", 42000),
+            ("::", 9000),
+        ]
+    }
     # Tables that cannot be read show nothing, which is not "no listener".
     assert dispatch.listening(tmp_path / "absent") is None
 
@@ -383,7 +455,8 @@ except SSEBenchError as exc:
 @pytest.mark.skipif(_ray_ready() is not None, reason=str(_ray_ready()))
 @pytest.mark.parametrize("node_ip, taken", [("127.0.0.1", True), ("127.0.1.1", False)])
 def test_a_real_cluster_is_taken_without_a_token_only_with_every_node_at_127_0_0_1(
-        node_ip: str, taken: bool, tmp_path: Path) -> None:
+    node_ip: str, taken: bool, tmp_path: Path
+) -> None:
     """A head and a worker node (tests/raycluster.py) in a network namespace holding only loopback, so
     nothing listens beyond this machine whatever Ray binds; the controller connects from inside it."""
     from tests.raycluster import delete_netns, in_loopback_netns
@@ -393,16 +466,29 @@ def test_a_real_cluster_is_taken_without_a_token_only_with_every_node_at_127_0_0
     delete_netns(name)
     inside = in_loopback_netns(name)
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_AUTH_MODE", "RAY_ADDRESS")}
-    cluster = subprocess.Popen([*inside, sys.executable, "-m", "tests.raycluster", "1", node_ip], cwd=root,
-                               env=env, text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    cluster = subprocess.Popen(
+        [*inside, sys.executable, "-m", "tests.raycluster", "1", node_ip],
+        cwd=root,
+        env=env,
+        text=True,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
     assert cluster.stdin is not None and cluster.stdout is not None
     try:
         address = json.loads(cluster.stdout.readline())["address"]
         cluster.stdin.write("listeners\n")
         cluster.stdin.flush()
         listeners = json.loads(cluster.stdout.readline())["listeners"]
-        driver = subprocess.run([*inside, sys.executable, "-c", DRIVER, address, str(tmp_path)], cwd=root, env=env,
-                                capture_output=True, text=True, timeout=300, check=False)
+        driver = subprocess.run(
+            [*inside, sys.executable, "-c", DRIVER, address, str(tmp_path)],
+            cwd=root,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
     finally:
         cluster.stdin.write("quit\n")
         cluster.stdin.flush()

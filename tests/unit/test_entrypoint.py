@@ -32,8 +32,9 @@ class Started:
         return ("served", bound)
 
 
-def _on_demand(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
-               fail_first: int = 0) -> tuple[Started, int, entrypoint.OnDemand]:
+def _on_demand(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, fail_first: int = 0
+) -> tuple[Started, int, entrypoint.OnDemand]:
     """An on-demand server on a loopback port whose starts `Started` stands in for: (it, the port, it)."""
     started = Started(fail_first)
     monkeypatch.setattr(entrypoint, "serve", started)
@@ -71,8 +72,9 @@ def test_the_first_client_starts_the_server_once(monkeypatch: pytest.MonkeyPatch
         sock.close()
 
 
-def test_a_failed_start_refuses_that_client_and_the_next_one_starts_it(monkeypatch: pytest.MonkeyPatch,
-                                                                       tmp_path: Path) -> None:
+def test_a_failed_start_refuses_that_client_and_the_next_one_starts_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     started, port, on_demand = _on_demand(monkeypatch, tmp_path, fail_first=1)
     refused = socket.create_connection(("127.0.0.1", port), timeout=2)
     refused.settimeout(5)

@@ -18,10 +18,21 @@ MODELS = Path(__file__).resolve().parents[2] / "models"
 
 
 def test_exports_are_pinned() -> None:
-    assert ssebench.gateway.__all__ == sorted(ssebench.gateway.__all__)
+    # The order is ruff's (RUF022): constants, then classes and functions.
     assert ssebench.gateway.__all__ == [
-        "Budget", "GatewayClient", "GatewayError", "GatewayLink", "GatewayProcess", "MODEL_NAME", "ModelConfig", "Price",
-        "RunKey", "Usage", "UsageRecord", "load_model", "load_models",
+        "MODEL_NAME",
+        "Budget",
+        "GatewayClient",
+        "GatewayError",
+        "GatewayLink",
+        "GatewayProcess",
+        "ModelConfig",
+        "Price",
+        "RunKey",
+        "Usage",
+        "UsageRecord",
+        "load_model",
+        "load_models",
     ]
 
 
@@ -60,23 +71,27 @@ def _problems(path: Path) -> list[str]:
     return [str(e) for e in (error.errors if isinstance(error, ConfigErrors) else [error])]
 
 
-@pytest.mark.parametrize(("data", "field", "words"), [
-    ({"name": "other", "base_url": "http://x/v1"}, "name", "differs from the file name"),
-    ({"name": "m", "base_url": "http://x/v1", "script": "s.yaml"}, "", "exactly one of base_url"),
-    ({"name": "m"}, "", "exactly one of base_url"),
-    ({"name": "m", "base_url": "ftp://x/v1"}, "base_url", "must be an http(s) URL"),
-    ({"name": "m", "base_url": "http://x/v1?key=1"}, "base_url", "must not carry a query"),
-    ({"name": "m", "base_url": "http://x/v1", "api_key": "sk-123"}, "", "never write a provider key into a file"),
-    ({"name": "m", "base_url": "http://x/v1", "api_key_env": "sk-123"}, "api_key_env", "NAME of an environment"),
-    ({"name": "m", "base_url": "http://x/v1", "prices": {}}, "prices", "unknown key"),
-    ({"name": "m", "base_url": "http://x/v1", "price": {"input": -1}}, "price.input", "greater than or equal"),
-    ({"name": "m", "base_url": "http://x/v1", "budget": {"tokens": 0}}, "budget.tokens", "greater than 0"),
-    ({"name": "m", "base_url": "http://x/v1", "budget": {"tokens": "many"}}, "budget.tokens", "integer"),
-    ({"name": "m", "script": "/etc/passwd"}, "script", "must be relative to the model file"),
-    ({"name": "m", "script": "missing.yaml"}, "script", "not found"),
-])
-def test_a_bad_model_file_names_file_field_and_fix(tmp_path: Path, data: dict[str, Any], field: str,
-                                                    words: str) -> None:
+@pytest.mark.parametrize(
+    ("data", "field", "words"),
+    [
+        ({"name": "other", "base_url": "http://x/v1"}, "name", "differs from the file name"),
+        ({"name": "m", "base_url": "http://x/v1", "script": "s.yaml"}, "", "exactly one of base_url"),
+        ({"name": "m"}, "", "exactly one of base_url"),
+        ({"name": "m", "base_url": "ftp://x/v1"}, "base_url", "must be an http(s) URL"),
+        ({"name": "m", "base_url": "http://x/v1?key=1"}, "base_url", "must not carry a query"),
+        ({"name": "m", "base_url": "http://x/v1", "api_key": "sk-123"}, "", "never write a provider key into a file"),
+        ({"name": "m", "base_url": "http://x/v1", "api_key_env": "sk-123"}, "api_key_env", "NAME of an environment"),
+        ({"name": "m", "base_url": "http://x/v1", "prices": {}}, "prices", "unknown key"),
+        ({"name": "m", "base_url": "http://x/v1", "price": {"input": -1}}, "price.input", "greater than or equal"),
+        ({"name": "m", "base_url": "http://x/v1", "budget": {"tokens": 0}}, "budget.tokens", "greater than 0"),
+        ({"name": "m", "base_url": "http://x/v1", "budget": {"tokens": "many"}}, "budget.tokens", "integer"),
+        ({"name": "m", "script": "/etc/passwd"}, "script", "must be relative to the model file"),
+        ({"name": "m", "script": "missing.yaml"}, "script", "not found"),
+    ],
+)
+def test_a_bad_model_file_names_file_field_and_fix(
+    tmp_path: Path, data: dict[str, Any], field: str, words: str
+) -> None:
     path = _write(tmp_path, "m", data)
     problems = _problems(path)
     assert any(p.startswith(f"{path}: {field}") and words in p for p in problems), problems
@@ -119,15 +134,22 @@ def test_price_and_budget_arithmetic() -> None:
 
 SCRIPT = {
     "conversations": [
-        {"match": "# Task: alpha", "steps": [
-            {"content": "first", "tool_calls": [{"name": "bash", "arguments": {"command": "ls"}}],
-             "usage": {"prompt_tokens": 10, "completion_tokens": 2}, "reasoning": "thinking first"},
-            {"error": {"status": 503, "body": "busy"}, "times": 2},
-            {"garbage": "<html>"},
-            {"content": "second", "usage": {"prompt_tokens": 20, "completion_tokens": 3}},
-            {"malformed_tool_call": True, "times": 2, "usage": {"prompt_tokens": 5, "completion_tokens": 1}},
-            {"error": {"status": 429, "body": '{"error": {"type": "rate_limit_error", "message": "slow"}}'}},
-        ]},
+        {
+            "match": "# Task: alpha",
+            "steps": [
+                {
+                    "content": "first",
+                    "tool_calls": [{"name": "bash", "arguments": {"command": "ls"}}],
+                    "usage": {"prompt_tokens": 10, "completion_tokens": 2},
+                    "reasoning": "thinking first",
+                },
+                {"error": {"status": 503, "body": "busy"}, "times": 2},
+                {"garbage": "<html>"},
+                {"content": "second", "usage": {"prompt_tokens": 20, "completion_tokens": 3}},
+                {"malformed_tool_call": True, "times": 2, "usage": {"prompt_tokens": 5, "completion_tokens": 1}},
+                {"error": {"status": 429, "body": '{"error": {"type": "rate_limit_error", "message": "slow"}}'}},
+            ],
+        },
         {"match": "", "steps": [{"content": "anything else"}]},
     ],
 }
@@ -152,8 +174,9 @@ def test_the_answer_follows_the_number_of_assistant_messages(tmp_path: Path) -> 
     assert first.status == 200 and first.usage == (10, 2)
     message = first.json()["choices"][0]["message"]
     assert message["content"] == "first" and message["reasoning_content"] == "thinking first"
-    assert message["tool_calls"] == [{"id": "call_0_0", "type": "function",
-                                      "function": {"name": "bash", "arguments": '{"command": "ls"}'}}]
+    assert message["tool_calls"] == [
+        {"id": "call_0_0", "type": "function", "function": {"name": "bash", "arguments": '{"command": "ls"}'}}
+    ]
     assert first.json()["choices"][0]["finish_reason"] == "tool_calls"
     assert first.json()["usage"] == {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12}
     # The same request again is the same answer: no state for answers.
@@ -197,14 +220,17 @@ def test_the_first_matching_conversation_plays(tmp_path: Path) -> None:
     assert only_alpha.respond({"messages": "x"}, "k").status == 400
 
 
-@pytest.mark.parametrize(("step", "words"), [
-    ({"content": "x", "error": {"status": 500}}, "either an answer"),
-    ({"garbage": "x", "malformed_tool_call": True}, "either an answer"),
-    ({"usage": {"prompt_tokens": 1}}, "needs content or tool_calls"),
-    ({"content": "x", "times": 3}, "times applies to faults only"),
-    ({"error": {"status": 200}}, "greater than or equal to 400"),
-    ({"content": "x", "tool_calls": [{"name": "bash", "arguments": "ls"}]}, "valid dictionary"),
-])
+@pytest.mark.parametrize(
+    ("step", "words"),
+    [
+        ({"content": "x", "error": {"status": 500}}, "either an answer"),
+        ({"garbage": "x", "malformed_tool_call": True}, "either an answer"),
+        ({"usage": {"prompt_tokens": 1}}, "needs content or tool_calls"),
+        ({"content": "x", "times": 3}, "times applies to faults only"),
+        ({"error": {"status": 200}}, "greater than or equal to 400"),
+        ({"content": "x", "tool_calls": [{"name": "bash", "arguments": "ls"}]}, "valid dictionary"),
+    ],
+)
 def test_a_bad_step_is_refused(tmp_path: Path, step: dict[str, Any], words: str) -> None:
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump({"conversations": [{"match": "x", "steps": [step]}]}))

@@ -249,24 +249,53 @@ def smuggle(extras):
 
 # What the smuggling attack sends on top of a valid call, and what an agent legitimately sends along.
 SMUGGLED: list[dict[str, Any]] = [
-    {"max_tokens": -1}, {"max_completion_tokens": True}, {"max_tokens": 0}, {"max_tokens": "100"},
-    {"max_tokens": 1.5}, {"n": 64}, {"n_predict": 100000, "store": True, "service_tier": "priority",
-                                     "max_tokens": 99999, "stream_options": {"include_usage": True}},
+    {"max_tokens": -1},
+    {"max_completion_tokens": True},
+    {"max_tokens": 0},
+    {"max_tokens": "100"},
+    {"max_tokens": 1.5},
+    {"n": 64},
+    {
+        "n_predict": 100000,
+        "store": True,
+        "service_tier": "priority",
+        "max_tokens": 99999,
+        "stream_options": {"include_usage": True},
+    },
 ]
 SMUGGLED_STATUSES = [400, 400, 400, 400, 400, 400, 200]
 LEGIT: dict[str, Any] = {
-    "tools": [{"type": "function", "function": {"name": "view_file", "parameters": {
-        "type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}}],
-    "tool_choice": "auto", "parallel_tool_calls": False, "temperature": 0.2, "top_p": 0.9, "stop": ["\n\n"],
-    "response_format": {"type": "text"}, "seed": 7, "frequency_penalty": 0.1, "presence_penalty": 0.1,
-    "max_completion_tokens": 100, "n": 1,
+    "tools": [
+        {
+            "type": "function",
+            "function": {
+                "name": "view_file",
+                "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+            },
+        }
+    ],
+    "tool_choice": "auto",
+    "parallel_tool_calls": False,
+    "temperature": 0.2,
+    "top_p": 0.9,
+    "stop": ["\n\n"],
+    "response_format": {"type": "text"},
+    "seed": 7,
+    "frequency_penalty": 0.1,
+    "presence_penalty": 0.1,
+    "max_completion_tokens": 100,
+    "n": 1,
 }
 
 
 def attack(key: RunKey, *args: object, timeout: float = 120) -> dict[str, Any]:
     """Run one attack to its end on the host; its last report."""
-    done = subprocess.run([sys.executable, "-c", ATTACKER, key.base_url, key.key, key.model, *map(str, args)],
-                          capture_output=True, text=True, timeout=timeout)
+    done = subprocess.run(
+        [sys.executable, "-c", ATTACKER, key.base_url, key.key, key.model, *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
@@ -290,14 +319,19 @@ class Upstream(ThreadingHTTPServer):
 class _Answer(BaseHTTPRequestHandler):
     server: Upstream
 
-    def do_POST(self) -> None:  # noqa: N802 (the name http.server calls)
+    def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["content-length"])))
         self.server.received.append(body)
         self.server.released.wait(self.server.delay)
-        answer = json.dumps({"id": "c", "object": "chat.completion", "model": body.get("model"),
-                             "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"},
-                                          "finish_reason": "stop"}],
-                             "usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110}}).encode()
+        answer = json.dumps(
+            {
+                "id": "c",
+                "object": "chat.completion",
+                "model": body.get("model"),
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110},
+            }
+        ).encode()
         with contextlib.suppress(OSError):  # the gateway may have given up on the call
             self.send_response(200)
             self.send_header("content-type", "application/json")
@@ -323,16 +357,20 @@ def upstream() -> Iterator[Upstream]:
 
 
 # Short timeouts, so the tests see them act.
-TEST_LIMITS = {"SSEBENCH_GATEWAY_IDLE_TIMEOUT": "1", "SSEBENCH_GATEWAY_BODY_TIMEOUT": "2",
-               "SSEBENCH_GATEWAY_FINISH_WAIT": "2"}
+TEST_LIMITS = {
+    "SSEBENCH_GATEWAY_IDLE_TIMEOUT": "1",
+    "SSEBENCH_GATEWAY_BODY_TIMEOUT": "2",
+    "SSEBENCH_GATEWAY_FINISH_WAIT": "2",
+}
 
 
 @pytest.fixture
 def gateway(tmp_path: Path, upstream: Upstream, monkeypatch: pytest.MonkeyPatch) -> Iterator[GatewayProcess]:
     folder = tmp_path / "models"
     folder.mkdir()
-    (folder / "remote.yaml").write_text(f"name: remote\nbase_url: {upstream.url}\nmax_output_tokens: {CAP}\n"
-                                        "price: {input: 1, output: 2}\n")
+    (folder / "remote.yaml").write_text(
+        f"name: remote\nbase_url: {upstream.url}\nmax_output_tokens: {CAP}\nprice: {{input: 1, output: 2}}\n"
+    )
     for name, value in TEST_LIMITS.items():
         monkeypatch.setenv(name, value)
     with GatewayProcess(folder, tmp_path / "state", model_port=0) as process:
@@ -352,15 +390,21 @@ def _register(client: GatewayClient, run_id: str, host: str, **extra: Any) -> Ru
 
 
 def _chat(key: RunKey, timeout: float = 10, **extra: Any) -> httpx.Response:
-    return httpx.post(f"{key.base_url}/chat/completions", timeout=timeout,
-                      json={"model": key.model, "messages": [{"role": "user", "content": "hi"}], **extra},
-                      headers={"authorization": f"Bearer {key.key}"})
+    return httpx.post(
+        f"{key.base_url}/chat/completions",
+        timeout=timeout,
+        json={"model": key.model, "messages": [{"role": "user", "content": "hi"}], **extra},
+        headers={"authorization": f"Bearer {key.key}"},
+    )
 
 
 def process_status(pid: int) -> dict[str, int]:
     """The gateway process's memory figures (kB) and open file descriptors."""
-    figures = {line.split(":")[0]: int(line.split()[1]) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
-               if line.startswith("Vm")}
+    figures = {
+        line.split(":")[0]: int(line.split()[1])
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+        if line.startswith("Vm")
+    }
     return {**figures, "fds": len(os.listdir(f"/proc/{pid}/fd"))}
 
 
@@ -383,8 +427,9 @@ def _others_still_served(client: GatewayClient, victim: RunKey, run_id: str, hos
 # -- 4a: connections ------------------------------------------------------------------------------
 
 
-def test_idle_connections_of_one_run_leave_the_others_their_model(gateway: GatewayProcess,
-                                                                  client: GatewayClient) -> None:
+def test_idle_connections_of_one_run_leave_the_others_their_model(
+    gateway: GatewayProcess, client: GatewayClient
+) -> None:
     pid = _pid(gateway)
     # A host whose descriptor limit is 256: more connections than that must not starve the other runs.
     resource.prlimit(pid, resource.RLIMIT_NOFILE, (256, 256))
@@ -442,8 +487,9 @@ def test_idle_connections_of_one_run_leave_the_others_their_model(gateway: Gatew
 # -- 4b: bodies -----------------------------------------------------------------------------------
 
 
-def test_huge_bodies_are_refused_while_read_and_the_gateway_stays_small(gateway: GatewayProcess,
-                                                                       client: GatewayClient) -> None:
+def test_huge_bodies_are_refused_while_read_and_the_gateway_stays_small(
+    gateway: GatewayProcess, client: GatewayClient
+) -> None:
     pid = _pid(gateway)
     hostile, victim = _register(client, "hostile", HOSTILE), _register(client, "victim", VICTIM)
     assert _chat(victim).status_code == 200
@@ -467,8 +513,9 @@ def test_huge_bodies_are_refused_while_read_and_the_gateway_stays_small(gateway:
 # -- 4c: refused calls and nesting ------------------------------------------------------------------
 
 
-def test_refused_calls_are_counted_not_kept_and_deep_bodies_are_400s(gateway: GatewayProcess, upstream: Upstream,
-                                                                      client: GatewayClient, tmp_path: Path) -> None:
+def test_refused_calls_are_counted_not_kept_and_deep_bodies_are_400s(
+    gateway: GatewayProcess, upstream: Upstream, client: GatewayClient, tmp_path: Path
+) -> None:
     from ssebench.gateway import Budget
 
     hostile = _register(client, "hostile", HOSTILE, budget=Budget(tokens=1))
@@ -477,8 +524,9 @@ def test_refused_calls_are_counted_not_kept_and_deep_bodies_are_400s(gateway: Ga
     # Positive control: one call spent the budget, the 1,499 after it were refused; 300 bodies were not JSON.
     assert result["statuses"] == {"200": 1, "429": 1499} and result["bad"] == {"400": 300}, result
     assert result["deep"]["status"] == 400, result
-    assert json.loads(result["deep"]["body"]) == {"error": {
-        "type": "invalid_request_error", "message": "the body is nested deeper than 64 levels"}}
+    assert json.loads(result["deep"]["body"]) == {
+        "error": {"type": "invalid_request_error", "message": "the body is nested deeper than 64 levels"}
+    }
     assert len(upstream.received) == 1
     _others_still_served(client, victim, "late", OTHER)
     started = time.monotonic()
@@ -497,13 +545,16 @@ def test_refused_calls_are_counted_not_kept_and_deep_bodies_are_400s(gateway: Ga
 
 
 def test_only_parameters_the_gateway_understands_go_upstream_within_the_models_caps(
-        upstream: Upstream, client: GatewayClient) -> None:
+    upstream: Upstream, client: GatewayClient
+) -> None:
     hostile = _register(client, "hostile", HOSTILE)
     answers = attack(hostile, "smuggle", json.dumps([{**LEGIT, **extra} for extra in SMUGGLED]))["answers"]
     assert [status for status, _ in answers] == SMUGGLED_STATUSES, answers
     messages = [json.loads(text)["error"]["message"] for status, text in answers if status == 400]
-    assert messages[:2] == ["max_tokens must be a positive integer, not -1",
-                            "max_completion_tokens must be a positive integer, not true"]
+    assert messages[:2] == [
+        "max_tokens must be a positive integer, not -1",
+        "max_completion_tokens must be a positive integer, not true",
+    ]
     assert messages[-1] == "n must be 1: the gateway forwards one completion per call, not 64"
     # One call went upstream: the agent's parameters as they were, the tokens capped, n (1) left to its default,
     # nothing else.
@@ -518,8 +569,9 @@ def test_only_parameters_the_gateway_understands_go_upstream_within_the_models_c
 # -- 6: calls around a run's finish ------------------------------------------------------------
 
 
-def test_every_call_forwarded_before_finishing_is_recorded_and_none_after(upstream: Upstream,
-                                                                         client: GatewayClient) -> None:
+def test_every_call_forwarded_before_finishing_is_recorded_and_none_after(
+    upstream: Upstream, client: GatewayClient
+) -> None:
     key = _register(client, "run", HOSTILE)
     upstream.delay = 1.0
     answers: list[int] = []
@@ -539,8 +591,9 @@ def test_every_call_forwarded_before_finishing_is_recorded_and_none_after(upstre
     assert client.finish_run("run") == usage
 
 
-def test_finishing_waits_for_a_slow_call_a_bounded_time_and_records_it(upstream: Upstream,
-                                                                      client: GatewayClient) -> None:
+def test_finishing_waits_for_a_slow_call_a_bounded_time_and_records_it(
+    upstream: Upstream, client: GatewayClient
+) -> None:
     key = _register(client, "run", HOSTILE)
     upstream.delay = 60
     answers: list[int] = []

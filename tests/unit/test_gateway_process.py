@@ -45,9 +45,25 @@ def upstream(tmp_path: Path) -> Iterator[int]:
     log = tmp_path / "upstream.log"
     with log.open("wb") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "ssebench.gateway.scripted", "--script", str(MODELS / "scripted" / "fix.yaml"),
-             "--host", "127.0.0.1", "--port", str(port), "--api-key-env", "UPSTREAM_KEY", "--model", "fix-upstream"],
-            env={**os.environ, "UPSTREAM_KEY": SECRET}, stdout=out, stderr=subprocess.STDOUT)
+            [
+                sys.executable,
+                "-m",
+                "ssebench.gateway.scripted",
+                "--script",
+                str(MODELS / "scripted" / "fix.yaml"),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--api-key-env",
+                "UPSTREAM_KEY",
+                "--model",
+                "fix-upstream",
+            ],
+            env={**os.environ, "UPSTREAM_KEY": SECRET},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     try:
         _wait_port(port, process, log)
         yield port
@@ -64,14 +80,21 @@ def models_dir(tmp_path: Path, upstream: int) -> Path:
     (folder / "local.yaml").write_text("name: local\nscript: scripted/fix.yaml\nprice: {input: 1, output: 1}\n")
     (folder / "remote.yaml").write_text(
         f"name: remote\nbase_url: http://127.0.0.1:{upstream}/v1\nupstream_model: fix-upstream\n"
-        "api_key_env: UPSTREAM_KEY\nprice: {input: 2.5, output: 10}\n")
+        "api_key_env: UPSTREAM_KEY\nprice: {input: 2.5, output: 10}\n"
+    )
     return folder
 
 
 def _chat(key: RunKey, assistants: int = 0) -> httpx.Response:
-    messages = [{"role": "user", "content": "# Task: kvrec (Go)"}] + [{"role": "assistant", "content": "x"}] * assistants
-    return httpx.post(f"{key.base_url}/chat/completions", json={"model": key.model, "messages": messages},
-                      headers={"authorization": f"Bearer {key.key}"}, timeout=30)
+    messages = [{"role": "user", "content": "# Task: kvrec (Go)"}] + [
+        {"role": "assistant", "content": "x"}
+    ] * assistants
+    return httpx.post(
+        f"{key.base_url}/chat/completions",
+        json={"model": key.model, "messages": messages},
+        headers={"authorization": f"Bearer {key.key}"},
+        timeout=30,
+    )
 
 
 def test_runs_through_the_gateway_process(models_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -85,8 +108,11 @@ def test_runs_through_the_gateway_process(models_dir: Path, tmp_path: Path, monk
         one = client.register_run("run-1", "remote", bind_host="127.0.0.1", ttl_seconds=60, port=0)
         two = client.register_run("run-2", "local", bind_host="127.0.0.2", ttl_seconds=60, port=0)
         assert one.base_url.startswith("http://127.0.0.1:") and two.base_url.startswith("http://127.0.0.2:")
-        assert one.key not in repr(one) and one.env() == {"SSE_BASE_URL": one.base_url, "SSE_API_KEY": one.key,
-                                                           "SSE_MODEL_NAME": "remote"}
+        assert one.key not in repr(one) and one.env() == {
+            "SSE_BASE_URL": one.base_url,
+            "SSE_API_KEY": one.key,
+            "SSE_MODEL_NAME": "remote",
+        }
         assert [_chat(one, n).status_code for n in range(2)] == [200, 200]
         assert _chat(two).status_code == 200
         # Run 2's key, sent to run 1's listener, is refused (and the other way round).
@@ -127,9 +153,13 @@ def test_a_gateway_that_cannot_start_says_why(tmp_path: Path) -> None:
 
 
 def test_the_gateway_refuses_to_start_without_a_token(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, "-m", "ssebench.gateway", "--models", str(MODELS), "--state-dir",
-                           str(tmp_path)], env={k: v for k, v in os.environ.items() if k != "SSEBENCH_GATEWAY_TOKEN"},
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "ssebench.gateway", "--models", str(MODELS), "--state-dir", str(tmp_path)],
+        env={k: v for k, v in os.environ.items() if k != "SSEBENCH_GATEWAY_TOKEN"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2 and "SSEBENCH_GATEWAY_TOKEN must hold the admin token" in done.stderr
 
 

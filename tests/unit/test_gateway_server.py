@@ -57,29 +57,47 @@ class Setup:
     upstream: Any = None
 
     def control(self, token: str = TOKEN) -> httpx.AsyncClient:
-        return httpx.AsyncClient(transport=httpx.ASGITransport(app=self.gateway.control_app(TOKEN)),
-                                 base_url="http://control", headers={"authorization": f"Bearer {token}"})
+        return httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=self.gateway.control_app(TOKEN)),
+            base_url="http://control",
+            headers={"authorization": f"Bearer {token}"},
+        )
 
     def model(self, key: str, host: str = RUN_HOST) -> httpx.AsyncClient:
-        return httpx.AsyncClient(transport=httpx.ASGITransport(app=self.gateway.model_app(host)),
-                                 base_url=f"http://{host}:4080", headers={"authorization": f"Bearer {key}"})
+        return httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=self.gateway.model_app(host)),
+            base_url=f"http://{host}:4080",
+            headers={"authorization": f"Bearer {key}"},
+        )
 
-    async def register(self, run_id: str = "run-1", model: str = "scripted-fix", host: str = RUN_HOST,
-                       **extra: Any) -> dict[str, Any]:
+    async def register(
+        self, run_id: str = "run-1", model: str = "scripted-fix", host: str = RUN_HOST, **extra: Any
+    ) -> dict[str, Any]:
         async with self.control() as control:
-            response = await control.post("/runs", json={"run_id": run_id, "model": model, "bind_host": host,
-                                                         "ttl_seconds": 600, **extra})
+            response = await control.post(
+                "/runs", json={"run_id": run_id, "model": model, "bind_host": host, "ttl_seconds": 600, **extra}
+            )
         assert response.status_code == 200, response.text
         return dict(response.json())
 
 
-def _setup(tmp_path: Path, extra: dict[str, ModelConfig] | None = None, environ: dict[str, str] | None = None,
-           upstream: Any = None) -> Setup:
+def _setup(
+    tmp_path: Path,
+    extra: dict[str, ModelConfig] | None = None,
+    environ: dict[str, str] | None = None,
+    upstream: Any = None,
+) -> Setup:
     listeners, clock = FakeListeners(), Clock()
     models = {**load_models(MODELS), **(extra or {})}
     transport = httpx.ASGITransport(app=upstream) if upstream is not None else None
-    gateway = Gateway(models=models, state_dir=tmp_path / "state", listeners=listeners, clock=clock,
-                      upstream_transport=transport, environ=environ or {})
+    gateway = Gateway(
+        models=models,
+        state_dir=tmp_path / "state",
+        listeners=listeners,
+        clock=clock,
+        upstream_transport=transport,
+        environ=environ or {},
+    )
     return Setup(gateway, listeners, clock, upstream)
 
 
@@ -87,8 +105,9 @@ def run(test: Callable[[], Awaitable[None]]) -> None:
     anyio.run(test)
 
 
-def chat(model: str = "scripted-fix", text: str = "# Task: tlvkit (C)", assistants: int = 0,
-         **extra: Any) -> dict[str, Any]:
+def chat(
+    model: str = "scripted-fix", text: str = "# Task: tlvkit (C)", assistants: int = 0, **extra: Any
+) -> dict[str, Any]:
     messages: list[dict[str, Any]] = [{"role": "system", "content": "s"}, {"role": "user", "content": text}]
     messages += [{"role": "assistant", "content": "x"}] * assistants
     return {"model": model, "messages": messages, **extra}
@@ -131,12 +150,17 @@ def test_keys_are_refused_off_their_run_model_listener_or_time(tmp_path: Path) -
             not_json = await client.post("/v1/chat/completions", content=b"{nope")
             no_messages = await client.post("/v1/chat/completions", json={"model": "scripted-fix"})
         assert other_model.status_code == 403
-        assert other_model.json()["error"]["message"] == "this key is for model 'scripted-fix' only, not 'scripted-wander'"
+        assert (
+            other_model.json()["error"]["message"] == "this key is for model 'scripted-fix' only, not 'scripted-wander'"
+        )
         assert streaming.status_code == 400 and "streaming is not supported" in streaming.text
         assert not_json.status_code == 400 and no_messages.status_code == 400
         for bad in ("", "Bearer ", "Basic abc", "Bearer sse-run-forged"):
-            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=setup.gateway.model_app(RUN_HOST)),
-                                         base_url="http://x", headers={"authorization": bad} if bad else {}) as c:
+            async with httpx.AsyncClient(
+                transport=httpx.ASGITransport(app=setup.gateway.model_app(RUN_HOST)),
+                base_url="http://x",
+                headers={"authorization": bad} if bad else {},
+            ) as c:
                 assert (await c.post("/v1/chat/completions", json=chat())).status_code == 401
                 assert (await c.get("/v1/models")).status_code == 401
         setup.clock.now += 601
@@ -171,8 +195,9 @@ def test_finishing_revokes_the_key_and_returns_what_the_upstream_reported(tmp_pa
         assert usage.prompt_tokens == sum(p for p, _ in FIX_USAGE)
         assert usage.completion_tokens == sum(c for _, c in FIX_USAGE)
         assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
-        assert usage.cost == pytest.approx(Price(input=3.0, output=15.0).cost(usage.prompt_tokens,
-                                                                               usage.completion_tokens))
+        assert usage.cost == pytest.approx(
+            Price(input=3.0, output=15.0).cost(usage.prompt_tokens, usage.completion_tokens)
+        )
         assert [(r.prompt_tokens, r.completion_tokens) for r in usage.records] == FIX_USAGE
         assert {r.status for r in usage.records} == {200} and {r.run for r in usage.records} == {"run-1"}
         lines = (tmp_path / "state" / "usage" / "run-1.jsonl").read_text().splitlines()
@@ -231,12 +256,16 @@ def test_the_control_api_needs_the_token_and_valid_requests(tmp_path: Path) -> N
             assert health["status"] == "ok" and "scripted-fix" in health["models"]
 
             async def refused(body: dict[str, Any]) -> tuple[int, str]:
-                response = await control.post("/runs", json={"run_id": "r", "model": "scripted-fix",
-                                                             "bind_host": RUN_HOST, "ttl_seconds": 60, **body})
+                response = await control.post(
+                    "/runs",
+                    json={"run_id": "r", "model": "scripted-fix", "bind_host": RUN_HOST, "ttl_seconds": 60, **body},
+                )
                 return response.status_code, (response.json().get("error") or {}).get("message", "")
 
-            assert await refused({"model": "gpt-9"}) == (404, "no model 'gpt-9' (models: scripted-budget, "
-                                                              "scripted-fix, scripted-garbage, scripted-wander)")
+            assert await refused({"model": "gpt-9"}) == (
+                404,
+                "no model 'gpt-9' (models: scripted-budget, scripted-fix, scripted-garbage, scripted-wander)",
+            )
             assert (await refused({"bind_host": "0.0.0.0"}))[1].endswith("give the run network's gateway IP")
             assert (await refused({"bind_host": "gateway"}))[0] == 400
             assert (await refused({"run_id": "../escape"}))[0] == 400
@@ -254,12 +283,19 @@ def test_the_control_api_needs_the_token_and_valid_requests(tmp_path: Path) -> N
 
 
 def _http_model(**extra: Any) -> ModelConfig:
-    return ModelConfig(name="remote", base_url="http://upstream.test/v1", upstream_model="upstream-id",
-                       api_key_env="TEST_PROVIDER_KEY", price=Price(input=1.0, output=2.0), **extra)
+    return ModelConfig(
+        name="remote",
+        base_url="http://upstream.test/v1",
+        upstream_model="upstream-id",
+        api_key_env="TEST_PROVIDER_KEY",
+        price=Price(input=1.0, output=2.0),
+        **extra,
+    )
 
 
 def test_an_http_upstream_gets_the_provider_key_and_its_model_id_the_agent_sees_neither(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     upstream = create_app(Playback.from_file(MODELS / "scripted" / "fix.yaml"), api_key=SECRET, model="upstream-id")
     setup = _setup(tmp_path, {"remote": _http_model(max_output_tokens=256)}, {"TEST_PROVIDER_KEY": SECRET}, upstream)
     caplog.set_level(logging.DEBUG)
@@ -276,8 +312,11 @@ def test_an_http_upstream_gets_the_provider_key_and_its_model_id_the_agent_sees_
         assert received[0]["max_tokens"] == 256 and received[1]["max_completion_tokens"] == 100
         async with setup.control() as control:
             usage = Usage.model_validate((await control.post("/runs/run-1/finish")).json())
-        assert usage.calls == 2 and usage.prompt_tokens == 1850 * 2 and usage.cost == pytest.approx(
-            (1850 * 2 * 1.0 + 74 * 2 * 2.0) / 1e6)
+        assert (
+            usage.calls == 2
+            and usage.prompt_tokens == 1850 * 2
+            and usage.cost == pytest.approx((1850 * 2 * 1.0 + 74 * 2 * 2.0) / 1e6)
+        )
         stored = (tmp_path / "state" / "usage" / "run-1.jsonl").read_text()
         assert SECRET not in stored and SECRET not in caplog.text and run_key["key"] not in caplog.text
 
@@ -290,8 +329,14 @@ def test_upstream_failures_reach_the_agent_as_errors_and_are_recorded(tmp_path: 
         path.write_text(json.dumps({"conversations": [{"match": "", "steps": steps}]}))
         return create_app(Playback.from_file(path), api_key=SECRET)
 
-    upstream = script([{"error": {"status": 503, "body": "busy"}}, {"garbage": "<html>oops"},
-                       {"error": {"status": 429, "body": '{"error": {"message": "slow"}}'}}, {"content": "ok"}])
+    upstream = script(
+        [
+            {"error": {"status": 503, "body": "busy"}},
+            {"garbage": "<html>oops"},
+            {"error": {"status": 429, "body": '{"error": {"message": "slow"}}'}},
+            {"content": "ok"},
+        ]
+    )
     setup = _setup(tmp_path, {"remote": _http_model()}, {"TEST_PROVIDER_KEY": SECRET}, upstream)
 
     async def test() -> None:
@@ -299,12 +344,19 @@ def test_upstream_failures_reach_the_agent_as_errors_and_are_recorded(tmp_path: 
         async with setup.model(run_key["key"]) as client:
             replies = [await client.post("/v1/chat/completions", json=chat("remote")) for _ in range(4)]
         assert [(r.status_code, r.text) for r in replies[:3]] == [
-            (503, "busy"), (200, "<html>oops"), (429, '{"error": {"message": "slow"}}')]
+            (503, "busy"),
+            (200, "<html>oops"),
+            (429, '{"error": {"message": "slow"}}'),
+        ]
         assert replies[3].json()["usage"] == {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
         records = setup.gateway.runs["run-1"].records
         assert [r.status for r in records] == [503, 200, 429, 200]
-        assert [r.error for r in records] == ["upstream answered 503: busy", "upstream answer is not JSON (10 bytes)",
-                                              'upstream answered 429: {"error": {"message": "slow"}}', None]
+        assert [r.error for r in records] == [
+            "upstream answered 503: busy",
+            "upstream answer is not JSON (10 bytes)",
+            'upstream answered 429: {"error": {"message": "slow"}}',
+            None,
+        ]
 
     run(test)
 
@@ -345,8 +397,9 @@ def test_a_model_whose_provider_key_is_not_set_is_refused_at_registration(tmp_pa
 
     async def test() -> None:
         async with setup.control() as control:
-            response = await control.post("/runs", json={"run_id": "r", "model": "remote", "bind_host": RUN_HOST,
-                                                         "ttl_seconds": 60})
+            response = await control.post(
+                "/runs", json={"run_id": "r", "model": "remote", "bind_host": RUN_HOST, "ttl_seconds": 60}
+            )
         assert response.status_code == 400
         assert "needs the provider key in $TEST_PROVIDER_KEY on the host" in response.json()["error"]["message"]
         assert setup.listeners.acquired == []
@@ -367,6 +420,7 @@ def test_a_body_is_parsed_once_within_a_depth_and_a_count_of_values(tmp_path: Pa
     async def test() -> None:
         run_key = await setup.register()
         async with setup.model(run_key["key"]) as client:
+
             async def send(body: bytes) -> tuple[int, str]:
                 reply = await client.post("/v1/chat/completions", content=body)
                 return reply.status_code, reply.json().get("error", {}).get("message", "")
@@ -375,8 +429,14 @@ def test_a_body_is_parsed_once_within_a_depth_and_a_count_of_values(tmp_path: Pa
             too_deep = [await send(nested(depth)) for depth in (65, 990, 1100, 50_000)]
             values = b", 0" * 1_000_000
             too_many = await send(json.dumps(chat())[:-1].encode() + b', "x": [0' + values + b"]}")
-            not_json = [await send(body) for body in (json.dumps(chat())[:-1].encode() + b', "top_p": NaN}',
-                                                      b'{"model": "scripted-fix", "messages": ["\xff"]}', b"")]
+            not_json = [
+                await send(body)
+                for body in (
+                    json.dumps(chat())[:-1].encode() + b', "top_p": NaN}',
+                    b'{"model": "scripted-fix", "messages": ["\xff"]}',
+                    b"",
+                )
+            ]
         assert deepest[0] == 200
         assert too_deep == [(400, "the body is nested deeper than 64 levels")] * 4
         assert too_many == (413, "request body too large: more than 1000000 JSON values")
@@ -394,10 +454,27 @@ def test_the_allow_list_forwards_what_it_names_within_the_models_cap() -> None:
         body = {"model": "agent-side", "messages": [{"role": "user", "content": "hi"}], **extra}
         return CHAT_COMPLETIONS.upstream_body(body, model="provider-id", max_output_tokens=cap)
 
-    sent = upstream(temperature=0, tools=[], tool_choice="none", n=1, stream=False, store=True, n_predict=-1,
-                    service_tier="priority", web_search_options={}, metadata={"a": "b"}, top_k=5)
-    assert sent == {"model": "provider-id", "messages": [{"role": "user", "content": "hi"}], "temperature": 0,
-                    "tools": [], "tool_choice": "none", "max_tokens": 512}
+    sent = upstream(
+        temperature=0,
+        tools=[],
+        tool_choice="none",
+        n=1,
+        stream=False,
+        store=True,
+        n_predict=-1,
+        service_tier="priority",
+        web_search_options={},
+        metadata={"a": "b"},
+        top_k=5,
+    )
+    assert sent == {
+        "model": "provider-id",
+        "messages": [{"role": "user", "content": "hi"}],
+        "temperature": 0,
+        "tools": [],
+        "tool_choice": "none",
+        "max_tokens": 512,
+    }
     assert upstream(max_tokens=9999)["max_tokens"] == 512 and upstream(max_tokens=7)["max_tokens"] == 7
     assert upstream(max_completion_tokens=9999)["max_completion_tokens"] == 512
     assert "max_tokens" not in upstream(max_completion_tokens=10)
@@ -435,6 +512,7 @@ def test_a_run_has_a_few_requests_under_way_at_most(tmp_path: Path) -> None:
         run_key = await setup.register(model="remote")
         statuses: list[int] = []
         async with setup.model(run_key["key"]) as client, anyio.create_task_group() as group:
+
             async def call() -> None:
                 statuses.append((await client.post("/v1/chat/completions", json=chat("remote"))).status_code)
 
@@ -473,4 +551,5 @@ def test_lines_a_client_can_cause_are_logged_within_a_quota(caplog: pytest.LogCa
     assert lines == ["Invalid HTTP request received."] * 3 + [
         "another kind of line",
         "997 more lines of tests.gateway.noisy like 'Invalid HTTP request received.' in 61 s were not logged",
-        "Invalid HTTP request received."]
+        "Invalid HTTP request received.",
+    ]

@@ -58,16 +58,18 @@ def test_layers_parents_first_with_lower_case_names(settings: Settings, tmp_path
     assert tool.labels["ssebench.task"] == "RUSTSEC-2019-0009" and tool.labels["ssebench.hash"] == tool.digest
 
 
-def test_sidecar_mode_plans_one_agent_image_per_agent_with_nothing_of_a_task(settings: Settings,
-                                                                             tmp_path: Path) -> None:
+def test_sidecar_mode_plans_one_agent_image_per_agent_with_nothing_of_a_task(
+    settings: Settings, tmp_path: Path
+) -> None:
     dataset = write_dataset(tmp_path, tasks=())
     for name, language in (("one", "c"), ("two", "go"), ("three", "rust")):
         write_task(dataset, name, config=task_config(name, language=language))
     tasks = [load_task(dataset / name) for name in ("one", "two", "three")]
     agents = [load_agent(settings.agents_dir, name) for name in ("dummy", "reference")]
     plans = {(t.id, a.name): image.plan(settings, t, OS_ID, a, modes=("sidecar",)) for t in tasks for a in agents}
-    agent_layers = {key: [layer for layer in layers if layer.kind in ("sidecar-base", "agent")]
-                    for key, layers in plans.items()}
+    agent_layers = {
+        key: [layer for layer in layers if layer.kind in ("sidecar-base", "agent")] for key, layers in plans.items()
+    }
     for (task_id, agent_name), (base, agent) in agent_layers.items():
         assert base.image == "ssebench/sidecar/base:0.1.0" and base.task is None
         assert agent.image == f"ssebench/sidecar/agent-{agent_name}:0.1.0" and agent.task is None
@@ -82,7 +84,9 @@ def test_sidecar_mode_plans_one_agent_image_per_agent_with_nothing_of_a_task(set
     assert kinds == ["base", "runtime", "case", "tool", "base", "runtime", "sidecar-base", "agent"]
     both = image.plan(settings, tasks[0], OS_ID, agents[0], modes=("sandbox", "sidecar"))
     assert [layer.image for layer in both if layer.kind == "agent"] == [
-        "ssebench/sidecar/agent-dummy:0.1.0", "ssebench/agent-dummy/tinyset/one:0.1.0"]
+        "ssebench/sidecar/agent-dummy:0.1.0",
+        "ssebench/agent-dummy/tinyset/one:0.1.0",
+    ]
 
 
 def test_digests_are_stable(settings: Settings, tmp_path: Path) -> None:
@@ -107,8 +111,9 @@ def test_mode_change_alone_changes_the_digest(settings: Settings, tmp_path: Path
     assert _digests(settings, dataset)[("one", "case")] != before[("one", "case")]
 
 
-def test_a_runtime_change_rebuilds_the_runtime_alone(settings: Settings, tmp_path: Path,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_runtime_change_rebuilds_the_runtime_alone(
+    settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The runtime is no task's: a change to it (its daemon, its SDK) makes a new runtime image and volume,
     and no task's tool or agent layer."""
     fake_runtime, fake_sdk = tmp_path / "runtime", tmp_path / "sdk"
@@ -124,8 +129,9 @@ def test_a_runtime_change_rebuilds_the_runtime_alone(settings: Settings, tmp_pat
     assert {k for k in before if before[k] != after[k]} == {("one", "runtime"), ("two", "runtime")}
 
 
-def test_a_change_to_the_tool_layers_code_rebuilds_every_tool_layer(settings: Settings, tmp_path: Path,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_change_to_the_tool_layers_code_rebuilds_every_tool_layer(
+    settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     fake = tmp_path / "toollayer.py"
     fake.write_text("x = 1\n")
     monkeypatch.setattr(image, "TOOL_LAYER_SOURCES", (fake,))
@@ -142,14 +148,20 @@ def test_the_tool_layers_sources_are_every_module_it_imports() -> None:
     library alone on the path, no host package)."""
     lib = image.PROJECT_ROOT / "ssebench"
     # -S: no site, so no editable install of the host's own ssebench; yaml's folder is the one package added.
-    code = ("import sys; sys.path[:0] = sys.argv[1:]; import ssebench.runtime.toollayer; "
-            "print('\\n'.join(sorted(getattr(m, '__file__', None) or '' for n, m in sys.modules.items() "
-            "if n.split('.')[0] in ('ssebench', 'sse'))))")
+    code = (
+        "import sys; sys.path[:0] = sys.argv[1:]; import ssebench.runtime.toollayer; "
+        "print('\\n'.join(sorted(getattr(m, '__file__', None) or '' for n, m in sys.modules.items() "
+        "if n.split('.')[0] in ('ssebench', 'sse'))))"
+    )
     with tempfile.TemporaryDirectory() as scratch:  # the runtime's library as its image lays it out
         shutil.copytree(lib / "runtime", Path(scratch) / "ssebench" / "runtime")
         shutil.copytree(image.PROJECT_ROOT / "sdk" / "sse", Path(scratch) / "sse")
-        out = subprocess.run([sys.executable, "-I", "-S", "-c", code, scratch, str(Path(yaml.__file__).parents[1])],
-                             capture_output=True, text=True, check=True).stdout
+        out = subprocess.run(
+            [sys.executable, "-I", "-S", "-c", code, scratch, str(Path(yaml.__file__).parents[1])],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
         imported = {Path(line).relative_to(scratch) for line in out.split() if line}
     declared = {p.relative_to(image.PROJECT_ROOT) for p in image.TOOL_LAYER_SOURCES}
     assert imported and imported <= declared, imported - declared
@@ -205,8 +217,9 @@ class FakeEngine:
     def is_current(self, layer: image.Layer) -> bool:
         return self.labels.get(layer.image) == layer.digest
 
-    def build(self, settings: Settings, layer: image.Layer, *, nocache: bool = False,
-              cancel: threading.Event | None = None) -> None:
+    def build(
+        self, settings: Settings, layer: image.Layer, *, nocache: bool = False, cancel: threading.Event | None = None
+    ) -> None:
         with self.lock:
             self.running += 1
             self.most_at_once = max(self.most_at_once, self.running)
@@ -238,8 +251,9 @@ def _plans(settings: Settings, dataset: Path) -> list[list[image.Layer]]:
     return [image.plan(settings, load_task(d), OS_ID) for d in sorted(p for p in dataset.iterdir() if p.is_dir())]
 
 
-def test_current_layers_are_reused_and_shared_ones_built_once(settings: Settings, tmp_path: Path,
-                                                              engine: FakeEngine) -> None:
+def test_current_layers_are_reused_and_shared_ones_built_once(
+    settings: Settings, tmp_path: Path, engine: FakeEngine
+) -> None:
     dataset = write_dataset(tmp_path, tasks=("one", "two"))
     report = image.BuildReport()
     for layers in _plans(settings, dataset):
@@ -266,8 +280,10 @@ def test_force_rebuilds_every_image_once(settings: Settings, tmp_path: Path, eng
 def test_concurrent_builders_build_each_image_once(settings: Settings, tmp_path: Path, engine: FakeEngine) -> None:
     dataset = write_dataset(tmp_path, tasks=("one",))
     [layers] = _plans(settings, dataset)
-    threads = [threading.Thread(target=image.ensure_layers, args=(settings, layers), kwargs={"say": lambda m: None})
-               for _ in range(4)]
+    threads = [
+        threading.Thread(target=image.ensure_layers, args=(settings, layers), kwargs={"say": lambda m: None})
+        for _ in range(4)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -290,8 +306,9 @@ def no_os_image(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.parametrize("force", [False, True], ids=["reuse", "force"])
-def test_parallel_chains_build_each_image_once(settings: Settings, tmp_path: Path, engine: FakeEngine,
-                                               no_os_image: None, force: bool) -> None:
+def test_parallel_chains_build_each_image_once(
+    settings: Settings, tmp_path: Path, engine: FakeEngine, no_os_image: None, force: bool
+) -> None:
     tasks = _mixed_dataset(tmp_path)
     if force:
         build.build_images(settings, tasks, jobs=1, say=lambda m: None)
@@ -303,14 +320,16 @@ def test_parallel_chains_build_each_image_once(settings: Settings, tmp_path: Pat
     assert engine.most_at_once >= 2
 
 
-def test_one_job_builds_one_image_at_a_time(settings: Settings, tmp_path: Path, engine: FakeEngine,
-                                            no_os_image: None) -> None:
+def test_one_job_builds_one_image_at_a_time(
+    settings: Settings, tmp_path: Path, engine: FakeEngine, no_os_image: None
+) -> None:
     build.build_images(settings, _mixed_dataset(tmp_path), jobs=1, say=lambda m: None)
     assert len(engine.builds) == 10 and engine.most_at_once == 1
 
 
-def test_a_lost_engine_stops_every_chain(settings: Settings, tmp_path: Path, engine: FakeEngine,
-                                         no_os_image: None) -> None:
+def test_a_lost_engine_stops_every_chain(
+    settings: Settings, tmp_path: Path, engine: FakeEngine, no_os_image: None
+) -> None:
     tasks = _mixed_dataset(tmp_path)
     engine.fail_on = image.plan(settings, tasks[2], OS_ID)[0].image  # base-go
     with pytest.raises(DockerUnavailableError, match="went away"):

@@ -15,8 +15,9 @@ from ssebench.task import load_task
 from tests.helpers import task_config, write_task
 
 
-@pytest.mark.parametrize("text, size", [("512", 512), ("4g", 4 << 30), ("1.5GiB", 3 << 29), ("64m", 64 << 20),
-                                        ("2K", 2048), (7, 7)])
+@pytest.mark.parametrize(
+    "text, size", [("512", 512), ("4g", 4 << 30), ("1.5GiB", 3 << 29), ("64m", 64 << 20), ("2K", 2048), (7, 7)]
+)
 def test_sizes(text: str | int, size: int) -> None:
     assert parse_size(text, "x") == size
 
@@ -51,15 +52,25 @@ def test_a_bad_task_limit_names_the_file_and_field(tmp_path: Path) -> None:
         load_task(folder)
 
 
-@pytest.mark.parametrize("values, message", [
-    ({"pids": "10"}, "too low for the runtime"), ({"memory": "1m"}, "below 128m"),
-    ({"cpus": "0"}, "give 0.01 to"), ({"file_size": "10k"}, "below 1m"), ({"pids": "many"}, "is not a number"),
-])
+@pytest.mark.parametrize(
+    "values, message",
+    [
+        ({"pids": "10"}, "too low for the runtime"),
+        ({"memory": "1m"}, "below 128m"),
+        ({"cpus": "0"}, "give 0.01 to"),
+        ({"file_size": "10k"}, "below 1m"),
+        ({"pids": "many"}, "is not a number"),
+    ],
+)
 def test_unworkable_limits_are_refused(values: dict[str, str], message: str) -> None:
     with pytest.raises(LimitsError, match=message):
         Limits().merged(values, "--run-limits")
 
 
 def test_recorded_as_numbers() -> None:
-    assert yaml.safe_load(yaml.safe_dump(Limits().describe())) == {"pids": 1024, "memory": 4 << 30, "cpus": 2.0,
-                                                                   "file_size": 4 << 30}
+    assert yaml.safe_load(yaml.safe_dump(Limits().describe())) == {
+        "pids": 1024,
+        "memory": 4 << 30,
+        "cpus": 2.0,
+        "file_size": 4 << 30,
+    }

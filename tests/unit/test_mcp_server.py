@@ -8,25 +8,36 @@ import anyio
 import pytest
 from sse.helper import ScriptResult
 
-from ssebench.runtime.mcp_server import MAX_WORDS, Checks, create_server, cut_log, save_log, patch_report
+from ssebench.runtime.mcp_server import MAX_WORDS, Checks, create_server, cut_log, patch_report, save_log
 
 OK = ScriptResult(0, "fine\n", "")
 CAPS = {"can_build": True, "can_run_poc": True, "poc_count": 2, "has_function_test": True, "has_intent_test": True}
 
 
-def _checks(build: ScriptResult = OK, poc: ScriptResult = OK, test: ScriptResult = OK,
-            intent: ScriptResult = OK, caps: dict[str, object] | None = None) -> tuple[Checks, list[str]]:
+def _checks(
+    build: ScriptResult = OK,
+    poc: ScriptResult = OK,
+    test: ScriptResult = OK,
+    intent: ScriptResult = OK,
+    caps: dict[str, object] | None = None,
+) -> tuple[Checks, list[str]]:
     calls: list[str] = []
 
     def record(name: str, result: ScriptResult):  # type: ignore[no-untyped-def]
         def run(*args: object) -> ScriptResult:
             calls.append(name)
             return result
+
         return run
 
-    checks = Checks(capabilities=caps or CAPS, pocs=["/ssebench/pocs/a", "/ssebench/pocs/b"],
-                    build=record("build", build), run_poc=record("run_poc", poc),
-                    function_test=record("function_test", test), intent_test=record("intent_test", intent))
+    checks = Checks(
+        capabilities=caps or CAPS,
+        pocs=["/ssebench/pocs/a", "/ssebench/pocs/b"],
+        build=record("build", build),
+        run_poc=record("run_poc", poc),
+        function_test=record("function_test", test),
+        intent_test=record("intent_test", intent),
+    )
     return checks, calls
 
 
@@ -44,8 +55,9 @@ def test_default_level_runs_build_and_function_test_only() -> None:
 
 
 def test_level_0_runs_everything_and_reports_the_first_failure_log() -> None:
-    checks, calls = _checks(poc=ScriptResult(86, "", "ASan: heap-buffer-overflow"),
-                            intent=ScriptResult(1, "intent broke", ""))
+    checks, calls = _checks(
+        poc=ScriptResult(86, "", "ASan: heap-buffer-overflow"), intent=ScriptResult(1, "intent broke", "")
+    )
     text = patch_report(0, checks)
     assert calls == ["build", "run_poc", "run_poc", "function_test", "intent_test"]
     lines = text.splitlines()
@@ -70,8 +82,13 @@ def test_level_4_runs_nothing() -> None:
 
 
 def test_missing_checks_are_named() -> None:
-    caps = {"can_build": True, "can_run_poc": False, "poc_count": 0, "has_function_test": False,
-            "has_intent_test": False}
+    caps = {
+        "can_build": True,
+        "can_run_poc": False,
+        "poc_count": 0,
+        "has_function_test": False,
+        "has_intent_test": False,
+    }
     checks, _ = _checks(caps=caps)
     text = patch_report(0, checks)
     assert "function test: not run (this task has none)" in text and "PoCs: not run (this task has none)" in text

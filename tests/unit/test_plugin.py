@@ -24,8 +24,9 @@ def _ids(result: pytest.RunResult) -> list[str]:
 
 
 def test_collects_task_x_agent_x_difficulty(demo: pytest.Pytester) -> None:
-    result = demo.runpytest("datasets/demo", "--agent", "reference", "--agent", "dummy", "--difficulty", "0,2,4",
-                            "--collect-only", "-q")
+    result = demo.runpytest(
+        "datasets/demo", "--agent", "reference", "--agent", "dummy", "--difficulty", "0,2,4", "--collect-only", "-q"
+    )
     ids = _ids(result)
     assert len(ids) == 18
     assert "datasets/demo/c-demo::reference[none-d2-sandbox]" in ids
@@ -40,8 +41,11 @@ def test_single_task_folder_and_folder_above(demo: pytest.Pytester) -> None:
 
 
 def test_models_multiply_only_model_agents(demo: pytest.Pytester) -> None:
-    ids = _ids(demo.runpytest("datasets/demo/c-demo", "--agent", "dummy", "--model", "m1", "--model", "m2",
-                              "--collect-only", "-q"))
+    ids = _ids(
+        demo.runpytest(
+            "datasets/demo/c-demo", "--agent", "dummy", "--model", "m1", "--model", "m2", "--collect-only", "-q"
+        )
+    )
     assert ids == ["datasets/demo/c-demo::dummy[none-d2-sandbox]"]
 
 
@@ -59,44 +63,54 @@ def test_without_agent_nothing_is_collected(demo: pytest.Pytester) -> None:
     assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--difficulty", "5"], "argument --difficulty: '5': give levels 0-4"),
-    (["--difficulty", "two"], "argument --difficulty: 'two': give levels 0-4"),
-    (["--mode", "cloud"], "argument --mode: 'cloud': the accepted modes are sandbox, sidecar"),
-    (["--mode", ","], "argument --mode: ',': give a mode, e.g. sandbox"),
-    (["--agent-timeout", "0"], "argument --agent-timeout: '0': give a time in seconds above zero"),
-    (["--agent-timeout", "inf"], "argument --agent-timeout: 'inf': give a time in seconds above zero"),
-    (["--agent-timeout", "nan"], "argument --agent-timeout: 'nan': give a time in seconds above zero"),
-    (["--model-budget", "cost=nan"], "argument --model-budget: 'cost=nan': give tokens=N"),
-    (["--infra-retries", "-1"], "argument --infra-retries: '-1': give a whole number of at least 0"),
-    (["--trials", "0"], "argument --trials: '0': give a whole number of at least 1"),
-    (["--egress", "wide"], "argument --egress: 'wide': use restricted or open"),
-    (["--model-budget", "tokens=1.5"], "argument --model-budget: 'tokens=1.5': give tokens=N"),
-    (["--run-limits", "pids=10"], "argument --run-limits: pids=10 is too low for the runtime itself"),
-    (["--run-limits", "memory=lots"], "argument --run-limits: memory: 'lots' is not a size"),
-    (["--run-limits", "disk=1g"], "argument --run-limits: unknown limit 'disk'; use pids, memory, cpus, file_size"),
-    (["--run-limits", "cpus=999"], "argument --run-limits: cpus=999: give 0.01 to"),
-    (["--dispatch", "k8s"], "argument --dispatch: 'k8s': use local or ray"),
-    (["--registry", "http://x"], "argument --registry: 'http://x': give the registry as HOST:PORT"),
-    (["--registry", "127.0.0.1:99999"], "argument --registry: '127.0.0.1:99999': give the registry as HOST:PORT"),
-    (["--dispatch", "ray", "-n", "2"], "--dispatch ray: one pytest process submits every run to the cluster"),
-    (["--dispatch", "ray", "--egress", "open"], "--egress open with --dispatch ray: an open run could reach"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--difficulty", "5"], "argument --difficulty: '5': give levels 0-4"),
+        (["--difficulty", "two"], "argument --difficulty: 'two': give levels 0-4"),
+        (["--mode", "cloud"], "argument --mode: 'cloud': the accepted modes are sandbox, sidecar"),
+        (["--mode", ","], "argument --mode: ',': give a mode, e.g. sandbox"),
+        (["--agent-timeout", "0"], "argument --agent-timeout: '0': give a time in seconds above zero"),
+        (["--agent-timeout", "inf"], "argument --agent-timeout: 'inf': give a time in seconds above zero"),
+        (["--agent-timeout", "nan"], "argument --agent-timeout: 'nan': give a time in seconds above zero"),
+        (["--model-budget", "cost=nan"], "argument --model-budget: 'cost=nan': give tokens=N"),
+        (["--infra-retries", "-1"], "argument --infra-retries: '-1': give a whole number of at least 0"),
+        (["--trials", "0"], "argument --trials: '0': give a whole number of at least 1"),
+        (["--egress", "wide"], "argument --egress: 'wide': use restricted or open"),
+        (["--model-budget", "tokens=1.5"], "argument --model-budget: 'tokens=1.5': give tokens=N"),
+        (["--run-limits", "pids=10"], "argument --run-limits: pids=10 is too low for the runtime itself"),
+        (["--run-limits", "memory=lots"], "argument --run-limits: memory: 'lots' is not a size"),
+        (["--run-limits", "disk=1g"], "argument --run-limits: unknown limit 'disk'; use pids, memory, cpus, file_size"),
+        (["--run-limits", "cpus=999"], "argument --run-limits: cpus=999: give 0.01 to"),
+        (["--dispatch", "k8s"], "argument --dispatch: 'k8s': use local or ray"),
+        (["--registry", "http://x"], "argument --registry: 'http://x': give the registry as HOST:PORT"),
+        (["--registry", "127.0.0.1:99999"], "argument --registry: '127.0.0.1:99999': give the registry as HOST:PORT"),
+        (["--dispatch", "ray", "-n", "2"], "--dispatch ray: one pytest process submits every run to the cluster"),
+        (["--dispatch", "ray", "--egress", "open"], "--egress open with --dispatch ray: an open run could reach"),
+    ],
+)
 def test_bad_options_are_usage_errors(demo: pytest.Pytester, args: list[str], message: str) -> None:
     result = demo.runpytest("datasets/demo", "--agent", "dummy", *args, "--collect-only")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"*{message}*"])
 
 
-@pytest.mark.parametrize("variable, value, message", [
-    ("SSEBENCH_DIFFICULTY", "9", "SSEBENCH_DIFFICULTY: '9': give levels 0-4 separated by commas, e.g. 0,2,4 "
-                                 "(or give --difficulty)"),
-    ("SSEBENCH_TIMEOUT", "soon", "SSEBENCH_TIMEOUT: 'soon': give a time in seconds above zero"),
-    ("SSEBENCH_EGRESS", "wide", "SSEBENCH_EGRESS: 'wide': use restricted or open"),
-    ("SSEBENCH_TRIALS", "-2", "SSEBENCH_TRIALS: '-2': give a whole number of at least 1"),
-])
+@pytest.mark.parametrize(
+    "variable, value, message",
+    [
+        (
+            "SSEBENCH_DIFFICULTY",
+            "9",
+            "SSEBENCH_DIFFICULTY: '9': give levels 0-4 separated by commas, e.g. 0,2,4 (or give --difficulty)",
+        ),
+        ("SSEBENCH_TIMEOUT", "soon", "SSEBENCH_TIMEOUT: 'soon': give a time in seconds above zero"),
+        ("SSEBENCH_EGRESS", "wide", "SSEBENCH_EGRESS: 'wide': use restricted or open"),
+        ("SSEBENCH_TRIALS", "-2", "SSEBENCH_TRIALS: '-2': give a whole number of at least 1"),
+    ],
+)
 def test_bad_environment_values_are_usage_errors_naming_the_variable(
-        demo: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, variable: str, value: str, message: str) -> None:
+    demo: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, variable: str, value: str, message: str
+) -> None:
     monkeypatch.setenv(variable, value)
     result = demo.runpytest("datasets/demo", "--agent", "dummy", "--collect-only")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
@@ -107,23 +121,31 @@ def test_bad_ini_values_are_usage_errors_naming_the_key(demo: pytest.Pytester) -
     demo.makeini("[pytest]\nssebench_retries = many\n")
     result = demo.runpytest("datasets/demo", "--agent", "dummy", "--collect-only")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*ssebench_retries: 'many': give a whole number of at least 0 (or give --infra-retries)*"])
+    result.stderr.fnmatch_lines(
+        ["*ssebench_retries: 'many': give a whole number of at least 0 (or give --infra-retries)*"]
+    )
 
 
 def test_a_flag_wins_over_environment_and_ini(demo: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     demo.makeini("[pytest]\nssebench_difficulty = 1\n")
     monkeypatch.setenv("SSEBENCH_DIFFICULTY", "3")
     assert _ids(demo.runpytest("datasets/demo/c-demo", "--agent", "dummy", "--collect-only", "-q")) == [
-        "datasets/demo/c-demo::dummy[none-d3-sandbox]"]
-    assert _ids(demo.runpytest("datasets/demo/c-demo", "--agent", "dummy", "--difficulty", "4", "--collect-only",
-                               "-q")) == ["datasets/demo/c-demo::dummy[none-d4-sandbox]"]
+        "datasets/demo/c-demo::dummy[none-d3-sandbox]"
+    ]
+    assert _ids(
+        demo.runpytest("datasets/demo/c-demo", "--agent", "dummy", "--difficulty", "4", "--collect-only", "-q")
+    ) == ["datasets/demo/c-demo::dummy[none-d4-sandbox]"]
 
 
 def test_trials_make_one_item_each(demo: pytest.Pytester) -> None:
-    ids = _ids(demo.runpytest("datasets/demo/c-demo", "--agent", "dummy", "--agent", "reference", "--trials", "3",
-                              "--collect-only", "-q"))
-    assert ids == [f"datasets/demo/c-demo::{agent}[none-d2-sandbox-t{n}]"
-                   for agent in ("dummy", "reference") for n in (1, 2, 3)]
+    ids = _ids(
+        demo.runpytest(
+            "datasets/demo/c-demo", "--agent", "dummy", "--agent", "reference", "--trials", "3", "--collect-only", "-q"
+        )
+    )
+    assert ids == [
+        f"datasets/demo/c-demo::{agent}[none-d2-sandbox-t{n}]" for agent in ("dummy", "reference") for n in (1, 2, 3)
+    ]
 
 
 def test_unknown_agent_is_a_usage_error(demo: pytest.Pytester) -> None:
@@ -183,9 +205,15 @@ def test_ini_keys_give_defaults(demo: pytest.Pytester) -> None:
 # runs, so `make install` puts them apart (pytest-timeout and
 # pytest-rerunfailures are ordinary dev dependencies).
 ISOLATED_PLUGINS = Path(sys.prefix) / "isolated-plugins"
-POPULAR = {"pytest_timeout": "--timeout=", "pytest_retry": "--retries=", "pytest_rerunfailures": "--reruns=",
-           "pytest_randomly": "--randomly-seed=", "pytest_cov": "--cov=", "xdist": "--numprocesses=",
-           "pytest_html": "--html="}
+POPULAR = {
+    "pytest_timeout": "--timeout=",
+    "pytest_retry": "--retries=",
+    "pytest_rerunfailures": "--reruns=",
+    "pytest_randomly": "--randomly-seed=",
+    "pytest_cov": "--cov=",
+    "xdist": "--numprocesses=",
+    "pytest_html": "--html=",
+}
 
 
 def beside_popular_plugins(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -203,18 +231,38 @@ def test_options_live_beside_popular_plugins(demo: pytest.Pytester, monkeypatch:
     text = helped.stdout.str()
     for option in (*POPULAR.values(), "--agent-timeout=", "--infra-retries=", "--run-limits=", "--trials="):
         assert option in text, option
-    ran = demo.runpytest_subprocess("datasets/demo/c-demo", "--agent", "dummy", "--timeout", "30", "--retries", "1",
-                                    "--reruns", "1", "-p", "randomly", "--cov=ssebench", "--agent-timeout", "60",
-                                    "--infra-retries", "1", "--collect-only", "-q")
+    ran = demo.runpytest_subprocess(
+        "datasets/demo/c-demo",
+        "--agent",
+        "dummy",
+        "--timeout",
+        "30",
+        "--retries",
+        "1",
+        "--reruns",
+        "1",
+        "-p",
+        "randomly",
+        "--cov=ssebench",
+        "--agent-timeout",
+        "60",
+        "--infra-retries",
+        "1",
+        "--collect-only",
+        "-q",
+    )
     assert ran.ret == 0, ran.stderr.str()
     assert "datasets/demo/c-demo::dummy[none-d2-sandbox]" in ran.stdout.str()
 
 
-@pytest.mark.parametrize("name, message", [
-    ("../../x", "--model ../../x: not a model name"),
-    ("openai/gpt-4o", "--model openai/gpt-4o: not a model name"),
-    ("gpt-4o", "--model gpt-4o: no */models/gpt-4o.yaml"),
-])
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        ("../../x", "--model ../../x: not a model name"),
+        ("openai/gpt-4o", "--model openai/gpt-4o: not a model name"),
+        ("gpt-4o", "--model gpt-4o: no */models/gpt-4o.yaml"),
+    ],
+)
 def test_a_model_that_is_not_declared_is_a_usage_error(demo: pytest.Pytester, name: str, message: str) -> None:
     result = demo.runpytest("datasets/demo/c-demo", "--agent", "chat-agent", "--model", name, "--collect-only")
     assert result.ret == pytest.ExitCode.USAGE_ERROR

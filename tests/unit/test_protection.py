@@ -34,7 +34,7 @@ TREE = {
     "go/kv_test.go": "package kv\n",
     "rs/src/lib.rs": "pub fn f() {}\n",
     "rs/build.rs": "fn main() {}\n",
-    "rs/Cargo.toml": "[package]\nname = \"x\"\n",
+    "rs/Cargo.toml": '[package]\nname = "x"\n',
     "docs/README": "read me\n",
 }
 
@@ -83,9 +83,18 @@ def _paths(patch: bytes) -> set[str]:
 def test_the_graded_change_is_the_code_under_repair_and_the_rest_is_set_aside(capture: Capture) -> None:
     _edit(capture)
     change = capture.change(Protection.of("c", ["tools/**"]))
-    assert _paths(change.patch) == {"src/parse.c", "src/new.c", "Makefile", "tests/parse_test.c", "test_tlv.c",
-                                    "rs/build.rs", "rs/src/lib.rs", "go/zz_test.go", ".cargo/config.toml",
-                                    "tools/dump.c"}
+    assert _paths(change.patch) == {
+        "src/parse.c",
+        "src/new.c",
+        "Makefile",
+        "tests/parse_test.c",
+        "test_tlv.c",
+        "rs/build.rs",
+        "rs/src/lib.rs",
+        "go/zz_test.go",
+        ".cargo/config.toml",
+        "tools/dump.c",
+    }
     # C's code: .c and .h, outside tests, harnesses and hidden directories; Rust's and Go's files are not C's.
     assert _paths(change.graded) == {"src/parse.c", "src/new.c"}
     assert set(change.set_aside) == _paths(change.patch) - _paths(change.graded)
@@ -106,15 +115,23 @@ def test_each_language_grades_its_own_code_and_fix_may_change_wins(capture: Capt
 
 
 def test_no_change_and_a_change_of_protected_files_only(capture: Capture) -> None:
-    assert capture.change(Protection.of("c")) .patch == b""
+    assert capture.change(Protection.of("c")).patch == b""
     (capture.source / "Makefile").write_text("all:\n")
     change = capture.change(Protection.of("c"))
     assert change.patch and change.graded == b"" and change.set_aside == ("Makefile",)
 
 
 def test_a_task_names_its_protection_in_config_yaml() -> None:
-    task = parse_taskfile({"id": "t", "project": "p", "language": "go", "source": "/src/p",
-                           "protected_files": ["cmd/**"], "fix_may_change": "go.mod"})
+    task = parse_taskfile(
+        {
+            "id": "t",
+            "project": "p",
+            "language": "go",
+            "source": "/src/p",
+            "protected_files": ["cmd/**"],
+            "fix_may_change": "go.mod",
+        }
+    )
     protection = task.protection()
     assert protection.code == CODE["go"] and protection.protected == (*PROTECTED["go"], "cmd/**")
     assert protection.fix_may_change == ("go.mod",)
@@ -129,16 +146,19 @@ GO_PANIC = b"panic: runtime error: index out of range [3] with length 3\n\ngorou
 RUST_PANIC = b"thread 'main' panicked at src/lib.rs:10:5:\nattempt to add with overflow\n"
 
 
-@pytest.mark.parametrize("language,output,found", [
-    ("c", ASAN, "==42==ERROR: AddressSanitizer"),
-    ("c", b"x.c:3:9: runtime error: signed integer overflow\n", "x.c:3:9: runtime error:"),
-    ("c", b"/src/a b/lib/x.c:3:9: runtime error: shift\n", "b/lib/x.c:3:9: runtime error:"),
-    ("go", GO_PANIC, "panic / goroutine 1 ["),
-    ("go", b"fatal error: stack overflow\n\ngoroutine 7 [running]:\n", "fatal error / goroutine 7 ["),
-    ("rust", RUST_PANIC, "thread 'main'"),
-    ("rust", b"\nthread 'main' has overflowed its stack\nfatal runtime error: stack overflow\n", "thread 'main'"),
-    ("rust", ASAN, "==42==ERROR: AddressSanitizer"),
-])
+@pytest.mark.parametrize(
+    "language,output,found",
+    [
+        ("c", ASAN, "==42==ERROR: AddressSanitizer"),
+        ("c", b"x.c:3:9: runtime error: signed integer overflow\n", "x.c:3:9: runtime error:"),
+        ("c", b"/src/a b/lib/x.c:3:9: runtime error: shift\n", "b/lib/x.c:3:9: runtime error:"),
+        ("go", GO_PANIC, "panic / goroutine 1 ["),
+        ("go", b"fatal error: stack overflow\n\ngoroutine 7 [running]:\n", "fatal error / goroutine 7 ["),
+        ("rust", RUST_PANIC, "thread 'main'"),
+        ("rust", b"\nthread 'main' has overflowed its stack\nfatal runtime error: stack overflow\n", "thread 'main'"),
+        ("rust", ASAN, "==42==ERROR: AddressSanitizer"),
+    ],
+)
 def test_a_crash_report_is_found_in_a_pocs_output(tmp_path: Path, language: str, output: bytes, found: str) -> None:
     out, err = tmp_path / "out", tmp_path / "err"
     out.write_bytes(b"input rejected\n")
@@ -146,12 +166,15 @@ def test_a_crash_report_is_found_in_a_pocs_output(tmp_path: Path, language: str,
     assert crash_report([out, err], language) == found
 
 
-@pytest.mark.parametrize("language,output", [
-    ("c", b"run.sh: input rejected gracefully\nerror: runtime error in the input\n"),
-    ("go", b"panic: a word in the program's own output\n"),  # no goroutine trace: not the runtime's report
-    ("go", b"goroutine 1 [running]: a line of a log\n"),
-    ("rust", b"the input panicked at nothing\n"),
-])
+@pytest.mark.parametrize(
+    "language,output",
+    [
+        ("c", b"run.sh: input rejected gracefully\nerror: runtime error in the input\n"),
+        ("go", b"panic: a word in the program's own output\n"),  # no goroutine trace: not the runtime's report
+        ("go", b"goroutine 1 [running]: a line of a log\n"),
+        ("rust", b"the input panicked at nothing\n"),
+    ],
+)
 def test_output_that_only_resembles_a_report_is_not_one(tmp_path: Path, language: str, output: bytes) -> None:
     (tmp_path / "out").write_bytes(output)
     assert crash_report([tmp_path / "out"], language) is None
@@ -247,7 +270,8 @@ def test_the_prune_caps_entries(tmp_path: Path) -> None:
 
 
 def test_the_prune_removes_what_is_past_its_caps_in_a_few_commands_and_stops_at_its_time(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Every directory past the caps went by an `rm` of its own (2.4 ms each: 3 million of them outlasted the
     run, found by review); now a directory's overflow goes in batches, and the walk has a time limit."""
     from ssebench.runtime import files
@@ -278,8 +302,12 @@ def test_git_selects_with_the_protections_patterns_as_documented(tmp_path: Path)
         (repo / name).parent.mkdir(parents=True, exist_ok=True)
         (repo / name).write_text("1\n")
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
-    listed = subprocess.run(["git", "-C", str(repo), "ls-files", "--others", "--", ":(glob)**/*.c",
-                             ":(exclude,glob)**/test/**"], capture_output=True, text=True, check=True).stdout
+    listed = subprocess.run(
+        ["git", "-C", str(repo), "ls-files", "--others", "--", ":(glob)**/*.c", ":(exclude,glob)**/test/**"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert sorted(listed.split()) == ["a.c", "x/b.c", "x/testy/e.c"]
 
 

@@ -34,8 +34,10 @@ def test_a_pilot_run_names_its_advisories_and_project(tmp_path: Path) -> None:
 
 def test_a_task_without_an_advisory_says_so_and_other_tests_get_an_empty_cell(tmp_path: Path) -> None:
     assert vulnerability_cell(properties(_record("c-demo", tmp_path))) == "no advisory · tlvkit"
-    assert vulnerability_cell([("ssebench.project", "<b>x</b>"), ("ssebench.advisories", "CVE-1")]) == \
-        "CVE-1 · &lt;b&gt;x&lt;/b&gt;"
+    assert (
+        vulnerability_cell([("ssebench.project", "<b>x</b>"), ("ssebench.advisories", "CVE-1")])
+        == "CVE-1 · &lt;b&gt;x&lt;/b&gt;"
+    )
     assert vulnerability_cell([("other", 1)]) == ""
 
 
@@ -43,8 +45,14 @@ def test_a_failure_says_why_the_model_was_stopped_and_which_limits_were_hit(tmp_
     from pytest_ssebench.collect import failure_text
 
     record = _record("c-demo", tmp_path)
-    record.result = {"patch_result": {"error_msg": "PoC failed: /ssebench/pocs/long_value.tlv", "build_success": True,
-                                      "pov_passed": 0, "pov_total": 1}}
+    record.result = {
+        "patch_result": {
+            "error_msg": "PoC failed: /ssebench/pocs/long_value.tlv",
+            "build_success": True,
+            "pov_passed": 0,
+            "pov_total": 1,
+        }
+    }
     assert "stopped" not in failure_text(record) and "Limits" not in failure_text(record)
     record.usage = {"calls": 2, "stopped": "budget exhausted: 5105 of 5000 tokens used"}
     record.limits_hit = ["memory: 1 OOM kill"]
@@ -58,14 +66,21 @@ def test_files_grading_set_aside_are_named_in_the_failure_the_properties_and_the
     from pytest_ssebench.collect import failure_text
 
     record = _record("c-demo", tmp_path)
-    record.result = {"patch_result": {"error_msg": "PoC failed: /ssebench/pocs/long_value.tlv", "build_success": True,
-                                      "pov_passed": 0, "pov_total": 1}}
+    record.result = {
+        "patch_result": {
+            "error_msg": "PoC failed: /ssebench/pocs/long_value.tlv",
+            "build_success": True,
+            "pov_passed": 0,
+            "pov_total": 1,
+        }
+    }
     assert "Set aside" not in failure_text(record) and "signal" not in str(properties(record))
     assert "set aside" not in grade_card(record)
     named = [f"tests/t{i}.c" for i in range(12)]
     record.result["signals"] = {"protected_files": ["Makefile", "<b>x</b>", *named], "protected_files_count": 250}
-    assert ("Set aside by grading (outside the code under repair): 250 changed file(s): Makefile, <b>x</b>, "
-            "tests/t0.c") in failure_text(record)
+    assert (
+        "Set aside by grading (outside the code under repair): 250 changed file(s): Makefile, <b>x</b>, tests/t0.c"
+    ) in failure_text(record)
     assert "tests/t7.c and 240 more." in failure_text(record)
     props = dict(properties(record))
     assert props["ssebench.signal.protected_files_count"] == 250
@@ -78,14 +93,17 @@ def test_lines_that_can_hide_a_bug_are_named_in_the_failure_the_properties_and_t
     from pytest_ssebench.collect import failure_text
 
     record = _record("c-demo", tmp_path)
-    record.result = {"patch_result": {"error_msg": "Intent test failed", "build_success": True, "pov_passed": 1,
-                                      "pov_total": 1}, "signals": {"protected_files": [], "protected_files_count": 0,
-                                                                   "hiding_code": [], "hiding_code_count": 0}}
+    record.result = {
+        "patch_result": {"error_msg": "Intent test failed", "build_success": True, "pov_passed": 1, "pov_total": 1},
+        "signals": {"protected_files": [], "protected_files_count": 0, "hiding_code": [], "hiding_code_count": 0},
+    }
     assert "can hide a bug" not in failure_text(record) and "hiding" not in str(properties(record))
-    record.result["signals"].update(hiding_code=[{"path": "tlv.h", "line": "#define main(...) <b>x</b>"}],
-                                    hiding_code_count=3)
-    assert "Lines that can hide a bug from the checks: 3 (first, tlv.h: #define main(...) <b>x</b>)." in \
-        failure_text(record)
+    record.result["signals"].update(
+        hiding_code=[{"path": "tlv.h", "line": "#define main(...) <b>x</b>"}], hiding_code_count=3
+    )
+    assert "Lines that can hide a bug from the checks: 3 (first, tlv.h: #define main(...) <b>x</b>)." in failure_text(
+        record
+    )
     props = dict(properties(record))
     assert props["ssebench.signal.hiding_code_count"] == 3
     assert props["ssebench.signal.hiding_code"] == "tlv.h: #define main(...) <b>x</b>"
@@ -110,14 +128,22 @@ def test_pass_at_k_is_the_unbiased_estimate() -> None:
 
 
 def _props(task: str, agent: str = "chat-agent", model: str = "m", mode: str = "sandbox") -> list[tuple[str, object]]:
-    return [("ssebench.task", task), ("ssebench.agent", agent), ("ssebench.model", model),
-            ("ssebench.difficulty", 2), ("ssebench.mode", mode)]
+    return [
+        ("ssebench.task", task),
+        ("ssebench.agent", agent),
+        ("ssebench.model", model),
+        ("ssebench.difficulty", 2),
+        ("ssebench.mode", mode),
+    ]
 
 
 def test_the_score_table_gives_pass_rates_intervals_and_pass_at_k() -> None:
     table = ScoreTable(trials=3)
-    outcomes = {"a": ["passed", "failed", "failed"], "b": ["passed", "passed", "passed"], "c": ["failed", "error",
-                                                                                                 "failed"]}
+    outcomes = {
+        "a": ["passed", "failed", "failed"],
+        "b": ["passed", "passed", "passed"],
+        "c": ["failed", "error", "failed"],
+    }
     for task, results in outcomes.items():
         for trial, outcome in enumerate(results, 1):
             table.add(f"{task}::chat-agent[m-d2-sandbox-t{trial}]", outcome, _props(task))
@@ -144,8 +170,10 @@ def test_one_trial_each_shows_no_pass_at_k_column() -> None:
 def test_every_property_is_a_plain_value_and_status_is_the_recorded_grade(tmp_path: Path) -> None:
     # xdist sends user_properties between processes and junit-xml writes them: only plain values travel.
     record = _record("c-demo", tmp_path)
-    record.result = {"patch_result": {"status": "failed", "build_success": True, "pov_passed": 0, "pov_total": 1},
-                     "runtime_result": {"agent_duration": 1.5}}
+    record.result = {
+        "patch_result": {"status": "failed", "build_success": True, "pov_passed": 0, "pov_total": 1},
+        "runtime_result": {"agent_duration": 1.5},
+    }
     props = dict(properties(record))
     assert all(isinstance(value, (str, int, float, bool)) for value in props.values()), props
     assert props["ssebench.status"] == "failed" and props["ssebench.pov_total"] == 1
@@ -169,9 +197,14 @@ def test_signals_a_run_wrote_are_read_whatever_their_shape(tmp_path: Path) -> No
     record = _record("c-demo", tmp_path)
     record.result = {"signals": "not a mapping"}
     assert record.set_aside == ([], 0) and record.hiding_code == ([], 0)
-    record.result = {"signals": {"protected_files": ["Makefile", 7, None, "build.rs"], "protected_files_count": 1,
-                                 "hiding_code": [{"path": "a.c", "line": "#define main x"}, "text", 3],
-                                 "hiding_code_count": "many"}}
+    record.result = {
+        "signals": {
+            "protected_files": ["Makefile", 7, None, "build.rs"],
+            "protected_files_count": 1,
+            "hiding_code": [{"path": "a.c", "line": "#define main x"}, "text", 3],
+            "hiding_code_count": "many",
+        }
+    }
     assert record.set_aside == (["Makefile", "build.rs"], 2)
     assert record.hiding_code == ([{"path": "a.c", "line": "#define main x"}], 1)
     record.result["signals"]["protected_files_count"] = 40

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from typing import Any
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,7 +17,6 @@ from ssebench.backend import Backend, ContainerSpec, Handle, LogStream, Network,
 from ssebench.errors import SSEBenchError
 from ssebench.limits import Limits
 from ssebench.reaper import Session
-from ssebench.runtime.layout import SERVING
 from ssebench.result import make_run_dir, name_of, path_component, point_latest, read_result, read_safely
 from ssebench.run import (
     REFERENCE_IN_CONTAINER,
@@ -31,6 +30,7 @@ from ssebench.run import (
     sidecar_specs,
     write_summary,
 )
+from ssebench.runtime.layout import SERVING
 from ssebench.settings import Settings, get_settings
 from ssebench.task import load_task
 from tests.helpers import DEMO
@@ -56,19 +56,22 @@ def test_only_the_reference_agent_gets_the_reference_patch(agent_name: str, tmp_
     assert spec.volumes == [Volume("rt", "/opt/ssebench", fill=False, read_only=True)]
     # No egress: a name outside the run's network fails after one short try (test_backend shows why).
     assert spec.dns_options == RESTRICTED_DNS_OPTIONS == ("timeout:1", "attempts:1", "retrans:1000", "retry:1")
-    open_run = container_spec(RunConfig(task=task, agent=agent, egress="open"), "img", Session.new(), "r1", "net",
-                              runtime="rt")
+    open_run = container_spec(
+        RunConfig(task=task, agent=agent, egress="open"), "img", Session.new(), "r1", "net", runtime="rt"
+    )
     assert open_run.dns_options == ()
 
 
 @pytest.mark.parametrize("agent_name", available_agents(get_settings().agents_dir))
 def test_sidecar_mode_gives_the_task_container_nothing_of_the_agent_and_the_agent_nothing_of_the_task(
-        agent_name: str) -> None:
+    agent_name: str,
+) -> None:
     agent = load_agent(get_settings().agents_dir, agent_name)
     config = RunConfig(task=load_task(DEMO / "c-demo"), agent=agent, mode="sidecar", model="m1")
     session = Session.new()
-    spec = container_spec(config, "agent-img", session, "r1", "net", {"SSE_API_KEY": "k", "SSE_BASE_URL": "u"},
-                          runtime="rt")
+    spec = container_spec(
+        config, "agent-img", session, "r1", "net", {"SSE_API_KEY": "k", "SSE_BASE_URL": "u"}, runtime="rt"
+    )
     spec.env.update(SSE_CAPTURE_TIMEOUT="10", OTHER="x")  # a runtime setting (and something else) for the run
     task, agent_side, volumes = sidecar_specs(config, spec, "tool-img", "r1", session)
     assert task.env["SSE_CAPTURE_TIMEOUT"] == "10" and task.env["TIMEOUT"] == "3600" and "OTHER" not in task.env
@@ -92,10 +95,13 @@ def test_sidecar_mode_gives_the_task_container_nothing_of_the_agent_and_the_agen
     assert len(volumes) == 3 == len({v.name for v in own}) and not any(v.read_only for v in agent_side.volumes)
     # only the tree is filled, and only from the task's image: nothing of the agent's image enters a volume
     assert [v.container for v in task.volumes if v.fill] == ["/src/tlvkit"] and not any(
-        v.fill for v in agent_side.volumes)
+        v.fill for v in agent_side.volumes
+    )
     # Never the results, the admin socket's directory, the task's files: what grades stays in the task container.
     assert shared == {"/src/tlvkit", "/run/sse-agent", "/tmp/sse-archive"}
-    assert not any(path.startswith(("/ssebench", "/reference", "/var/lib/ssebench", "/run/ssebench")) for path in shared)
+    assert not any(
+        path.startswith(("/ssebench", "/reference", "/var/lib/ssebench", "/run/ssebench")) for path in shared
+    )
     for side in (task, agent_side):  # the same network, limits and capabilities for both
         assert (side.network, side.limits, side.capabilities) == (spec.network, spec.limits, spec.capabilities)
         assert side.labels["ssebench.run"] == "r1" and side.labels["ssebench.mode"] == "sidecar"
@@ -111,8 +117,22 @@ def test_run_dirs_are_never_reused(tmp_path: Path) -> None:
         make_run_dir(tmp_path, "t", "none", "dummy", "run-1")
 
 
-HOSTILE_NAMES = ["../../x", "..", ".", "openai/gpt-4o", "/etc", "a/../../b", ".hidden", "x\x00y", "100%", "a\\b",
-                 "%2E%2E", "\u00e9l\u00e8ve", " spaced ", "latest"]
+HOSTILE_NAMES = [
+    "../../x",
+    "..",
+    ".",
+    "openai/gpt-4o",
+    "/etc",
+    "a/../../b",
+    ".hidden",
+    "x\x00y",
+    "100%",
+    "a\\b",
+    "%2E%2E",
+    "\u00e9l\u00e8ve",
+    " spaced ",
+    "latest",
+]
 
 
 @pytest.mark.parametrize("name", HOSTILE_NAMES)
@@ -129,7 +149,7 @@ def test_names_become_one_reversible_path_component_inside_results(name: str, tm
 
 
 def test_distinct_names_never_share_a_directory() -> None:
-    names = HOSTILE_NAMES + ["%2F", "/", "openai%2Fgpt-4o"]
+    names = [*HOSTILE_NAMES, "%2F", "/", "openai%2Fgpt-4o"]
     assert len({path_component(n) for n in names}) == len(names)
 
 
@@ -254,7 +274,8 @@ def test_engine_errors_anywhere_in_a_run_are_recorded_and_cleanup_still_happens(
 
 @pytest.mark.parametrize("mode", ["sandbox", "sidecar"])
 def test_the_container_that_grades_gets_the_tree_and_the_runners_area_as_volumes_of_the_run(
-        mode: str, tmp_path: Path) -> None:
+    mode: str, tmp_path: Path
+) -> None:
     """The tree is filled from the task's image (the case's tree, kept once in it), the area never is; both
     are the run's own, created before the containers and removed with them."""
     task = load_task(DEMO / "c-demo")
@@ -352,14 +373,14 @@ def _figures(told: list[list[str]]) -> dict[str, str]:
     return dict(json.loads(argv[4]))
 
 
-def test_a_sidecar_run_tells_the_task_container_the_agents_end_and_the_task_container_grades(
-        tmp_path: Path) -> None:
+def test_a_sidecar_run_tells_the_task_container_the_agents_end_and_the_task_container_grades(tmp_path: Path) -> None:
     task = load_task(DEMO / "c-demo")
     config = RunConfig(task=task, agent=load_agent(get_settings().agents_dir, "dummy"), mode="sidecar")
     task_container = _Container("task", 1, ends=1000, told_ends=0)
     agent_container = _Container("agent", 1, ends=2)
-    record = execute(config, get_settings(), _Backend([task_container, agent_container]), Session.new(), tmp_path,
-                     build=False)
+    record = execute(
+        config, get_settings(), _Backend([task_container, agent_container]), Session.new(), tmp_path, build=False
+    )
     figures = _figures(task_container.told)
     assert figures["AGENT_EXIT_STATUS"] == "1" and figures["SSE_METRIC_AGENT_TIMEOUT"] == "false"
     assert float(figures["AGENT_DURATION"]) >= 0 and not agent_container.stopped
@@ -372,9 +393,13 @@ def test_a_sidecar_run_tells_the_task_container_the_agents_end_and_the_task_cont
 def test_an_agent_container_past_the_agents_limit_is_stopped_and_its_end_told_as_timed_out() -> None:
     task = load_task(DEMO / "c-demo")
     config = RunConfig(task=task, agent=load_agent(get_settings().agents_dir, "dummy"), mode="sidecar", timeout=0.1)
-    task_container, agent_container = _Container("task", 124, ends=10**9, told_ends=0), _Container("agent", 0, ends=10**9)
-    live = LiveRun(handle=agent_container, network=Network(name="n", gateway=None), run_id="r", task=task_container,
-                   config=config)
+    task_container, agent_container = (
+        _Container("task", 124, ends=10**9, told_ends=0),
+        _Container("agent", 0, ends=10**9),
+    )
+    live = LiveRun(
+        handle=agent_container, network=Network(name="n", gateway=None), run_id="r", task=task_container, config=config
+    )
     import ssebench.run as run_module
 
     slack, run_module.AGENT_CONTAINER_SLACK = run_module.AGENT_CONTAINER_SLACK, 0.0
@@ -402,9 +427,15 @@ def test_a_handle_is_removed_when_its_block_ends() -> None:
 def _finished(config: RunConfig, root: Path, grade: str, run_id: str) -> Path:
     """A run directory as execute leaves it, graded `grade`."""
     run_dir = make_run_dir(root, config.task.id, config.model, config.agent.name, run_id)
-    record = RunRecord(config=config, run_id=run_id, run_dir=run_dir, started_at="2026-12-01T00:00:00+00:00",
-                       grade=grade, result={"patch_result": {"status": grade}},
-                       infra_error="the engine hiccuped" if grade == "error" else None)
+    record = RunRecord(
+        config=config,
+        run_id=run_id,
+        run_dir=run_dir,
+        started_at="2026-12-01T00:00:00+00:00",
+        grade=grade,
+        result={"patch_result": {"status": grade}},
+        infra_error="the engine hiccuped" if grade == "error" else None,
+    )
     (run_dir / "result.json").write_text(json.dumps(record.result))
     write_summary(record)
     return run_dir
@@ -420,11 +451,16 @@ def test_resume_finds_only_a_graded_run_of_the_same_identity(tmp_path: Path) -> 
     found = finished_run(config, tmp_path)
     assert found is not None and found.run_dir == done and found.grade == "failed" and found.resumed
     # Any other identity is not that run.
-    others = [replace(config, trial=1), replace(config, difficulty=0), replace(config, mode="sidecar"),
-              replace(config, task=replace(task, dataset_version="demo-v999")),
-              replace(config, agent=load_agent(get_settings().agents_dir, "reference")),
-              replace(config, egress="open"), replace(config, timeout=60.0),
-              replace(config, limits=replace(config.limits, pids=512))]
+    others = [
+        replace(config, trial=1),
+        replace(config, difficulty=0),
+        replace(config, mode="sidecar"),
+        replace(config, task=replace(task, dataset_version="demo-v999")),
+        replace(config, agent=load_agent(get_settings().agents_dir, "reference")),
+        replace(config, egress="open"),
+        replace(config, timeout=60.0),
+        replace(config, limits=replace(config.limits, pids=512)),
+    ]
     for other in others:
         assert finished_run(other, tmp_path) is None, other
     # A task whose files changed since is another version of it.
@@ -465,22 +501,27 @@ def test_resume_never_reads_runs_through_a_link(tmp_path: Path) -> None:
 
 def test_a_sidecar_wait_names_the_whole_limit_and_the_run_ends_with_the_graders_status() -> None:
     network = Network(name="n", gateway=None)
-    hung = LiveRun(handle=_Container("agent", 0, ends=10**9), network=network, run_id="r",
-                   task=_Container("task", 0, ends=10**9))
+    hung = LiveRun(
+        handle=_Container("agent", 0, ends=10**9), network=network, run_id="r", task=_Container("task", 0, ends=10**9)
+    )
     with pytest.raises(RunTimeoutError, match="still running after 3 s"):  # the whole limit, not one poll's
         hung.wait(3)
-    done = LiveRun(handle=_Container("agent", 3, ends=0), network=network, run_id="r",
-                   task=_Container("task", 3, ends=10**9, told_ends=0))
+    done = LiveRun(
+        handle=_Container("agent", 3, ends=0),
+        network=network,
+        run_id="r",
+        task=_Container("task", 3, ends=10**9, told_ends=0),
+    )
     assert done.wait(5) == 3
 
     class Deaf(_Container):
         def execute(self, argv: list[str], timeout: float) -> tuple[int, str]:
             return 1, "ssebench-phase: [Errno 6] No such device or address"
 
-    deaf = LiveRun(handle=_Container("agent", 0, ends=0), network=network, run_id="r",
-                   task=Deaf("task", 0, ends=10**9))
-    with pytest.raises(SSEBenchError, match="telling the task container the agent's end failed .status 1.: "
-                                            "ssebench-phase"):
+    deaf = LiveRun(handle=_Container("agent", 0, ends=0), network=network, run_id="r", task=Deaf("task", 0, ends=10**9))
+    with pytest.raises(
+        SSEBenchError, match="telling the task container the agent's end failed .status 1.: ssebench-phase"
+    ):
         deaf.wait(5)
 
 
@@ -509,10 +550,12 @@ class _OutOfMemory(_Container):
         yield buffer.getvalue()
 
 
-@pytest.mark.parametrize("wrote", [None, {"patch_result": {"status": "error", "error_msg": "grading raised"}}],
-                         ids=["no-grade", "an-error"])
+@pytest.mark.parametrize(
+    "wrote", [None, {"patch_result": {"status": "error", "error_msg": "grading raised"}}], ids=["no-grade", "an-error"]
+)
 def test_a_run_out_of_memory_that_could_not_be_graded_is_the_agents_failure(
-        wrote: dict[str, Any] | None, tmp_path: Path) -> None:
+    wrote: dict[str, Any] | None, tmp_path: Path
+) -> None:
     """The agent's processes (or its patch's) filled the run's memory and the OOM killer ended a process of
     the harness: a failure named as the memory limit, never an error the score would leave out."""
     task = load_task(DEMO / "c-demo")

@@ -46,8 +46,14 @@ class Worker:
 
 
 # The demo's six runs, in collection order, with roughly their lengths here (seconds).
-DEMO = {"c-demo::reference": 2.5, "c-demo::dummy": 2.5, "go-demo::reference": 6.5, "go-demo::dummy": 6.5,
-        "rust-demo::reference": 7.5, "rust-demo::dummy": 7.5}
+DEMO = {
+    "c-demo::reference": 2.5,
+    "c-demo::dummy": 2.5,
+    "go-demo::reference": 6.5,
+    "go-demo::dummy": 6.5,
+    "rust-demo::reference": 7.5,
+    "rust-demo::dummy": 7.5,
+}
 
 
 def makespan(scheduler: Any, took: dict[str, float]) -> tuple[float, list[str]]:
@@ -115,8 +121,7 @@ def first_sent(history: dict[str, float]) -> list[list[str]]:
 
 def test_items_never_timed_go_first_and_without_a_history_collection_order_holds() -> None:
     known = {name: seconds for name, seconds in DEMO.items() if not name.startswith("rust")}
-    assert first_sent(known) == [["rust-demo::reference", "rust-demo::dummy"],
-                                 ["go-demo::reference", "go-demo::dummy"]]
+    assert first_sent(known) == [["rust-demo::reference", "rust-demo::dummy"], ["go-demo::reference", "go-demo::dummy"]]
     assert first_sent({}) == [["c-demo::reference", "c-demo::dummy"], ["go-demo::reference", "go-demo::dummy"]]
 
 

@@ -24,7 +24,7 @@ from ssebench.runtime.bencher import BencherError
 from ssebench.runtime.daemon import ADMIN, AGENT, create_app, listener_app
 from ssebench.runtime.service import TaskService
 from tests.inprocess import InProcessTransport
-from tests.unit.test_daemon import FakeBencher, service  # noqa: F401  (fixture)
+from tests.unit.test_daemon import FakeBencher, service
 
 
 class ScriptedBencher(FakeBencher):
@@ -43,7 +43,7 @@ class ScriptedBencher(FakeBencher):
 
 
 @pytest.fixture
-def connect(service: TaskService) -> Iterator[object]:  # noqa: F811
+def connect(service: TaskService) -> Iterator[object]:
     opened: list[tuple[Daemon, InProcessTransport]] = []
 
     def make(kind: str = AGENT, difficulty: int = 2) -> Daemon:
@@ -60,7 +60,7 @@ def connect(service: TaskService) -> Iterator[object]:  # noqa: F811
         transport.close()
 
 
-def test_project_fetches_the_task_on_import(connect, service: TaskService) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+def test_project_fetches_the_task_on_import(connect, service: TaskService) -> None:  # type: ignore[no-untyped-def]
     connect(AGENT)
     sys.modules.pop("sse.project", None)
     project = importlib.import_module("sse.project")
@@ -78,16 +78,24 @@ def test_bash_and_bencher_results(connect) -> None:  # type: ignore[no-untyped-d
     assert bencher.function_test().stdout == "function_test ran"
 
 
-@pytest.mark.parametrize("codes, status, message", [
-    ({}, "passed", None),
-    ({"build": 2}, "failed", "Build failed"),
-    ({"run_poc": 1}, "failed", "PoC failed: "),
-    ({"function_test": 1}, "failed", "Function test failed"),
-    ({"intent_test": 1}, "failed", "Intent test failed"),
-    ({"intent_test": -999}, "failed", "Intent test failed"),
-])
-def test_grade_walks_the_checks(connect, service: TaskService, codes: dict[str, int], status: str,  # noqa: F811
-                                message: str | None) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize(
+    "codes, status, message",
+    [
+        ({}, "passed", None),
+        ({"build": 2}, "failed", "Build failed"),
+        ({"run_poc": 1}, "failed", "PoC failed: "),
+        ({"function_test": 1}, "failed", "Function test failed"),
+        ({"intent_test": 1}, "failed", "Intent test failed"),
+        ({"intent_test": -999}, "failed", "Intent test failed"),
+    ],
+)
+def test_grade_walks_the_checks(
+    connect,
+    service: TaskService,
+    codes: dict[str, int],
+    status: str,
+    message: str | None,
+) -> None:  # type: ignore[no-untyped-def]
     service.bencher = ScriptedBencher(codes)
     connect(ADMIN)
     result = grade()
@@ -128,7 +136,7 @@ def test_versions() -> None:
     assert not same_version("1.1.0", None)
 
 
-def test_version_mismatch_warns(connect, service: TaskService, caplog: pytest.LogCaptureFixture) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+def test_version_mismatch_warns(connect, service: TaskService, caplog: pytest.LogCaptureFixture) -> None:  # type: ignore[no-untyped-def]
     service.version = "9.9.9"
     with caplog.at_level(logging.WARNING, logger="sse"):
         connect(AGENT)
@@ -149,6 +157,7 @@ def test_daemon_not_answering(tmp_path: Path) -> None:
 
 def test_reference_patch_only_through_the_admin_socket(connect, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
     from sse import reference
+
     from tests.unit.test_daemon import PATCH
 
     admin = connect(ADMIN)
@@ -169,10 +178,23 @@ def test_old_name_warns(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _metadata(**description: object) -> Metadata:
-    return Metadata(id="t", project="tlvkit", language="c", source=Path("/src/tlvkit"),
-                    task_description=TaskDescription(**{"issue": None, "crash_report": None,  # type: ignore[arg-type]
-                                                        "bug_description": None, **description}),
-                    poc=[Path("/ssebench/pocs/x")], build_script="make", test_script=None)
+    return Metadata(
+        id="t",
+        project="tlvkit",
+        language="c",
+        source=Path("/src/tlvkit"),
+        task_description=TaskDescription(
+            **{
+                "issue": None,
+                "crash_report": None,  # type: ignore[arg-type]
+                "bug_description": None,
+                **description,
+            }
+        ),
+        poc=[Path("/ssebench/pocs/x")],
+        build_script="make",
+        test_script=None,
+    )
 
 
 def test_prompt_is_deterministic_and_skips_empty_fields() -> None:
@@ -186,7 +208,7 @@ def test_prompt_is_deterministic_and_skips_empty_fields() -> None:
     assert "/ssebench/pocs" not in text
 
 
-def test_parse_metadata_round_trip(service: TaskService) -> None:  # noqa: F811
+def test_parse_metadata_round_trip(service: TaskService) -> None:
     meta = parse_metadata(service.project())
     assert meta.task_description.crash_report == ["It crashes on long input.\n"]
     assert meta.build_script == "make\n"

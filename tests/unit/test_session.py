@@ -46,8 +46,16 @@ class FakeDispatch:
     made: list[dict[str, Any]] = []
     pending: dict[int, Any] = {}  # nothing waits: every item is reported at once, from run()
 
-    def __init__(self, settings: Settings, session: Any, results: Path, address: str | None, *,
-                 models: dispatch.NodeModels | None = None, provider_env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        session: Any,
+        results: Path,
+        address: str | None,
+        *,
+        models: dispatch.NodeModels | None = None,
+        provider_env: dict[str, str] | None = None,
+    ) -> None:
         FakeDispatch.made.append({"address": address, "models": models, "provider_env": provider_env})
 
     def submit(self, config: Any) -> None:
@@ -106,48 +114,97 @@ def test_a_model_is_declared_and_its_key_exported(models: Path, monkeypatch: pyt
 
 def test_a_node_is_sent_the_keys_of_the_session_s_models_and_no_other(models: Path) -> None:
     assert provider_env(get_settings(), ["keyed", "keyless"]) == {"SSEBENCH_TEST_KEY": "sk-test"}
-    assert provider_env(get_settings(), ["keyed", "other"]) == {"SSEBENCH_TEST_KEY": "sk-test",
-                                                                "SSEBENCH_OTHER_KEY": "sk-other"}
+    assert provider_env(get_settings(), ["keyed", "other"]) == {
+        "SSEBENCH_TEST_KEY": "sk-test",
+        "SSEBENCH_OTHER_KEY": "sk-other",
+    }
     assert provider_env(get_settings(), ["keyless"]) == {}
 
 
 def test_ssebench_run_over_ray_sends_the_nodes_the_provider_key_and_the_budget(
-        models: Path, fake_ray: list[dict[str, Any]], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    main(["run", "--task", str(DEMO / "c-demo"), "--agent", "chat-agent", "--model", "keyed", "--dispatch", "ray",
-          "--ray-address", "127.0.0.1:6379", "--model-budget", "tokens=1000,cost=2", "--results", str(tmp_path)])
+    models: Path, fake_ray: list[dict[str, Any]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    main(
+        [
+            "run",
+            "--task",
+            str(DEMO / "c-demo"),
+            "--agent",
+            "chat-agent",
+            "--model",
+            "keyed",
+            "--dispatch",
+            "ray",
+            "--ray-address",
+            "127.0.0.1:6379",
+            "--model-budget",
+            "tokens=1000,cost=2",
+            "--results",
+            str(tmp_path),
+        ]
+    )
     (made,) = [m for m in fake_ray if "address" in m]
     assert made["provider_env"] == {"SSEBENCH_TEST_KEY": "sk-test"}
     assert made["models"] == dispatch.NodeModels(models, {"tokens": 1000, "cost": 2.0})
 
 
 def test_ssebench_run_checks_the_model_before_anything_starts(
-        models: Path, fake_ray: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    models: Path, fake_ray: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.delenv("SSEBENCH_TEST_KEY")
     for dispatched in ("ray", "local"):
-        status = main(["run", "--task", str(DEMO / "c-demo"), "--agent", "chat-agent", "--model", "keyed",
-                       "--dispatch", dispatched, "--ray-address", "127.0.0.1:6379"])
+        status = main(
+            [
+                "run",
+                "--task",
+                str(DEMO / "c-demo"),
+                "--agent",
+                "chat-agent",
+                "--model",
+                "keyed",
+                "--dispatch",
+                dispatched,
+                "--ray-address",
+                "127.0.0.1:6379",
+            ]
+        )
         assert status == 2
         assert "--model keyed: SSEBENCH_TEST_KEY is not set" in capsys.readouterr().err
     assert fake_ray == []  # nothing started: no cluster reached, no gateway, no clean-up
 
 
 def test_the_plugin_over_ray_sends_the_nodes_what_ssebench_run_does(
-        models: Path, fake_ray: list[dict[str, Any]], pytester: pytest.Pytester, tmp_path: Path) -> None:
+    models: Path, fake_ray: list[dict[str, Any]], pytester: pytest.Pytester, tmp_path: Path
+) -> None:
     """The same session start as the command's: one code path, so the two cannot drift apart again."""
     import shutil
 
     shutil.copytree(DEMO / "c-demo", pytester.path / "c-demo")
-    pytester.runpytest_inprocess("c-demo", "--agent", "chat-agent", "--model", "keyed", "--dispatch", "ray",
-                                 "--ray-address", "127.0.0.1:6379", "--model-budget", "tokens=1000,cost=2",
-                                 "--results", str(tmp_path / "out"), "-p", "no:cacheprovider")
+    pytester.runpytest_inprocess(
+        "c-demo",
+        "--agent",
+        "chat-agent",
+        "--model",
+        "keyed",
+        "--dispatch",
+        "ray",
+        "--ray-address",
+        "127.0.0.1:6379",
+        "--model-budget",
+        "tokens=1000,cost=2",
+        "--results",
+        str(tmp_path / "out"),
+        "-p",
+        "no:cacheprovider",
+    )
     (made,) = [m for m in fake_ray if "address" in m]
     assert made["provider_env"] == {"SSEBENCH_TEST_KEY": "sk-test"}
     assert made["models"] == dispatch.NodeModels(models, {"tokens": 1000, "cost": 2.0})
 
 
 def test_a_session_removes_what_it_started_once_however_often_it_is_closed(
-        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     import ssebench.reaper
 
     reaped: list[str] = []
@@ -166,16 +223,16 @@ def test_a_session_removes_what_it_started_once_however_often_it_is_closed(
     assert reaped == [session.session.id]  # neither a kept session nor a worker removes anything
 
 
-def test_a_session_whose_start_fails_is_removed_once(fake_ray: list[dict[str, Any]], tmp_path: Path,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_session_whose_start_fails_is_removed_once(
+    fake_ray: list[dict[str, Any]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     def unreachable(*args: Any, **kwargs: Any) -> None:
         raise dispatch.SSEBenchError("--ray-address 127.0.0.1:6379: no Ray cluster answers")
 
     monkeypatch.setattr(dispatch, "RayDispatch", unreachable)
     session = RunSession(get_settings(), Plan(results=tmp_path, dispatch="ray"))
-    with pytest.raises(dispatch.SSEBenchError, match="no Ray cluster answers"):
-        with session:
-            pytest.fail("the session started")
+    with pytest.raises(dispatch.SSEBenchError, match="no Ray cluster answers"), session:
+        pytest.fail("the session started")
     session.close()
     assert fake_ray == [{"reaped": "orphans"}, {"reaped": session.session.id}]
 

@@ -38,11 +38,14 @@ def test_without_the_environment_the_defaults_hold(monkeypatch: pytest.MonkeyPat
     assert Settings().gateway_port == 4080
 
 
-@pytest.mark.parametrize(("name", "value", "says"), [
-    ("SSEBENCH_GATEWAY_PORT", "80", "greater than or equal to 1024"),
-    ("SSEBENCH_BUILD_JOBS", "two", "valid integer"),
-    ("SSEBENCH_PREFIX", "Upper", "lower-case image name prefix"),
-])
+@pytest.mark.parametrize(
+    ("name", "value", "says"),
+    [
+        ("SSEBENCH_GATEWAY_PORT", "80", "greater than or equal to 1024"),
+        ("SSEBENCH_BUILD_JOBS", "two", "valid integer"),
+        ("SSEBENCH_PREFIX", "Upper", "lower-case image name prefix"),
+    ],
+)
 def test_a_bad_value_names_its_variable(monkeypatch: pytest.MonkeyPatch, name: str, value: str, says: str) -> None:
     monkeypatch.setenv(name, value)
     with pytest.raises(SSEBenchError, match=f"^{name}: .*{says}"):

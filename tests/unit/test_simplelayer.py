@@ -45,8 +45,7 @@ def test_the_shipped_agents_are_assembled(name: str) -> None:
     folder = get_settings().agents_dir / name
     simple = simple_dockerfile(folder / "Dockerfile", folder, AGENT)
     assert simple is not None
-    assert [(c.sources, c.dest) for c in simple.copies] == [(((folder / "agent.py").resolve(),),
-                                                              "/opt/agent/agent.py")]
+    assert [(c.sources, c.dest) for c in simple.copies] == [(((folder / "agent.py").resolve(),), "/opt/agent/agent.py")]
     assert simple.cmd == ("/opt/ssebench/venv/bin/python", "/opt/agent/agent.py")
     assert simple.parent({"SSEBENCH_TOOL": "ssebench/tool/demo/c-demo:0.1.0"}) == "ssebench/tool/demo/c-demo:0.1.0"
 
@@ -62,47 +61,53 @@ def test_every_demo_task_is_assembled_and_no_pilot_task_is() -> None:
         assert simple_dockerfile(task.dockerfile, task.path, CASE) is None, task.id
 
 
-@pytest.mark.parametrize("body", [
-    "RUN true\n",  # anything that runs
-    "WORKDIR /opt/agent\n",  # not the agent form's to configure
-    "ENV PYTHONPATH=/opt/agent\n",  # configuration beyond the command: what root's processes see
-    "ENTRYPOINT [\"/opt/agent/agent.py\"]\n",  # what runs as root
-    "USER model\n",
-    "LABEL ssebench.hash=x\n",  # the harness's labels are its own
-    "COPY agent.py /usr/local/bin/agent\n",  # anywhere but /opt/agent
-    "COPY agent.py /opt/agent\n",  # /opt/agent itself as a file
-    "COPY agent.py /opt/agent/../../etc/agent\n",
-    "COPY --chown=1000 agent.py /opt/agent/agent.py\n",  # a flag
-    "COPY *.py /opt/agent/\n",  # a wildcard
-    'COPY "agent.py" /opt/agent/\n',  # quotes
-    "COPY ../outside /opt/agent/\n",  # outside the context
-    "COPY missing.py /opt/agent/\n",
-    "COPY agent.py relative/agent.py\n",  # a destination that depends on the image's WORKDIR
-    "COPY agent.py lib /opt/agent\n",  # several sources need a folder ending in /
-    "COPY empty /opt/agent/empty/\n",  # an empty folder
-    "COPY link.py /opt/agent/\n",  # a link as the source
-    "CMD [\"python\", \\\n  \"/opt/agent/agent.py\"]\n",  # a continued line
-    'CMD ["$HOME/agent.py"]\n',  # substitution
-    "CMD python /opt/agent/agent.py\n",  # the shell form: the image's shell
-    'CMD ["a"]\nCMD ["b"]\n',
-    'COPY ["agent.py", "/opt/agent/"]\n',  # the JSON form
-    "ADD agent.py /opt/agent/\n",
-    "FROM debian\n",  # a second stage
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        "RUN true\n",  # anything that runs
+        "WORKDIR /opt/agent\n",  # not the agent form's to configure
+        "ENV PYTHONPATH=/opt/agent\n",  # configuration beyond the command: what root's processes see
+        'ENTRYPOINT ["/opt/agent/agent.py"]\n',  # what runs as root
+        "USER model\n",
+        "LABEL ssebench.hash=x\n",  # the harness's labels are its own
+        "COPY agent.py /usr/local/bin/agent\n",  # anywhere but /opt/agent
+        "COPY agent.py /opt/agent\n",  # /opt/agent itself as a file
+        "COPY agent.py /opt/agent/../../etc/agent\n",
+        "COPY --chown=1000 agent.py /opt/agent/agent.py\n",  # a flag
+        "COPY *.py /opt/agent/\n",  # a wildcard
+        'COPY "agent.py" /opt/agent/\n',  # quotes
+        "COPY ../outside /opt/agent/\n",  # outside the context
+        "COPY missing.py /opt/agent/\n",
+        "COPY agent.py relative/agent.py\n",  # a destination that depends on the image's WORKDIR
+        "COPY agent.py lib /opt/agent\n",  # several sources need a folder ending in /
+        "COPY empty /opt/agent/empty/\n",  # an empty folder
+        "COPY link.py /opt/agent/\n",  # a link as the source
+        'CMD ["python", \\\n  "/opt/agent/agent.py"]\n',  # a continued line
+        'CMD ["$HOME/agent.py"]\n',  # substitution
+        "CMD python /opt/agent/agent.py\n",  # the shell form: the image's shell
+        'CMD ["a"]\nCMD ["b"]\n',
+        'COPY ["agent.py", "/opt/agent/"]\n',  # the JSON form
+        "ADD agent.py /opt/agent/\n",
+        "FROM debian\n",  # a second stage
+    ],
+)
 def test_anything_else_is_built_by_docker(tmp_path: Path, body: str) -> None:
     folder = _agent(tmp_path / "a", body)
     assert simple_dockerfile(folder / "Dockerfile", folder, AGENT) is None
 
 
-@pytest.mark.parametrize("body", [
-    "RUN true\n",
-    "ENV A=b\n",
-    "CMD [\"true\"]\n",  # not the case form's to configure
-    "WORKDIR src\n",  # relative: depends on the WORKDIR before
-    "WORKDIR /src/$X\n",
-    "COPY agent.py /\n",  # the root itself
-    "COPY agent.py src/agent.py\n",
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        "RUN true\n",
+        "ENV A=b\n",
+        'CMD ["true"]\n',  # not the case form's to configure
+        "WORKDIR src\n",  # relative: depends on the WORKDIR before
+        "WORKDIR /src/$X\n",
+        "COPY agent.py /\n",  # the root itself
+        "COPY agent.py src/agent.py\n",
+    ],
+)
 def test_a_task_dockerfile_that_does_more_than_copy_is_built_by_docker(tmp_path: Path, body: str) -> None:
     folder = _agent(tmp_path / "a", "COPY lib /src/lib\nWORKDIR /src/lib\n", CASE_HEAD)
     assert simple_dockerfile(folder / "Dockerfile", folder, CASE) is not None  # control
@@ -110,13 +115,16 @@ def test_a_task_dockerfile_that_does_more_than_copy_is_built_by_docker(tmp_path:
     assert simple_dockerfile(folder / "Dockerfile", folder, CASE) is None
 
 
-@pytest.mark.parametrize("head", [
-    "ARG SSEBENCH_TOOL\nFROM ${SSEBENCH_TOOL}\n",  # the agent's base is not a task's
-    "ARG SSEBENCH_REGISTRY\nFROM ${SSEBENCH_REGISTRY}/base-generic-c:1.0.0 AS build\n",  # a named stage
-    "ARG SSEBENCH_REGISTRY=$X\nFROM ${SSEBENCH_REGISTRY}/base-generic-c:1.0.0\n",  # a default substituted
-    "ARG OTHER\nFROM ${OTHER}/base-generic-c:1.0.0\n",
-    "ARG SSEBENCH_REGISTRY\nFROM debian:bookworm\n",
-])
+@pytest.mark.parametrize(
+    "head",
+    [
+        "ARG SSEBENCH_TOOL\nFROM ${SSEBENCH_TOOL}\n",  # the agent's base is not a task's
+        "ARG SSEBENCH_REGISTRY\nFROM ${SSEBENCH_REGISTRY}/base-generic-c:1.0.0 AS build\n",  # a named stage
+        "ARG SSEBENCH_REGISTRY=$X\nFROM ${SSEBENCH_REGISTRY}/base-generic-c:1.0.0\n",  # a default substituted
+        "ARG OTHER\nFROM ${OTHER}/base-generic-c:1.0.0\n",
+        "ARG SSEBENCH_REGISTRY\nFROM debian:bookworm\n",
+    ],
+)
 def test_a_task_on_another_base_is_built_by_docker(tmp_path: Path, head: str) -> None:
     folder = _agent(tmp_path / "a", "COPY lib /src/lib\n", head)
     assert simple_dockerfile(folder / "Dockerfile", folder, CASE) is None
@@ -158,8 +166,11 @@ def test_copies_that_disagree_on_what_a_path_is_are_left_to_docker(tmp_path: Pat
 
 
 def test_a_folders_contents_go_into_the_destination_and_a_file_into_one_ending_in_slash(tmp_path: Path) -> None:
-    folder = _agent(tmp_path / "a", "COPY lib /src/tree\nCOPY agent.py /ssebench/scripts/\n"
-                                     "COPY agent.py /ssebench/run.py\nWORKDIR /src/work\n", CASE_HEAD)
+    folder = _agent(
+        tmp_path / "a",
+        "COPY lib /src/tree\nCOPY agent.py /ssebench/scripts/\nCOPY agent.py /ssebench/run.py\nWORKDIR /src/work\n",
+        CASE_HEAD,
+    )
     lay = _layout(folder, CASE)
     assert isinstance(lay, Layout)
     assert sorted(map(str, lay.sources)) == ["src/tree/tool.sh", "ssebench/run.py", "ssebench/scripts/agent.py"]
@@ -196,8 +207,9 @@ def test_folders_the_parent_has_keep_their_owner_and_mode_and_new_ones_are_roots
 
 
 def test_an_agents_files_are_roots_without_write_for_others(tmp_path: Path) -> None:
-    folder = _agent(tmp_path / "a", "COPY agent.py /opt/agent/\nCOPY lib /opt/agent/lib/\n"
-                                     "CMD [\"python\", \"/opt/agent/agent.py\"]\n")
+    folder = _agent(
+        tmp_path / "a", 'COPY agent.py /opt/agent/\nCOPY lib /opt/agent/lib/\nCMD ["python", "/opt/agent/agent.py"]\n'
+    )
     (folder / "lib" / "tool.sh").chmod(0o777)
     (folder / "lib").chmod(0o777)
     lay = _layout(folder)
@@ -214,16 +226,20 @@ def test_an_agents_files_are_roots_without_write_for_others(tmp_path: Path) -> N
     assert members["opt/agent/lib"].mode & 0o7777 == 0o755  # 777 in the folder
 
 
-@pytest.mark.parametrize("planted, reason", [
-    (("opt", tarfile.SYMTYPE), "the parent image has a link at /opt"),  # a link on the way
-    (("opt/agent", tarfile.REGTYPE), "the parent image has a file at /opt/agent"),
-    (("opt/agent/agent.py", tarfile.DIRTYPE), "the parent image has a folder at /opt/agent/agent.py"),
-    (("opt/agent/agent.py", tarfile.SYMTYPE), "the parent image has a link at /opt/agent/agent.py"),
-    (("opt/agent/lib/tool.sh", tarfile.LNKTYPE), "the parent image has a link at /opt/agent/lib/tool.sh"),
-    (("opt/agent/lib", tarfile.DIRTYPE, 0o2775), "the parent image has a set-id folder at /opt/agent/lib"),
-])
+@pytest.mark.parametrize(
+    "planted, reason",
+    [
+        (("opt", tarfile.SYMTYPE), "the parent image has a link at /opt"),  # a link on the way
+        (("opt/agent", tarfile.REGTYPE), "the parent image has a file at /opt/agent"),
+        (("opt/agent/agent.py", tarfile.DIRTYPE), "the parent image has a folder at /opt/agent/agent.py"),
+        (("opt/agent/agent.py", tarfile.SYMTYPE), "the parent image has a link at /opt/agent/agent.py"),
+        (("opt/agent/lib/tool.sh", tarfile.LNKTYPE), "the parent image has a link at /opt/agent/lib/tool.sh"),
+        (("opt/agent/lib", tarfile.DIRTYPE, 0o2775), "the parent image has a set-id folder at /opt/agent/lib"),
+    ],
+)
 def test_a_parent_that_holds_a_link_or_another_kind_of_file_on_the_way_is_left_to_docker(
-        tmp_path: Path, planted: tuple[str, bytes] | tuple[str, bytes, int], reason: str) -> None:
+    tmp_path: Path, planted: tuple[str, bytes] | tuple[str, bytes, int], reason: str
+) -> None:
     folder = _agent(tmp_path / "a", "COPY agent.py /opt/agent/\nCOPY lib /opt/agent/lib/\n")
     lay = _layout(folder)
     assert isinstance(lay, Layout)
@@ -237,23 +253,52 @@ def test_a_parent_that_holds_a_link_or_another_kind_of_file_on_the_way_is_left_t
         return None
 
     assert parent_entries(lay, probe) == reason
-    assert isinstance(parent_entries(lay, lambda p: _entry(str(p), tarfile.DIRTYPE) if str(p) in {  # control
-        "opt", "opt/agent", "opt/agent/lib"} else None), dict)
+    assert isinstance(
+        parent_entries(
+            lay,
+            lambda p: (
+                _entry(str(p), tarfile.DIRTYPE)
+                if str(p)
+                in {  # control
+                    "opt",
+                    "opt/agent",
+                    "opt/agent/lib",
+                }
+                else None
+            ),
+        ),
+        dict,
+    )
 
 
 def test_the_image_is_the_parents_with_one_more_layer_and_the_dockerfiles_configuration(tmp_path: Path) -> None:
     folder = _agent(tmp_path / "a", "COPY lib /src/lib\nWORKDIR /src/lib\n", CASE_HEAD)
     simple = simple_dockerfile(folder / "Dockerfile", folder, CASE)
     assert simple is not None
-    parent = {"Id": "sha256:" + "1" * 64, "Architecture": "amd64", "Os": "linux",
-              "RootFS": {"Layers": ["sha256:" + "a" * 64, "sha256:" + "b" * 64]},
-              "Config": {"Env": ["PATH=/usr/bin"], "Cmd": ["bash"], "WorkingDir": "/", "Labels": {"keep": "1"},
-                         "OnBuild": None}}
-    history = [{"Created": 1, "CreatedBy": "import", "Size": 100}, {"Created": 2, "CreatedBy": "RUN x", "Size": 5},
-               {"Created": 3, "CreatedBy": "ENV", "Size": 0}]
+    parent = {
+        "Id": "sha256:" + "1" * 64,
+        "Architecture": "amd64",
+        "Os": "linux",
+        "RootFS": {"Layers": ["sha256:" + "a" * 64, "sha256:" + "b" * 64]},
+        "Config": {
+            "Env": ["PATH=/usr/bin"],
+            "Cmd": ["bash"],
+            "WorkingDir": "/",
+            "Labels": {"keep": "1"},
+            "OnBuild": None,
+        },
+    }
+    history = [
+        {"Created": 1, "CreatedBy": "import", "Size": 100},
+        {"Created": 2, "CreatedBy": "RUN x", "Size": 5},
+        {"Created": 3, "CreatedBy": "ENV", "Size": 0},
+    ]
     layer = b"layer bytes"
-    with tarfile.open(fileobj=io.BytesIO(image_archive("ssebench/case/x/y:latest", parent, history, layer, simple,
-                                                       {"ssebench.layer": "case"}))) as archive:
+    with tarfile.open(
+        fileobj=io.BytesIO(
+            image_archive("ssebench/case/x/y:latest", parent, history, layer, simple, {"ssebench.layer": "case"})
+        )
+    ) as archive:
         manifest = json.loads(archive.extractfile("manifest.json").read())  # type: ignore[union-attr]
         [entry] = manifest
         raw = archive.extractfile(entry["Config"]).read()  # type: ignore[union-attr]
@@ -270,12 +315,15 @@ def test_the_image_is_the_parents_with_one_more_layer_and_the_dockerfiles_config
     assert made == [True, True, False, True] and sum(made) == len(config["rootfs"]["diff_ids"])
 
 
-@pytest.mark.parametrize("body", [
-    "WORKDIR /src/app\nCOPY agent.py /src/app\n",  # Docker puts the file into the folder WORKDIR made
-    "COPY agent.py /src/app\nWORKDIR /src/app\n",  # Docker fails: WORKDIR on a file
-    "COPY tree /src/t\nCOPY agent.py /src/t/link\n",  # a file written where a copied link is
-    "COPY tree /src/t\nCOPY agent.py /src/t/link/\n",  # into a copied link
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        "WORKDIR /src/app\nCOPY agent.py /src/app\n",  # Docker puts the file into the folder WORKDIR made
+        "COPY agent.py /src/app\nWORKDIR /src/app\n",  # Docker fails: WORKDIR on a file
+        "COPY tree /src/t\nCOPY agent.py /src/t/link\n",  # a file written where a copied link is
+        "COPY tree /src/t\nCOPY agent.py /src/t/link/\n",  # into a copied link
+    ],
+)
 def test_a_workdir_or_a_link_that_a_copy_meets_is_left_to_docker(tmp_path: Path, body: str) -> None:
     folder = _agent(tmp_path / "a", body, CASE_HEAD)
     (folder / "tree").mkdir()
@@ -316,7 +364,8 @@ def test_a_parent_folders_entry_keeps_the_layers_name_whatever_headers_the_engin
 
 
 def test_the_digest_of_an_assembled_layer_follows_the_code_that_assembles_it(
-        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     from ssebench import image, simplelayer
 
     task = next(t for t in load_tasks(PROJECT_ROOT / "datasets" / "demo") if t.id == "c-demo")
@@ -349,16 +398,19 @@ def test_every_pilot_task_is_built_by_docker_up_to_its_copies_which_are_assemble
         assert split.head + "\n".join(split.tail.instructions) != task.dockerfile.read_text()  # comments kept
 
 
-@pytest.mark.parametrize("body, tail", [
-    ("RUN true\nCOPY lib /src/lib\nWORKDIR /src/lib\n", 2),
-    ("RUN true\nCOPY lib /src/lib\n# a comment\n\nWORKDIR /src/lib\n", 2),
-    ("RUN true\nCOPY lib /src/lib\nENV A=b\nCOPY agent.py /src/\nWORKDIR /src\n", 2),  # the tail after the ENV
-    ("RUN true\nWORKDIR /src\n", 0),  # one instruction: not worth the head's own label step
-    ("RUN true\nCOPY lib /src/lib\nRUN true\n", 0),  # ends in a RUN
-    ("RUN echo \\\nCOPY lib /src/lib\nWORKDIR /src/lib\n", 1),  # the COPY line is the RUN's, continued
-    ("RUN true\nCOPY lib /src/lib\nWORKDIR src\n", 0),  # a relative WORKDIR
-    ("RUN true\nCOPY --chown=1 lib /src/lib\nWORKDIR /src\nWORKDIR /src/lib\n", 2),
-])
+@pytest.mark.parametrize(
+    "body, tail",
+    [
+        ("RUN true\nCOPY lib /src/lib\nWORKDIR /src/lib\n", 2),
+        ("RUN true\nCOPY lib /src/lib\n# a comment\n\nWORKDIR /src/lib\n", 2),
+        ("RUN true\nCOPY lib /src/lib\nENV A=b\nCOPY agent.py /src/\nWORKDIR /src\n", 2),  # the tail after the ENV
+        ("RUN true\nWORKDIR /src\n", 0),  # one instruction: not worth the head's own label step
+        ("RUN true\nCOPY lib /src/lib\nRUN true\n", 0),  # ends in a RUN
+        ("RUN echo \\\nCOPY lib /src/lib\nWORKDIR /src/lib\n", 1),  # the COPY line is the RUN's, continued
+        ("RUN true\nCOPY lib /src/lib\nWORKDIR src\n", 0),  # a relative WORKDIR
+        ("RUN true\nCOPY --chown=1 lib /src/lib\nWORKDIR /src\nWORKDIR /src/lib\n", 2),
+    ],
+)
 def test_the_tail_of_a_task_dockerfile_is_its_last_lines_that_only_copy(tmp_path: Path, body: str, tail: int) -> None:
     from ssebench.simplelayer import MIN_TAIL, split_dockerfile
 
@@ -370,7 +422,7 @@ def test_the_tail_of_a_task_dockerfile_is_its_last_lines_that_only_copy(tmp_path
     assert split is not None and len(split.tail.instructions) == tail
     assert split.head.startswith(CASE_HEAD) and (split.head + "\n".join(split.tail.instructions)).count("FROM") == 1
     lines = (folder / "Dockerfile").read_text().splitlines()
-    assert split.head.splitlines() == lines[:len(split.head.splitlines())]  # the head is the file's own start
+    assert split.head.splitlines() == lines[: len(split.head.splitlines())]  # the head is the file's own start
 
 
 def test_a_dockerfile_with_a_parser_directive_is_not_split(tmp_path: Path) -> None:

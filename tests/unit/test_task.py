@@ -70,18 +70,21 @@ def test_absolute_path_is_refused(tmp_path: Path) -> None:
     assert "scripts.build: '/ssebench/scripts/build.sh' is absolute" in line
 
 
-@pytest.mark.parametrize("source, named", [
-    ("/var/lib/ssebench-runner", "/var/lib/ssebench-runner"),          # the runner's area itself
-    ("/var/lib/ssebench-runner/repo", "/var/lib/ssebench-runner"),     # inside it: grading's original
-    ("/var/lib", "/var/lib/ssebench"),                                 # above the run's state and results
-    ("/ssebench/src", "/ssebench"),                                    # inside the task's hidden files
-    ("/opt/ssebench/venv", "/opt/ssebench"),                           # inside the runtime
-    ("/tmp/sse-archive", "/tmp/sse-archive"),                          # the agent's archive
-    ("/run/ssebench/x", "/run/ssebench"),                              # beside the admin socket
-    ("/reference", "/reference"),                                      # where the reference patch is mounted
-    ("/usr", "system directory"),
-    ("/tmp", "/tmp/sse-archive"),
-])
+@pytest.mark.parametrize(
+    "source, named",
+    [
+        ("/var/lib/ssebench-runner", "/var/lib/ssebench-runner"),  # the runner's area itself
+        ("/var/lib/ssebench-runner/repo", "/var/lib/ssebench-runner"),  # inside it: grading's original
+        ("/var/lib", "/var/lib/ssebench"),  # above the run's state and results
+        ("/ssebench/src", "/ssebench"),  # inside the task's hidden files
+        ("/opt/ssebench/venv", "/opt/ssebench"),  # inside the runtime
+        ("/tmp/sse-archive", "/tmp/sse-archive"),  # the agent's archive
+        ("/run/ssebench/x", "/run/ssebench"),  # beside the admin socket
+        ("/reference", "/reference"),  # where the reference patch is mounted
+        ("/usr", "system directory"),
+        ("/tmp", "/tmp/sse-archive"),
+    ],
+)
 def test_a_source_that_overlaps_the_runtimes_paths_is_refused(tmp_path: Path, source: str, named: str) -> None:
     """A run mounts the agent's tree there: it must hide nothing of the runtime's, nor sit inside it."""
     folder = write_task(tmp_path)
@@ -203,8 +206,11 @@ reference:
 - https://github.com/example/example/issues/1
 originality: crafted
 """
-    folder = write_task(tmp_path, "upstream-go-1",
-                        dockerfile="ARG SSEBENCH_REGISTRY=ghcr.io/x/ssebench\nFROM ${SSEBENCH_REGISTRY}/base-generic-go:1.0.0\n")
+    folder = write_task(
+        tmp_path,
+        "upstream-go-1",
+        dockerfile="ARG SSEBENCH_REGISTRY=ghcr.io/x/ssebench\nFROM ${SSEBENCH_REGISTRY}/base-generic-go:1.0.0\n",
+    )
     (folder / "sse" / "config.yaml").write_text(config)
     task = load_task(folder)
     assert task.language == "go"

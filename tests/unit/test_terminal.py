@@ -11,11 +11,11 @@ from types import SimpleNamespace
 import pytest
 
 from pytest_ssebench.report import ScoreTable
-from ssebench.session import RunSession
 from ssebench.agent import load_agent
 from ssebench.cli import main
 from ssebench.errors import SSEBenchError
 from ssebench.run import RunConfig, RunRecord
+from ssebench.session import RunSession
 from ssebench.settings import get_settings
 from ssebench.task import load_task
 from tests.helpers import DEMO
@@ -24,18 +24,24 @@ pytest_plugins = ["pytester"]
 
 # A build log that commands the terminal: a window title, a cleared screen and the cursor sent home, a fake
 # green line, a line overwritten by a carriage return, the 8-bit CSI, a bell, DEL and a right-to-left override.
-ATTACK = ("compiling tlvkit\n"
-          "\x1b]0;ssebench: every run passed\x07"
-          "\x1b[2J\x1b[H"
-          "\x1b[32mPASSED c-demo::dummy\x1b[0m\n"
-          "FAILED\rPASSED\n"
-          "\x9b31m 8-bit CSI\x07\x7f\n"
-          "patch\u202eSSAP.txt\u2066isolated\u2069\n")
+ATTACK = (
+    "compiling tlvkit\n"
+    "\x1b]0;ssebench: every run passed\x07"
+    "\x1b[2J\x1b[H"
+    "\x1b[32mPASSED c-demo::dummy\x1b[0m\n"
+    "FAILED\rPASSED\n"
+    "\x9b31m 8-bit CSI\x07\x7f\n"
+    "patch\u202eSSAP.txt\u2066isolated\u2069\n"
+)
 # What a terminal acts on, each present in ATTACK (the positive control of every test below).
 RAW = ("\x1b", "\x07", "\r", "\x9b", "\x7f", "\u202e", "\u2066", "\u2069")
 # What it shows instead.
-SHOWN = ("\\x1b]0;ssebench: every run passed\\x07\\x1b[2J\\x1b[H\\x1b[32mPASSED c-demo::dummy\\x1b[0m",
-         "FAILED\\x0dPASSED", "\\x9b31m 8-bit CSI\\x07\\x7f", "patch\\u202eSSAP.txt\\u2066isolated\\u2069")
+SHOWN = (
+    "\\x1b]0;ssebench: every run passed\\x07\\x1b[2J\\x1b[H\\x1b[32mPASSED c-demo::dummy\\x1b[0m",
+    "FAILED\\x0dPASSED",
+    "\\x9b31m 8-bit CSI\\x07\\x7f",
+    "patch\\u202eSSAP.txt\\u2066isolated\\u2069",
+)
 
 
 def test_the_attack_holds_every_raw_control() -> None:
@@ -58,8 +64,10 @@ def test_controls_are_written_out_and_text_is_kept() -> None:
     assert for_terminal(kept) == kept
     # Windows line ends are line ends; a carriage return alone is not.
     assert for_terminal("a\r\nb\rc") == "a\nb\\x0dc"
-    assert for_terminal("\x00\x1f\x80\x9f\u061c\u200e\u200f\u202a\ud800") == \
-        "\\x00\\x1f\\x80\\x9f\\u061c\\u200e\\u200f\\u202a\\ud800"
+    assert (
+        for_terminal("\x00\x1f\x80\x9f\u061c\u200e\u200f\u202a\ud800")
+        == "\\x00\\x1f\\x80\\x9f\\u061c\\u200e\\u200f\\u202a\\ud800"
+    )
     assert for_terminal(for_terminal(ATTACK)) == for_terminal(ATTACK)
 
 
@@ -69,9 +77,19 @@ def _record(tmp_path: Path, **fields: object) -> RunRecord:
 
 
 def _failed(tmp_path: Path) -> RunRecord:
-    return _record(tmp_path, grade="failed", result={"patch_result": {
-        "build_success": False, "error_msg": "Build failed\x1b]0;ssebench: every run passed\x07",
-        "error_log": ATTACK}}, usage={"calls": 1, "stopped": "budget\x1b[2J"}, node="host\x1b[H/n")
+    return _record(
+        tmp_path,
+        grade="failed",
+        result={
+            "patch_result": {
+                "build_success": False,
+                "error_msg": "Build failed\x1b]0;ssebench: every run passed\x07",
+                "error_log": ATTACK,
+            }
+        },
+        usage={"calls": 1, "stopped": "budget\x1b[2J"},
+        node="host\x1b[H/n",
+    )
 
 
 def _broken(tmp_path: Path) -> RunRecord:
@@ -99,12 +117,24 @@ def test_ssebench_run_prints_the_grade_and_error_escaped(tmp_path: Path, capsys:
     assert_shown_as_text(capsys.readouterr().out)
 
 
-def test_ssebench_ps_and_errors_are_escaped(monkeypatch: pytest.MonkeyPatch,
-                                            capsys: pytest.CaptureFixture[str]) -> None:
+def test_ssebench_ps_and_errors_are_escaped(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     from ssebench import inflight
 
-    run = inflight.InFlight(run="r1", task=ATTACK.splitlines()[1], agent="dummy", model="none", difficulty="2",
-                            mode="sandbox", trial="1", phase="agent", elapsed=1.0, session="s", state="running")
+    run = inflight.InFlight(
+        run="r1",
+        task=ATTACK.splitlines()[1],
+        agent="dummy",
+        model="none",
+        difficulty="2",
+        mode="sandbox",
+        trial="1",
+        phase="agent",
+        elapsed=1.0,
+        session="s",
+        state="running",
+    )
     monkeypatch.setattr(inflight, "runs_in_flight", lambda: [run])
     assert main(["ps"]) == 0
     out = capsys.readouterr().out
@@ -118,8 +148,9 @@ def test_ssebench_ps_and_errors_are_escaped(monkeypatch: pytest.MonkeyPatch,
     assert_shown_as_text(capsys.readouterr().err)
 
 
-def test_dataset_verify_output_is_escaped(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
-                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_dataset_verify_output_is_escaped(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from ssebench import verify
 
     def verified(settings: object, tasks: list[object], results: Path, *, jobs: int, say: object) -> list[object]:
@@ -138,8 +169,12 @@ def test_dataset_verify_output_is_escaped(monkeypatch: pytest.MonkeyPatch, tmp_p
 
 def test_the_score_table_escapes_the_names_it_shows() -> None:
     table = ScoreTable()
-    props = [("ssebench.agent", "dummy\x1b[2J"), ("ssebench.model", "m\u202eodel"), ("ssebench.difficulty", 2),
-             ("ssebench.mode", "sandbox")]
+    props = [
+        ("ssebench.agent", "dummy\x1b[2J"),
+        ("ssebench.model", "m\u202eodel"),
+        ("ssebench.difficulty", 2),
+        ("ssebench.mode", "sandbox"),
+    ]
     table.add("a", "passed", props)
     lines = "\n".join(table.lines())
     assert "dummy\\x1b[2J" in lines and "m\\u202eodel" in lines
@@ -156,8 +191,9 @@ def demo(pytester: pytest.Pytester) -> pytest.Pytester:
 
 
 @pytest.mark.parametrize("capture", ["-s", "--capture=sys"])
-def test_the_plugin_shows_a_run_s_log_and_errors_escaped(demo: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
-                                                        capture: str) -> None:
+def test_the_plugin_shows_a_run_s_log_and_errors_escaped(
+    demo: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, capture: str
+) -> None:
     """c-demo is graded failed with ATTACK as its build log; go-demo hits an infrastructure error quoting it
     (retried once, which the runner says on stderr); what dead sessions left cannot be removed, and
     --rebuild fails, each saying why in words that carry ATTACK too. No container runs."""
@@ -178,19 +214,39 @@ def test_the_plugin_shows_a_run_s_log_and_errors_escaped(demo: pytest.Pytester, 
     monkeypatch.setattr(RunSession, "execute", execute)
     monkeypatch.setattr(ssebench.reaper, "reap_orphans", reap_orphans)
     monkeypatch.setattr(ssebench.reaper, "reap_session", lambda session: 0)
-    monkeypatch.setattr(ssebench.build, "build_images", lambda *a, **k: SimpleNamespace(
-        failures={"c-demo": SSEBenchError(f"building the case layer failed: {ATTACK.splitlines()[1]}")}))
-    result = demo.runpytest("datasets/demo/c-demo", "datasets/demo/go-demo", "--agent", "dummy", "--rebuild",
-                            "--infra-retries", "1", "--results", "out", "--color=no", "-p", "no:cacheprovider",
-                            capture)
+    monkeypatch.setattr(
+        ssebench.build,
+        "build_images",
+        lambda *a, **k: SimpleNamespace(
+            failures={"c-demo": SSEBenchError(f"building the case layer failed: {ATTACK.splitlines()[1]}")}
+        ),
+    )
+    result = demo.runpytest(
+        "datasets/demo/c-demo",
+        "datasets/demo/go-demo",
+        "--agent",
+        "dummy",
+        "--rebuild",
+        "--infra-retries",
+        "1",
+        "--results",
+        "out",
+        "--color=no",
+        "-p",
+        "no:cacheprovider",
+        capture,
+    )
     result.assert_outcomes(failed=1, errors=1)
     shown = result.stdout.str() + "\n" + result.stderr.str()
     assert_shown_as_text(shown)
     # Each place said its piece: the failure, the error, the retry, the sweep's two messages.
-    for said in ("The build failed with the agent's patch.", "Infrastructure error, not a grade:",
-                 "attempt 1 of 2 hit an infrastructure error, retrying:",
-                 "could not remove what dead sessions left: the engine said: compiling tlvkit",
-                 "--rebuild: building the case layer failed: \\x1b]0;ssebench: every run passed"):
+    for said in (
+        "The build failed with the agent's patch.",
+        "Infrastructure error, not a grade:",
+        "attempt 1 of 2 hit an infrastructure error, retrying:",
+        "could not remove what dead sessions left: the engine said: compiling tlvkit",
+        "--rebuild: building the case layer failed: \\x1b]0;ssebench: every run passed",
+    ):
         assert said in shown, said
 
 

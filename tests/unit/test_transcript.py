@@ -21,11 +21,19 @@ SESSION = _records(
     {"type": "tool_call", "tool_id": "call_0_0", "name": "view_file", "input": {"path": "tlv.c", "start_line": 1}},
     {"type": "tool_result", "tool_id": "call_0_0", "output": "     1\t#include <stdio.h>", "code": None, "error": None},
     {"type": "message", "text": "", "tokens": {"input": 3120, "output": 61}},
-    {"type": "tool_call", "tool_id": "call_1_0", "name": "edit_file",
-     "input": {"path": "tlv.h", "old_str": "a\nb", "new_str": "a\nc\nb"}},
+    {
+        "type": "tool_call",
+        "tool_id": "call_1_0",
+        "name": "edit_file",
+        "input": {"path": "tlv.h", "old_str": "a\nb", "new_str": "a\nc\nb"},
+    },
     {"type": "tool_result", "tool_id": "call_1_0", "output": "", "code": None, "error": "old_str is not in tlv.h"},
-    {"type": "complete", "status": "done", "reason": "finish: fixed",
-     "totals": {"input_tokens": 4970, "output_tokens": 135, "turns": 2, "tool_calls": 2}},
+    {
+        "type": "complete",
+        "status": "done",
+        "reason": "finish: fixed",
+        "totals": {"input_tokens": 4970, "output_tokens": 135, "turns": 2, "tool_calls": 2},
+    },
 )
 
 
@@ -59,10 +67,26 @@ def _parse(html: str) -> _Tags:
 def test_a_session_reads_as_a_transcript() -> None:
     html = render_transcript(SESSION)
     text = " ".join(_parse(html).text)
-    for expected in ("chat-agent", "scripted-fix", "Task prompt", "# Task: tlvkit (C)", "turn 1",
-                     "tokens: 1850 in / 74 out", "turn 2", "tokens: 3120 in / 61 out", "view_file", "tlv.c",
-                     "#include <stdio.h>", "error: old_str is not in tlv.h", "complete:", "done", "finish: fixed",
-                     "input_tokens 4970", "The buffer is 32 bytes.", "(tool calls only)"):
+    for expected in (
+        "chat-agent",
+        "scripted-fix",
+        "Task prompt",
+        "# Task: tlvkit (C)",
+        "turn 1",
+        "tokens: 1850 in / 74 out",
+        "turn 2",
+        "tokens: 3120 in / 61 out",
+        "view_file",
+        "tlv.c",
+        "#include <stdio.h>",
+        "error: old_str is not in tlv.h",
+        "complete:",
+        "done",
+        "finish: fixed",
+        "input_tokens 4970",
+        "The buffer is 32 bytes.",
+        "(tool calls only)",
+    ):
         assert expected in text, expected
     # A call's result comes right under the call.
     assert html.index("view_file") < html.index("#include &lt;stdio.h&gt;") < html.index("turn 2")
@@ -70,15 +94,18 @@ def test_a_session_reads_as_a_transcript() -> None:
 
 def test_every_string_is_escaped_and_nothing_links() -> None:
     evil = '<script>alert(1)</script><a href="http://evil.example/">x</a><img src=x onerror=alert(2)>'
-    records = _records(
-        {"type": "init", "agent": evil, "model": evil, "note": evil},
-        {"type": "prompt", "text": evil},
-        {"type": "message", "text": evil, "tokens": {"input": 1, "output": 1}},
-        {"type": "tool_call", "tool_id": evil, "name": evil, "input": {evil: evil, "long": evil * 10}},
-        {"type": "tool_result", "tool_id": evil, "output": evil, "code": 0, "error": evil},
-        {"type": "complete", "status": evil, "reason": evil, "totals": {evil: evil}},
-        {"type": evil},
-    ) + [evil]
+    records = [
+        *_records(
+            {"type": "init", "agent": evil, "model": evil, "note": evil},
+            {"type": "prompt", "text": evil},
+            {"type": "message", "text": evil, "tokens": {"input": 1, "output": 1}},
+            {"type": "tool_call", "tool_id": evil, "name": evil, "input": {evil: evil, "long": evil * 10}},
+            {"type": "tool_result", "tool_id": evil, "output": evil, "code": 0, "error": evil},
+            {"type": "complete", "status": evil, "reason": evil, "totals": {evil: evil}},
+            {"type": evil},
+        ),
+        evil,
+    ]
     html = render_transcript(records)
     parsed = _parse(html)
     assert not {"script", "a", "img", "iframe", "link"} & set(parsed.tags)
@@ -130,7 +157,6 @@ def test_records_nested_too_deep_are_shown_as_text_not_a_crash() -> None:
     import json
 
     import pytest
-
     from sse.dialog import MAX_DEPTH, loads_record, parse
 
     too_deep = "[" * 100_000 + "]" * 100_000

@@ -59,19 +59,27 @@ def test_the_original_is_kept_the_git_written_and_the_tree_given_to_model(prepar
     # The tree: every entry the owner's, its .git capture's one commit; the link's target untouched.
     owners = {p.lstat().st_uid for p in [source, *source.rglob("*")]}
     assert owners == {OWNER.uid} and entries == len(list(source.rglob("*"))) + 1
-    assert (os.lstat("/etc/hostname").st_uid, os.lstat("/etc/hostname").st_mode) == (hostname.st_uid,
-                                                                                      hostname.st_mode)
-    log = subprocess.run(["git", "-C", str(source), "-c", f"safe.directory={source}", "log", "--format=%s"],
-                         capture_output=True, text=True, check=True).stdout
+    assert (os.lstat("/etc/hostname").st_uid, os.lstat("/etc/hostname").st_mode) == (hostname.st_uid, hostname.st_mode)
+    log = subprocess.run(
+        ["git", "-C", str(source), "-c", f"safe.directory={source}", "log", "--format=%s"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert log == "buggy commit\n"
-    status = subprocess.run(["git", "-C", str(source), "-c", f"safe.directory={source}", "status", "--porcelain"],
-                            capture_output=True, text=True, check=True).stdout
+    status = subprocess.run(
+        ["git", "-C", str(source), "-c", f"safe.directory={source}", "status", "--porcelain"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert status == ""  # the commit is exactly the tree
 
 
 @pytest.mark.parametrize("planted", ["a .git of the image's", "a repo already there"])
 def test_a_tree_or_an_area_not_as_the_tool_layer_left_them_refuses_the_run(
-        prepared: tuple[Path, Path, Path], planted: str) -> None:
+    prepared: tuple[Path, Path, Path], planted: str
+) -> None:
     source, repo, base = prepared
     if planted == "a repo already there":
         repo.symlink_to(source)

@@ -15,7 +15,9 @@ from ssebench.verify import AGENTS, judge, markdown
 from tests.helpers import DEMO
 
 
-def _record(agent: str, tmp_path: Path, grade: str, patch: dict[str, Any], signals: dict[str, Any] | None = None) -> RunRecord:
+def _record(
+    agent: str, tmp_path: Path, grade: str, patch: dict[str, Any], signals: dict[str, Any] | None = None
+) -> RunRecord:
     task = next(t for t in load_tasks(DEMO) if t.id == "c-demo")
     config = RunConfig(task=task, agent=load_agent(get_settings().agents_dir, agent))
     result: dict[str, Any] = {"patch_result": {"status": grade, **patch}}
@@ -24,9 +26,21 @@ def _record(agent: str, tmp_path: Path, grade: str, patch: dict[str, Any], signa
     return RunRecord(config=config, run_id="r", run_dir=tmp_path, started_at="now", grade=grade, result=result)
 
 
-PASSED = {"build_success": True, "pov_passed": 1, "pov_total": 1, "func_test_success": True, "intent_test_success": True}
-DUMMY = {"build_success": True, "pov_passed": 0, "pov_total": 1, "func_test_success": True,
-         "intent_test_success": False, "error_msg": "PoC failed: /ssebench/pocs/long_value.tlv"}
+PASSED = {
+    "build_success": True,
+    "pov_passed": 1,
+    "pov_total": 1,
+    "func_test_success": True,
+    "intent_test_success": True,
+}
+DUMMY = {
+    "build_success": True,
+    "pov_passed": 0,
+    "pov_total": 1,
+    "func_test_success": True,
+    "intent_test_success": False,
+    "error_msg": "PoC failed: /ssebench/pocs/long_value.tlv",
+}
 SET_ASIDE = {"protected_files": ["Makefile"], "protected_files_count": 1}
 
 
@@ -53,9 +67,22 @@ def test_a_reference_fix_that_grading_does_not_apply_whole_is_a_problem(tmp_path
 
 @pytest.mark.parametrize("agent", AGENTS)
 def test_the_summary_has_a_column_per_agent(agent: str) -> None:
-    report = {"dataset": "demo", "version": "demo-v2", "verified_at": "now", "seconds": 1.0,
-              "tasks": [{"task": "c-demo", "language": "c", "advisories": [], "valid": True, "problems": [],
-                         agent: {"grade": "failed"}}]}
+    report = {
+        "dataset": "demo",
+        "version": "demo-v2",
+        "verified_at": "now",
+        "seconds": 1.0,
+        "tasks": [
+            {
+                "task": "c-demo",
+                "language": "c",
+                "advisories": [],
+                "valid": True,
+                "problems": [],
+                agent: {"grade": "failed"},
+            }
+        ],
+    }
     text = markdown(report)
     assert "| reference | dummy | hollow | valid |" in text
     assert "| c-demo | c | - | " + " | ".join("failed" if a == agent else "-" for a in AGENTS) + " | yes |" in text
