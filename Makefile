@@ -57,8 +57,11 @@ bench: images
 chromium:
 	$(call need,chromium,chromium,the report test renders report.html)
 
-# STYLE.md's aim, kept: mypy --strict over the packages (pyproject.toml's [tool.mypy]).
+# mypy --strict over the packages (pyproject.toml's [tool.mypy]), and ruff's lint and format check
+# ([tool.ruff]): `ruff format .` and `ruff check --fix .` repair most of what they find.
 typecheck: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/python -m mypy
 
 # pytest's exit status 5 means it collected nothing: a failure, said plainly. The slowest

@@ -100,7 +100,7 @@ def main() -> int:
         over = (
             ""
             if name == "floor"
-            else f"   overhead {statistics.median(v - f for v, f in zip(values, times['floor'])):+.2f} s"
+            else f"   overhead {statistics.median(v - f for v, f in zip(values, times['floor'], strict=True)):+.2f} s"
         )
         print(f"  {name:6} {statistics.median(values):6.2f} s ({q(values, 0.95):5.2f}){over}")
     for side, runs in parts.items():

@@ -84,7 +84,7 @@ print(json.dumps({name: [1000 * x for x in xs] for name, xs in times.items()}))
 
 def q(values: list[float], p: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(p * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(p * (len(ordered) - 1)))]
 
 
 def stats(values: list[float]) -> dict[str, float]:

@@ -262,11 +262,8 @@ def _value(config: pytest.Config, s: Setting) -> Any:
     given = getattr(config.option, s.dest)
     if given is not None:
         return given
-    for source, raw in ((s.env, s.env and os.environ.get(s.env)), (s.ini, s.ini and config.getini(s.ini))):
-        if raw:
-            break
-    else:
-        source, raw = None, s.default
+    sources = ((s.env, s.env and os.environ.get(s.env)), (s.ini, s.ini and config.getini(s.ini)))
+    source, raw = next(((name, value) for name, value in sources if value), (None, s.default))
     if raw is None or s.parse is None:
         return raw
     try:

@@ -360,7 +360,7 @@ class ScoreTable:
     def lines(self) -> list[str]:
         table = [tuple(for_terminal(cell) for cell in row) for row in self.cells()]
         widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
-        return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table]
+        return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in table]
 
     def html(self) -> str:
         header, *rows = self.cells()

@@ -16,6 +16,7 @@ a history keeps collection order.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -80,10 +81,8 @@ class DurationHooks:
         self.took[report.nodeid] = self.took.get(report.nodeid, 0.0) + report.duration
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        try:
+        with contextlib.suppress(OSError):  # only a hint for the next sweep's order
             write_history(self.cache_dir, {n: s for n, s in self.took.items() if n in self.ours - self.resumed})
-        except OSError:
-            pass  # only a hint for the next sweep's order
 
 
 def make_scheduler(config: pytest.Config, log: Any, history: dict[str, float]) -> Any:

@@ -131,7 +131,7 @@ def extract(
     reader = _ChunkReader(chunks, budget=4 * total_cap + (64 << 20))
     dest.mkdir(parents=True, exist_ok=True)
     try:
-        archive = tarfile.open(fileobj=io.BufferedReader(reader, 1 << 20), mode="r|")
+        archive = tarfile.open(fileobj=io.BufferedReader(reader, 1 << 20), mode="r|")  # noqa: SIM115 (closed below)
     except tarfile.TarError:
         return collected
     try:

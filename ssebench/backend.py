@@ -9,6 +9,7 @@ session labels (`ssebench.reaper`).
 
 from __future__ import annotations
 
+import contextlib
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
@@ -345,10 +346,9 @@ class DockerBackend(Backend):
             with docker_errors(f"starting a container of {spec.image}"):
                 tc.start()
         except BaseException:
-            try:
-                DockerHandle(tc).remove()  # created but not started: remove it (and close its client)
-            except SSEBenchError:
-                pass  # the start's own error is the one to report
+            # Created but not started: remove it (and close its client); the start's own error is the one to report.
+            with contextlib.suppress(SSEBenchError):
+                DockerHandle(tc).remove()
             raise
         return DockerHandle(tc)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import shutil
 import sys
@@ -113,10 +114,8 @@ def build_images(
     plans = {task.id: task_plan(settings, task, os_id, agent, modes) for task in tasks}
 
     def base(layer: Layer) -> None:
-        try:
+        with contextlib.suppress(ImageBuildError):  # the chains that need it try again, and say so
             ensure_layers(settings, [layer], force=force, report=outcome.report, say=say, cancel=cancel, push=push)
-        except ImageBuildError:
-            pass  # the chains that need it try again, and say so
 
     def chain(task: Task) -> None:
         try:

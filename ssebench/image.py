@@ -31,6 +31,7 @@ Planning needs no Docker; building does.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import json
@@ -611,7 +612,7 @@ def _assemble_layer(layer: Layer, simple: SimpleDockerfile, out: TextIO, parent:
                         raise _LeftToDocker(f"the engine did not load the assembled image: {chunk['error']}")
                     out.write(chunk.get("stream") or "")
             except docker.errors.APIError as exc:
-                raise _LeftToDocker(f"the engine did not load the assembled image: {exc.explanation or exc}")
+                raise _LeftToDocker(f"the engine did not load the assembled image: {exc.explanation or exc}") from exc
     except OSError as exc:
         failure = f"reading the files to copy: {exc}"
     except SSEBenchError as exc:
@@ -619,6 +620,11 @@ def _assemble_layer(layer: Layer, simple: SimpleDockerfile, out: TextIO, parent:
     if failure is not None:
         out.write(f"ERROR: {failure}\n")
     return failure
+
+
+def _of_digest(digest: str, labels: dict[str, str]) -> bool:
+    """Whether an image's labels say it was built from the plan `digest`."""
+    return labels.get(LABEL_HASH) == digest
 
 
 def runtime_volume_name(digest: str) -> str:
@@ -900,7 +906,7 @@ def ensure_layers(
                     pass  # another thread of this call built it while this one waited
                 elif not force and is_current(layer):
                     report.reused.append(layer.image)
-                elif not force and fetch(settings, layer.image, lambda labels: labels.get(LABEL_HASH) == layer.digest):
+                elif not force and fetch(settings, layer.image, functools.partial(_of_digest, layer.digest)):
                     say(f"pulled   {layer.kind:7} {layer.image} from {settings.image_registry}")
                     report.pulled.append(layer.image)
                 else:

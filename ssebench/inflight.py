@@ -107,7 +107,7 @@ def as_rows(runs: list[InFlight]) -> list[str]:
         for r in runs
     ]
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
-    return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table]
+    return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in table]
 
 
 def as_json(runs: list[InFlight]) -> list[dict[str, Any]]:

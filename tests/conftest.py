@@ -7,7 +7,7 @@ from collections.abc import Iterator
 # Loaded once, before any in-process pytester run: pytester drops the modules a
 # run imported when it ends, and a docker imported half inside one run (its
 # `requests` kept, `requests.exceptions` dropped) broke the next run's import.
-import docker
+import docker  # noqa: F401
 import pytest
 
 from ssebench.agent import load_agent

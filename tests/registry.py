@@ -6,6 +6,7 @@ start a service listening on every address.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import subprocess
 import tempfile
@@ -92,7 +93,6 @@ def _untag(address: str) -> None:
     for image in client().images.list():
         for tag in image.tags:
             if tag.startswith(f"{address}/"):
-                try:
+                # An image in use by a container goes with that container's test.
+                with contextlib.suppress(docker.errors.APIError):
                     client().api.remove_image(tag, noprune=True)
-                except docker.errors.APIError:
-                    pass  # in use by a container: it goes with that container's test

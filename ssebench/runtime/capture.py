@@ -189,35 +189,34 @@ class Capture:
         """
         # stderr goes to an unnamed file: a pipe left unread while stdout is
         # read could fill up and stall git.
-        errors = tempfile.TemporaryFile()
-        process = subprocess.Popen(
-            confined(git.argv(*_STAT, *args), self.patch_limit),
-            cwd=scratch,
-            env=env or self._env(scratch),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=errors,
-            **self.owner.popen_kwargs(),
-        )
-        assert process.stdout is not None
-        # A fifo the agent left where git reads (.gitignore, .git/HEAD) would block it for good.
-        timer = threading.Timer(self.time_limit, process.kill)
-        timer.start()
-        chunks: list[bytes] = []
-        size = 0
-        over = False
-        while chunk := process.stdout.read(1 << 20):
-            size += len(chunk)
-            if size > self.patch_limit:
-                over = True
-                process.kill()
-                break
-            chunks.append(chunk)
-        process.wait()
-        late = not timer.is_alive() and process.returncode == -9 and not over
-        timer.cancel()
-        process.stdout.close()
-        with errors:
+        with tempfile.TemporaryFile() as errors:
+            process = subprocess.Popen(
+                confined(git.argv(*_STAT, *args), self.patch_limit),
+                cwd=scratch,
+                env=env or self._env(scratch),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=errors,
+                **self.owner.popen_kwargs(),
+            )
+            assert process.stdout is not None
+            # A fifo the agent left where git reads (.gitignore, .git/HEAD) would block it for good.
+            timer = threading.Timer(self.time_limit, process.kill)
+            timer.start()
+            chunks: list[bytes] = []
+            size = 0
+            over = False
+            while chunk := process.stdout.read(1 << 20):
+                size += len(chunk)
+                if size > self.patch_limit:
+                    over = True
+                    process.kill()
+                    break
+                chunks.append(chunk)
+            process.wait()
+            late = not timer.is_alive() and process.returncode == -9 and not over
+            timer.cancel()
+            process.stdout.close()
             errors.seek(0)
             err = errors.read()[-8192:]
         if over:
@@ -291,7 +290,7 @@ class Capture:
                 added, deleted, path = parts
                 counts[path] = (int(added) if added.isdigit() else None, int(deleted) if deleted.isdigit() else None)
         changes = []
-        for status, path in zip(statuses[0::2], statuses[1::2]):
+        for status, path in zip(statuses[0::2], statuses[1::2], strict=False):
             if not path:
                 continue
             additions, deletions = counts.get(path, (None, None))

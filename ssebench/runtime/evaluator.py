@@ -157,8 +157,8 @@ def main() -> int:
         print(f"ssebench-evaluator: {exc}", file=sys.stderr)
         return 2
     # Started with the agent: what grading needs is loaded while the agent works, not after it.
-    import httpx
-    from sse import grading
+    import httpx  # noqa: F401
+    from sse import grading  # noqa: F401
 
     figures = agent_figures(sys.stdin.buffer)
     if figures is None:

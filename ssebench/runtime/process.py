@@ -236,7 +236,7 @@ def remove_ipc(user: User) -> int:
             continue
         header = rows[0].split()
         for row in rows[1:]:
-            values = dict(zip(header, row.split()))
+            values = dict(zip(header, row.split(), strict=False))
             if str(user.uid) in (values.get("uid"), values.get("cuid")):
                 ident = values.get("shmid") or values.get("msqid") or values.get("semid")
                 # As the user: root would need CAP_IPC_OWNER, which run containers do not get.

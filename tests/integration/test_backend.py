@@ -189,7 +189,8 @@ def test_limits_privileges_and_export(backend: Backend, labels: dict[str, str]) 
         assert (host["PidsLimit"], host["Memory"], host["NanoCpus"]) == (128, 256 << 20, 500_000_000)
         # The engine keeps at most two files of 32 MB of a run container's output, whatever it prints.
         assert host["LogConfig"] == {"Type": "json-file", "Config": {"max-size": "32m", "max-file": "2"}}
-        names = {m.name: m for m in tarfile.open(fileobj=io.BytesIO(b"".join(handle.export("/out")))).getmembers()}
+        with tarfile.open(fileobj=io.BytesIO(b"".join(handle.export("/out")))) as exported:
+            names = {m.name: m for m in exported.getmembers()}
         assert names["out/d/f"].isfile() and names["out/l"].issym()
         assert handle.memory_exhausted() is False
         with pytest.raises(SSEBenchError):

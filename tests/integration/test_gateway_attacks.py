@@ -25,10 +25,14 @@ import pytest
 
 from ssebench.gateway import Budget, GatewayClient, GatewayProcess, RunKey
 from tests.helpers import scripted_upstream
-from tests.integration.test_gateway_container import PYTHON, image, run_network
+from tests.integration import test_gateway_container
+from tests.integration.test_gateway_container import PYTHON, run_network
 from tests.unit.test_gateway_hardening import ATTACKER, LEGIT, MIB, SMUGGLED, SMUGGLED_STATUSES, process_status
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+# c-demo's tool image, as the container tests' fixture gives it.
+image = test_gateway_container.image
 
 MODELS = Path(__file__).resolve().parents[2] / "models"
 SECRET = "sk-attacks-test-provider-key-77b0"

@@ -276,7 +276,7 @@ def test_a_demo_tasks_assembled_case_and_agent_layers_match_dockers_build_of_the
     prefix = f"ssebench-tests-{uuid.uuid4().hex[:8]}"
     made = {kind: replace(layers[kind], image=f"{prefix}/ours:{kind}") for kind in ("case", "agent")}
     try:
-        for kind, layer in made.items():
+        for layer in made.values():
             build_layer(settings, layer)
             assert "# assembled on" in log_path(settings, layer.image).read_text()
         _dockers_build(task.path, {"SSEBENCH_REGISTRY": settings.prefix}, f"{prefix}/docker:case")

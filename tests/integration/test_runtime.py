@@ -123,7 +123,9 @@ def _checks(run_dir: Path) -> list[tuple[str, str]]:
 
 
 def _same_tree(a: Path, b: Path) -> bool:
-    files = lambda root: {p.relative_to(root): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    def files(root: Path) -> dict[Path, bytes]:
+        return {p.relative_to(root): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
     return files(a) == files(b)
 
 

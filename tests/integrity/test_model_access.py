@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from ssebench.gateway import GatewayClient, GatewayLink, GatewayProcess
+from ssebench.gateway import GatewayClient, GatewayError, GatewayLink, GatewayProcess
 from ssebench.settings import PROJECT_ROOT
 from tests.helpers import scripted_upstream
 from tests.integrity.harness import LEVELS, Launcher
@@ -117,6 +117,6 @@ def test_the_model_is_reachable_and_the_provider_key_is_not(
     usage = fresh_launcher.usage[run.live.run_id]
     assert usage["calls"] == 1 and usage["prompt_tokens"] == 1850 and usage["completion_tokens"] == 74, usage
     assert usage["cost"] == pytest.approx((1850 * 1 + 74 * 2) / 1e6)
-    with pytest.raises(Exception):
+    with pytest.raises(GatewayError, match="already registered"):
         gateway.register_run(run.live.run_id, "remote", bind_host="127.0.0.1", ttl_seconds=60)  # no second life
     assert key not in json.dumps(gateway.usage(run.live.run_id).model_dump())

@@ -143,7 +143,7 @@ def test_an_empty_area_of_another_users_is_made_roots_and_the_run_grades(
     fresh_launcher: Launcher, settings: Settings
 ) -> None:
     """The positive control of the test above: the same run, the area empty but uid 1000's and open to all."""
-    status, logs, result = _run_with(fresh_launcher, settings, "chown 1000:1000 . && chmod 0777 .")
+    _, logs, result = _run_with(fresh_launcher, settings, "chown 1000:1000 . && chmod 0777 .")
     assert "the runner's area is a volume (ext4)" in logs, logs[-3000:]
     assert result is not None and result["patch_result"]["status"] == "failed", result
 

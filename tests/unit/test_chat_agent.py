@@ -443,7 +443,7 @@ def tools(tmp_path: Path) -> Any:
 def test_edit_file_needs_an_exact_unique_match(tools: Any, tmp_path: Path) -> None:
     with pytest.raises(agent.ToolError, match="occurs 2 times"):
         tools.edit_file({"path": "a.c", "old_str": "int x;", "new_str": "long x;"})
-    with pytest.raises(agent.ToolError, match="is not in a.c"):
+    with pytest.raises(agent.ToolError, match=r"is not in a\.c"):
         tools.edit_file({"path": "a.c", "old_str": "int  y;", "new_str": "z"})
     output, _ = tools.edit_file({"path": "a.c", "old_str": "int y;\n", "new_str": "int y;\nint z;\n"})
     assert (tmp_path / "a.c").read_text() == "int x;\nint y;\nint z;\nint x;\n"

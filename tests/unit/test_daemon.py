@@ -335,7 +335,7 @@ def test_openapi_describes_every_endpoint(service: TaskService) -> None:
 
 @pytest.mark.parametrize("value", ["-1", "5", "two", ""])
 def test_invalid_difficulty_is_refused(value: str) -> None:
-    with pytest.raises(SettingsError, match="^SSE_DIFFICULTY: must be one of 0, 1, 2, 3, 4"):
+    with pytest.raises(SettingsError, match=r"^SSE_DIFFICULTY: must be one of 0, 1, 2, 3, 4"):
         load_settings({"SSE_DIFFICULTY": value})
 
 

@@ -70,7 +70,7 @@ def test_sidecar_mode_plans_one_agent_image_per_agent_with_nothing_of_a_task(
     agent_layers = {
         key: [layer for layer in layers if layer.kind in ("sidecar-base", "agent")] for key, layers in plans.items()
     }
-    for (task_id, agent_name), (base, agent) in agent_layers.items():
+    for (_, agent_name), (base, agent) in agent_layers.items():
         assert base.image == "ssebench/sidecar/base:0.1.0" and base.task is None
         assert agent.image == f"ssebench/sidecar/agent-{agent_name}:0.1.0" and agent.task is None
         assert base.buildargs == {"SSEBENCH_RUNTIME": "ssebench/runtime-c:0.1.0"}
@@ -172,7 +172,7 @@ def test_os_image_change_rebuilds_everything(settings: Settings, tmp_path: Path)
     task = load_task(dataset / "one")
     a = image.plan(settings, task, OS_ID)
     b = image.plan(settings, task, "sha256:" + "1" * 64)
-    assert all(x.digest != y.digest for x, y in zip(a, b))
+    assert all(x.digest != y.digest for x, y in zip(a, b, strict=True))
 
 
 def test_base_aliases_cover_every_version_the_dockerfile_names(settings: Settings, tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ def test_sizes(text: str | int, size: int) -> None:
 
 @pytest.mark.parametrize("text", ["lots", "-1", "0", "4q", ""])
 def test_bad_sizes_name_where(text: str) -> None:
-    with pytest.raises(LimitsError, match="^--run-limits: memory: "):
+    with pytest.raises(LimitsError, match=r"^--run-limits: memory: "):
         parse_size(text, "--run-limits: memory")
 
 

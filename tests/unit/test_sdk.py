@@ -24,7 +24,11 @@ from ssebench.runtime.bencher import BencherError
 from ssebench.runtime.daemon import ADMIN, AGENT, create_app, listener_app
 from ssebench.runtime.service import TaskService
 from tests.inprocess import InProcessTransport
-from tests.unit.test_daemon import FakeBencher, service
+from tests.unit import test_daemon
+from tests.unit.test_daemon import FakeBencher
+
+# The daemon tests' task service, as a fixture of this module too.
+service = test_daemon.service
 
 
 class ScriptedBencher(FakeBencher):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -43,8 +43,8 @@ def models(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 class FakeDispatch:
     """Stands for RayDispatch: records what a session hands it, runs nothing."""
 
-    made: list[dict[str, Any]] = []
-    pending: dict[int, Any] = {}  # nothing waits: every item is reported at once, from run()
+    made: ClassVar[list[dict[str, Any]]] = []
+    pending: ClassVar[dict[int, Any]] = {}  # nothing waits: every item is reported at once, from run()
 
     def __init__(
         self,

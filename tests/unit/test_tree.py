@@ -85,13 +85,13 @@ def test_a_tree_or_an_area_not_as_the_tool_layer_left_them_refuses_the_run(
         repo.symlink_to(source)
     else:
         (source / ".git").symlink_to("/ssebench")
-    with pytest.raises(RuntimeError, match="the agent's tree: .*(File exists|must not exist)"):
+    with pytest.raises(RuntimeError, match=r"the agent's tree: .*(File exists|must not exist)"):
         tree.prepare_tree(source, OWNER, repo=repo, base=base)
     assert source.lstat().st_uid == 0  # nothing given away
 
 
 def test_a_tree_reached_through_a_directory_others_may_write_refuses_the_run(tmp_path: Path) -> None:
     source = _case_tree(tmp_path / "proj")  # under /tmp, which everyone may write
-    with pytest.raises(RuntimeError, match="the agent's tree: /tmp .* must be a directory of root's"):
+    with pytest.raises(RuntimeError, match=r"the agent's tree: /tmp .* must be a directory of root's"):
         tree.prepare_tree(source, OWNER, repo=tmp_path / "repo", base=tmp_path / "base")
     assert not (tmp_path / "repo").exists()
