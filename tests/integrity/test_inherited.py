@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integrity.harness import Launcher, in_the_checks
+from tests.helpers import in_the_checks
+from tests.integrity.harness import Launcher
 
 pytestmark = [pytest.mark.docker, pytest.mark.integrity, pytest.mark.slow]
 

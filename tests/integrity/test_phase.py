@@ -14,7 +14,8 @@ import time
 
 import pytest
 
-from tests.integrity.harness import LEVELS, Launcher, in_the_checks
+from tests.helpers import in_the_checks
+from tests.integrity.harness import LEVELS, Launcher
 
 pytestmark = [pytest.mark.docker, pytest.mark.integrity, pytest.mark.slow]
 

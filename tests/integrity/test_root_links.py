@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 
 from ssebench.runtime.layout import REPO
-from tests.integrity.harness import LEVELS, HeldRun, Launcher, in_the_checks
+from tests.helpers import in_the_checks
+from tests.integrity.harness import LEVELS, HeldRun, Launcher
 
 pytestmark = [pytest.mark.docker, pytest.mark.integrity, pytest.mark.slow]
 
