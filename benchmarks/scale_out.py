@@ -89,7 +89,7 @@ def added(summaries: list[dict[str, Any]]) -> list[float]:
     return out
 
 
-def sweep(inside: list[str], address: str | None, results: Path, trials: int) -> dict[str, float]:
+def sweep(inside: list[str], address: str | None, results: Path, trials: int) -> dict[str, Any]:
     command = [
         *inside,
         sys.executable,

@@ -83,7 +83,7 @@ def main(workers: int, node_ip: str = "127.0.0.1") -> None:
             print(json.dumps({"listeners": listeners()}), flush=True)
         elif command[:1] == ["quit"]:
             break
-    cluster.shutdown()
+    cluster.shutdown()  # type: ignore[no-untyped-call]
     shutil.rmtree(temp, ignore_errors=True)
 
 

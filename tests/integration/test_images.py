@@ -109,7 +109,7 @@ def _as(user: str, image: str, script: str, *args: str, runtime: dict[str, dict[
         network_disabled=True,
         volumes=runtime,
     )
-    return out.decode()
+    return str(out.decode())
 
 
 @pytest.mark.parametrize("task_id", ["c-demo", "go-demo", "rust-demo"])

@@ -95,7 +95,7 @@ class HeldRun:
         """The daemon's HTTP listener as the agent reaches it."""
         if self.live.task is None:
             return "http://127.0.0.1:4263"
-        return "http://" + self.task_container.name + ":4263"
+        return f"http://{self.task_container.name}:4263"
 
     def _on(self, task: bool) -> Any:
         return self.task_container if task else self.container

@@ -71,6 +71,7 @@ def test_a_repository_the_checks_plant_does_not_configure_the_hidden_tests(launc
     apply` ran the filter and the run was an ungraded error)."""
     run = launcher.start(level=2)
     task = launcher.task("c-demo")
+    assert task.config.files.patch is not None
     fix = base64.b64encode((task.path / "sse" / task.config.files.patch).read_bytes()).decode()
     plant = base64.b64encode(PLANT_REPOSITORY.encode()).decode()
     run.sh("1000", f"echo {fix} | base64 -d | git apply -p1 && echo {plant} | base64 -d > /tmp/plant.sh")

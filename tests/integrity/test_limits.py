@@ -231,7 +231,7 @@ def test_an_agent_that_takes_every_pid_from_its_first_instant_is_graded(
     finally:
         reap_session(session.id)
     text = f"{record.infra_error} {record.limits_hit} {record.patch_result}"
-    assert record.grade == "failed" and record.patch_result.error_msg.startswith("PoC failed"), text
+    assert record.grade == "failed" and (record.patch_result.error_msg or "").startswith("PoC failed"), text
     # (Sidecar mode: the agent holds its own container's pids, which its entrypoint counts.)
     assert any(line.removeprefix("agent container: ").startswith("pids") for line in record.limits_hit), text
     agent_log = (record.run_dir / "agent.log").read_text(errors="replace")
@@ -283,7 +283,7 @@ def test_an_agent_that_spreads_its_memory_and_unmarks_itself_is_graded(
     text = f"{record.infra_error} {record.limits_hit} {record.patch_result}"
     assert record.grade in ("passed", "failed"), text
     assert any("memory" in line for line in record.limits_hit), text
-    if record.patch_result.error_msg.startswith("Memory limit"):  # the harness's processes were ended
+    if (record.patch_result.error_msg or "").startswith("Memory limit"):  # the harness's processes were ended
         assert json.loads((record.run_dir / "result.json").read_text())["patch_result"]["status"] == "failed"
 
 

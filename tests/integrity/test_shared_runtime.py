@@ -14,6 +14,7 @@ The run then grades normally and the runtime's contents are unchanged.
 from __future__ import annotations
 
 import json
+import typing
 
 import pytest
 
@@ -77,7 +78,7 @@ def _digest(image: str, volume: str) -> str:
     return str(out.decode())
 
 
-def _attack(run: HeldRun, user: str, root: str) -> dict[str, object]:
+def _attack(run: HeldRun, user: str, root: str) -> dict[str, typing.Any]:
     out = run.sh(user, f"{PYTHON} -I -c {_quote(ATTACK)} {root}", task=True)
     return json.loads(out.strip().splitlines()[-1])  # type: ignore[no-any-return]
 

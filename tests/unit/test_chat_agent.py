@@ -166,7 +166,7 @@ class Harness:
             self.control.finish_run(run_id)
         if transport is None:
             transport = InProcessTransport(self.gateway.model_app(HOST))
-            self.transports.append(transport)  # type: ignore[arg-type]
+            self.transports.append(transport)
         config = agent.Settings(base_url=key.base_url, api_key=key.key, model=model, **{"timeout": 3600.0, **settings})
         client = agent.ModelClient(config, transport=transport)
         dialog_path = self.tmp_path / f"{run_id}-dialog.jsonl"

@@ -18,10 +18,10 @@ from sse.helper import ScriptResult
 from ssebench.runtime.bash import ToolClosed
 from ssebench.runtime.bencher import BencherError
 from ssebench.runtime.capture import Change, FileChange
-from ssebench.runtime.daemon import ADMIN, AGENT, HTTP, MAX_LEVEL, create_app, listener_app
+from ssebench.runtime.daemon import ADMIN, AGENT, HTTP, create_app, listener_app
 from ssebench.runtime.protection import Protection
 from ssebench.runtime.service import TaskService
-from ssebench.runtime.settings import SettingsError, load_settings
+from ssebench.runtime.settings import MAX_LEVEL, SettingsError, load_settings
 from ssebench.runtime.taskfile import parse_taskfile
 from tests.inprocess import InProcessTransport
 
@@ -376,7 +376,7 @@ def test_http_peers_get_the_public_view_only(service: TaskService, agent_phase: 
 def test_a_check_that_waited_for_its_turn_is_refused_after_the_phase(service: TaskService) -> None:
     """The phase is checked again when the work gets its turn, not only when the request arrives."""
     calls = service.bencher.calls  # type: ignore[attr-defined]
-    service.bencher.build(guard=service.agent_guard)  # type: ignore[call-arg]
+    service.bencher.build(guard=service.agent_guard)
     service.agent_running = False
     with pytest.raises(BencherError, match="agent phase is over"):
         service.bench("build", {}, for_agent=True)

@@ -479,7 +479,7 @@ def test_the_allow_list_forwards_what_it_names_within_the_models_cap() -> None:
     assert upstream(max_completion_tokens=9999)["max_completion_tokens"] == 512
     assert "max_tokens" not in upstream(max_completion_tokens=10)
     assert "max_tokens" not in upstream(None) and upstream(None, max_tokens=10**6)["max_tokens"] == 10**6
-    refused = {
+    refused: dict[str, list[Any]] = {
         "max_tokens": [-1, 0, True, False, 1.5, "100", None, [1]],
         "max_completion_tokens": [-5, True],
         "n": [0, 2, 64, True, "1", 1.0],

@@ -82,7 +82,7 @@ def test_level_4_runs_nothing() -> None:
 
 
 def test_missing_checks_are_named() -> None:
-    caps = {
+    caps: dict[str, object] = {
         "can_build": True,
         "can_run_poc": False,
         "poc_count": 0,

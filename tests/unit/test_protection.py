@@ -274,19 +274,18 @@ def test_the_prune_removes_what_is_past_its_caps_in_a_few_commands_and_stops_at_
 ) -> None:
     """Every directory past the caps went by an `rm` of its own (2.4 ms each: 3 million of them outlasted the
     run, found by review); now a directory's overflow goes in batches, and the walk has a time limit."""
-    from ssebench.runtime import files
 
     archive = tmp_path / "archive"
     for i in range(3000):
         (archive / "many" / f"d{i}").mkdir(parents=True)
     calls: list[int] = []
-    real = files.subprocess.run
+    real = subprocess.run
 
     def counted(*args: object, **kwargs: object) -> object:
         calls.append(1)
         return real(*args, **kwargs)  # type: ignore[call-overload]
 
-    monkeypatch.setattr(files.subprocess, "run", counted)
+    monkeypatch.setattr(subprocess, "run", counted)  # the module, as files.py calls it
     pruned = prune_tree(archive, file_cap=10, total_cap=100, max_entries=100)
     assert pruned.dropped_count == 3000 - 99 and not pruned.unfinished
     assert len(list((archive / "many").iterdir())) == 99 and len(calls) <= 6, len(calls)

@@ -67,7 +67,8 @@ def makespan(scheduler: Any, took: dict[str, float]) -> tuple[float, list[str]]:
     for worker in workers:
         scheduler.add_node_collection(worker, names)
     scheduler.schedule()
-    clock, started, running = 0.0, [], []  # running: (ends at, tie, worker, index)
+    clock, started = 0.0, []
+    running: list[tuple[float, int, str, int]] = []  # (ends at, tie, worker, index)
     busy: set[str] = set()
 
     def start_what_can() -> None:
@@ -94,7 +95,7 @@ def test_with_a_history_the_longest_runs_go_first_and_the_sweep_is_shorter() -> 
     ours = make_scheduler(Options(), None, DEMO)  # type: ignore[arg-type]
     assert ours is not None
     ours_took, order = makespan(ours, DEMO)
-    xdists_took, _ = makespan(LoadScheduling(Options(), None), DEMO)  # type: ignore[arg-type]
+    xdists_took, _ = makespan(LoadScheduling(Options(), None), DEMO)
     assert order[:2] == ["rust-demo::reference", "go-demo::reference"]  # one to each worker, longest first
     assert order[-2:] == ["c-demo::reference", "c-demo::dummy"]
     assert ours_took == 17.5  # the best two workers can do: rust, rust, c against go, go, c

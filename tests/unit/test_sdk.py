@@ -6,7 +6,7 @@ import importlib
 import logging
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -46,8 +46,12 @@ class ScriptedBencher(FakeBencher):
         return ScriptResult(code=code, stdout=f"{name} out", stderr=f"{name} err" if code else "")
 
 
+# The fixture below: a daemon on the task service, through a listener of the kind and at the difficulty given.
+Connect = Callable[..., Daemon]
+
+
 @pytest.fixture
-def connect(service: TaskService) -> Iterator[object]:
+def connect(service: TaskService) -> Iterator[Connect]:
     opened: list[tuple[Daemon, InProcessTransport]] = []
 
     def make(kind: str = AGENT, difficulty: int = 2) -> Daemon:
@@ -64,7 +68,7 @@ def connect(service: TaskService) -> Iterator[object]:
         transport.close()
 
 
-def test_project_fetches_the_task_on_import(connect, service: TaskService) -> None:  # type: ignore[no-untyped-def]
+def test_project_fetches_the_task_on_import(connect: Connect, service: TaskService) -> None:
     connect(AGENT)
     sys.modules.pop("sse.project", None)
     project = importlib.import_module("sse.project")
@@ -76,7 +80,7 @@ def test_project_fetches_the_task_on_import(connect, service: TaskService) -> No
         project.run_poc(project.all_poc[0])
 
 
-def test_bash_and_bencher_results(connect) -> None:  # type: ignore[no-untyped-def]
+def test_bash_and_bencher_results(connect: Connect) -> None:
     connect(AGENT, 0)
     assert bash.execute("echo hi") == ScriptResult(0, "ran: echo hi", "")
     assert bencher.function_test().stdout == "function_test ran"
@@ -94,12 +98,12 @@ def test_bash_and_bencher_results(connect) -> None:  # type: ignore[no-untyped-d
     ],
 )
 def test_grade_walks_the_checks(
-    connect,
+    connect: Connect,
     service: TaskService,
     codes: dict[str, int],
     status: str,
     message: str | None,
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     service.bencher = ScriptedBencher(codes)
     connect(ADMIN)
     result = grade()
@@ -111,7 +115,7 @@ def test_grade_walks_the_checks(
         assert result.pov_total == 1 and result.func_test_success is (codes.get("function_test", 0) == 0)
 
 
-def test_grade_is_refused_on_the_agent_socket(connect) -> None:  # type: ignore[no-untyped-def]
+def test_grade_is_refused_on_the_agent_socket(connect: Connect) -> None:
     connect(AGENT)
     with pytest.raises(SDKError, match="admin socket only"):
         grade()
@@ -140,7 +144,7 @@ def test_versions() -> None:
     assert not same_version("1.1.0", None)
 
 
-def test_version_mismatch_warns(connect, service: TaskService, caplog: pytest.LogCaptureFixture) -> None:  # type: ignore[no-untyped-def]
+def test_version_mismatch_warns(connect: Connect, service: TaskService, caplog: pytest.LogCaptureFixture) -> None:
     service.version = "9.9.9"
     with caplog.at_level(logging.WARNING, logger="sse"):
         connect(AGENT)
@@ -159,7 +163,7 @@ def test_daemon_not_answering(tmp_path: Path) -> None:
         Daemon(str(tmp_path / "no.sock"))
 
 
-def test_reference_patch_only_through_the_admin_socket(connect, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+def test_reference_patch_only_through_the_admin_socket(connect: Connect, monkeypatch: pytest.MonkeyPatch) -> None:
     from sse import reference
 
     from tests.unit.test_daemon import PATCH

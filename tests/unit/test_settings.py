@@ -54,4 +54,4 @@ def test_a_bad_value_names_its_variable(monkeypatch: pytest.MonkeyPatch, name: s
 
 def test_settings_are_frozen() -> None:
     with pytest.raises(ValueError):
-        Settings().build_jobs = 4  # type: ignore[misc]
+        Settings().build_jobs = 4
