@@ -25,7 +25,7 @@ import pytest
 
 from ssebench.gateway import Budget, GatewayClient, GatewayProcess, RunKey
 from tests.helpers import scripted_upstream
-from tests.integration.test_gateway_container import PYTHON, image, run_network
+from tests.integration.test_gateway_container import PYTHON, run_network
 from tests.unit.test_gateway_hardening import ATTACKER, LEGIT, MIB, SMUGGLED, SMUGGLED_STATUSES, process_status
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -123,7 +123,8 @@ def test_a_hostile_runs_attacks_leave_another_run_its_model(
             from ssebench.dataset import load_tasks
             from ssebench.gateway import GatewayLink
             from ssebench.reaper import Session, reap_session
-            from ssebench.run import RunConfig, execute
+            from ssebench.run import execute
+            from ssebench.runspec import RunConfig
             from ssebench.settings import get_settings
             from tests.helpers import DEMO
 
