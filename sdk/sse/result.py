@@ -261,6 +261,8 @@ GRADING_RAISED = "grading raised"
 GRADING_TIME_LIMIT = "grading time limit"
 NO_RESULT = "no result"
 CHECKS = "checks"
+# In the order `grade` tries them.
+RULES = (INFRASTRUCTURE, MEMORY_LIMIT, RECORDED, GRADING_RAISED, GRADING_TIME_LIMIT, NO_RESULT, CHECKS)
 
 
 def grade(
