@@ -1,6 +1,6 @@
 """The integrity suite's harness: runs started exactly as the plugin starts them, then attacked.
 
-`HeldRun` starts a run through `ssebench.run.running` (the same image,
+`HeldRun` starts a run through `ssebench.live.running` (the same image,
 network, mounts and limits as a pytest item), with an agent that sleeps, so
 the run stays in its agent phase while a test attacks it as uid 1000 with
 `docker exec`. `finish()` ends the agent (the entrypoint then grades, as
