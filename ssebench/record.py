@@ -150,10 +150,10 @@ class RunRecord:
         result.json's patch and runtime results (logs left out). Lists and mappings are the report's to
         render."""
         props: list[tuple[str, object]] = [("resumed", self.resumed), ("run_dir", str(self.run_dir))]
+        hints = get_type_hints(RunRecord)
         for name, _ in self._kept():
-            value = getattr(self, name)
-            if value is None or isinstance(value, str | int | float | bool):
-                props.append((name, value))
+            if not fits({}, hints[name]) and not fits([], hints[name]):  # of one value, by its type
+                props.append((name, getattr(self, name)))
         props.append(("status", self.result.status if self.result else None))
         for part in (self.patch_result, self.runtime_result):
             props += [(f.name, getattr(part, f.name)) for f in fields(part) if f.metadata.get("brief", True)]
