@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, get_type_hints
 
-from sse.result import GRADES, PatchResult, RunResult, RuntimeResult, Signals, Verdict, fits
+from sse.result import GRADES, GradeStatus, PatchResult, RunResult, RuntimeResult, Signals, Verdict, fits
 
 from ssebench.result import linked_level, read_json_object, read_result, runs_parent, write_json
 from ssebench.runspec import RunConfig
@@ -42,7 +42,7 @@ class RunRecord:
     run_id: str
     run_dir: Path = field(metadata=LOCAL)
     started_at: str
-    grade: str = "error"  # passed, failed or error: `sse.result.grade`'s verdict
+    grade: GradeStatus = "error"  # `sse.result.grade`'s verdict
     result: RunResult | None = field(default=None, metadata=LOCAL)
     # The infrastructure error, when the grade is error.
     infra_error: str | None = field(default=None, metadata={KEY: "error"})

@@ -40,6 +40,8 @@ def _json_types(hint: Any) -> tuple[type, ...]:
     args = get_args(hint)
     if args and type(None) in args:
         return tuple(t for arg in args for t in _json_types(arg))
+    if getattr(hint, "__origin__", None) is Literal:
+        return tuple({type(arg) for arg in args})
     origin = getattr(hint, "__origin__", hint)
     if origin is float:
         return (int, float)
