@@ -448,10 +448,14 @@ def run_agent(
 
 
 def write_error(settings: RuntimeSettings, message: str) -> None:
-    from sse.result import PatchResult, RunResult, grade
+    from sse.result import PatchResult, RunResult, RuntimeResult, grade
 
     verdict = grade(no_result=message)
-    result = RunResult(status=verdict.status, patch_result=PatchResult(error_msg=verdict.reason))
+    result = RunResult(
+        status=verdict.status,
+        patch_result=PatchResult(error_msg=verdict.reason),
+        runtime_result=RuntimeResult.from_figures({}, evaluator_timeout=False),
+    )
     write_atomic(Path(settings.results), "result.json", json.dumps(result.to_json(), indent=2) + "\n")
 
 
