@@ -350,7 +350,7 @@ class ScoreTable:
     def lines(self) -> list[str]:
         table = [tuple(for_terminal(cell) for cell in row) for row in self.cells()]
         widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
-        return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table]
+        return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in table]
 
     def html(self) -> str:
         header, *rows = self.cells()
@@ -361,8 +361,9 @@ class ScoreTable:
         )
         return (
             f'<h2>SSEBench scores</h2><table id="ssebench-scores" style="border-collapse:collapse">'
-            f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table><p>Pass rates count graded runs (errors are infrastructure, not "
-            "grades); the interval is Wilson's 95 %. pass@k is averaged over tasks.</p>"
+            f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+            "<p>Pass rates count graded runs (errors are infrastructure, not grades); the interval is Wilson's "
+            "95 %. pass@k is averaged over tasks.</p>"
         )
 
 

@@ -161,7 +161,7 @@ def test_the_score_table_gives_pass_rates_intervals_and_pass_at_k() -> None:
         for trial, outcome in enumerate(results, 1):
             table.add(f"{task}::chat-agent[m-d2-sandbox-t{trial}]", outcome, _props(task))
     header, row = table.cells()
-    cells = dict(zip(header, row))
+    cells = dict(zip(header, row, strict=True))
     assert cells["runs"] == "9" and (cells["passed"], cells["failed"], cells["error"]) == ("4", "4", "1")
     # 4 of 8 graded runs (the error is not a grade): 50 %, Wilson [21.5, 78.5].
     assert cells["pass rate [95% CI]"] == "50% [22-78]"
@@ -177,7 +177,7 @@ def test_one_trial_each_shows_no_pass_at_k_column() -> None:
     table.add("b::x", "failed", _props("b"))
     header, row = table.cells()
     assert not any(h.startswith("pass@") for h in header)
-    assert dict(zip(header, row))["pass rate [95% CI]"] == "50% [9-91]"
+    assert dict(zip(header, row, strict=True))["pass rate [95% CI]"] == "50% [9-91]"
 
 
 def test_every_property_is_a_plain_value_and_status_is_the_recorded_grade(tmp_path: Path) -> None:
@@ -201,7 +201,7 @@ def test_the_score_table_keeps_modes_apart() -> None:
     for mode, outcome in (("sandbox", "passed"), ("sidecar", "failed")):
         table.add(f"a::x[none-d2-{mode}]", outcome, _props("a", mode=mode))
     header, *rows = table.cells()
-    by_mode = {row[header.index("mode")]: dict(zip(header, row)) for row in rows}
+    by_mode = {row[header.index("mode")]: dict(zip(header, row, strict=True)) for row in rows}
     assert set(by_mode) == {"sandbox", "sidecar"}
     assert by_mode["sandbox"]["passed"] == "1" and by_mode["sidecar"]["failed"] == "1"
 

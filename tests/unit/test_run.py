@@ -518,7 +518,7 @@ def test_a_sidecar_wait_names_the_whole_limit_and_the_run_ends_with_the_graders_
 
     deaf = LiveRun(handle=_Container("agent", 0, ends=0), network=network, run_id="r", task=Deaf("task", 0, ends=10**9))
     with pytest.raises(
-        SSEBenchError, match="telling the task container the agent's end failed .status 1.: ssebench-phase"
+        SSEBenchError, match=r"telling the task container the agent's end failed .status 1.: ssebench-phase"
     ):
         deaf.wait(5)
 
