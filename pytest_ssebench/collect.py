@@ -15,13 +15,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from sse.grading import PatchResult
+from sse.result import PatchResult
 
 from pytest_ssebench.report import identity, outcome
 from ssebench.errors import ConfigError, ConfigErrors
 from ssebench.logs import for_terminal, last_lines
+from ssebench.record import RunRecord
 from ssebench.result import read_safely
-from ssebench.run import RunConfig, RunRecord
+from ssebench.runspec import RunConfig
 from ssebench.task import Task
 
 if TYPE_CHECKING:

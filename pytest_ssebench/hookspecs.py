@@ -8,7 +8,9 @@ import pytest
 
 if TYPE_CHECKING:
     from ssebench.backend import Backend
-    from ssebench.run import ModelLink, RunConfig, RunRecord
+    from ssebench.live import ModelLink
+    from ssebench.record import RunRecord
+    from ssebench.runspec import RunConfig
 
 
 @pytest.hookspec(firstresult=True)

@@ -16,19 +16,18 @@ from typing import Any
 
 import pytest
 from sse.dialog import parse
+from sse.result import PatchResult, RuntimeResult, typed
 
 from pytest_ssebench.transcript import render_transcript
 from ssebench.logs import for_terminal
-from ssebench.result import read_safely, recorded_status
-from ssebench.run import RunConfig, RunRecord
+from ssebench.record import RunRecord
+from ssebench.result import read_safely
+from ssebench.runspec import RunConfig
 
 # The most of a dialog the report reads to render it (the file itself is attached, tail first).
 DIALOG_BYTES = 8 << 20
 
 PREFIX = "ssebench."
-PATCH_FIELDS = ("build_success", "pov_passed", "pov_total", "func_test_success", "intent_test_success", "error_msg")
-RUNTIME_FIELDS = ("agent_duration", "agent_timeout", "evaluator_timeout", "agent_exit_code")
-USAGE_FIELDS = ("calls", "prompt_tokens", "completion_tokens", "cost", "stopped")
 
 
 def _prefixed(props: list[tuple[str, object]]) -> list[tuple[str, object]]:
@@ -62,22 +61,13 @@ def properties(record: RunRecord) -> list[tuple[str, object]]:
 
 
 def outcome(record: RunRecord) -> list[tuple[str, object]]:
-    """What a run produced (grade, checks, times, usage, limits) as junit-xml properties."""
-    props: list[tuple[str, object]] = [
-        ("resumed", record.resumed),
-        ("run_id", record.run_id),
-        ("run_dir", str(record.run_dir)),
-        ("grade", record.grade),
-    ]
-    patch, runtime = record.patch_result, record.runtime_result
-    # The grade the evaluator recorded (no result.json, none); PatchResult.status is the SDK's method, not a value.
-    props.append(("status", recorded_status(record.result.get("patch_result")) if record.result else None))
-    props += [(name, getattr(patch, name)) for name in PATCH_FIELDS]
-    props += [(name, getattr(runtime, name)) for name in RUNTIME_FIELDS]
-    if record.infra_error:
-        props.append(("infra_error", record.infra_error))
+    """What a run produced (grade, checks, times, usage, limits) as junit-xml properties: the record's own
+    (`RunRecord.properties`), then what is rendered here of its lists and mappings."""
+    props = record.properties()
     if record.usage:  # the gateway's account of the run's model calls, never the agent's own
-        props += [(f"usage_{name}", record.usage.get(name)) for name in USAGE_FIELDS]
+        props += [
+            (f"usage_{name}", value) for name, value in record.usage.items() if not isinstance(value, dict | list)
+        ]
     if record.limits_hit:
         props.append(("limits_hit", "; ".join(record.limits_hit)))
     set_aside, count = record.set_aside
@@ -217,20 +207,20 @@ class Tally:
             counts = self.per_task[f"{props.get(PREFIX + 'task')}/{props.get(PREFIX + 'mode')}"]
             counts[0] += 1
             counts[1] += outcome == "passed"
-        for check, key in (
-            ("build", "build_success"),
-            ("function", "func_test_success"),
-            ("intent", "intent_test_success"),
+        # The run's properties read back as the record's models: a field renamed there is renamed here.
+        given = {key.removeprefix(PREFIX): value for key, value in props.items() if key.startswith(PREFIX)}
+        patch, runtime = typed(PatchResult, given), RuntimeResult.of(given)
+        for check, value in (
+            ("build", patch.build_success),
+            ("function", patch.func_test_success),
+            ("intent", patch.intent_test_success),
         ):
-            value = props.get(PREFIX + key)
-            if isinstance(value, bool):
+            if value is not None:
                 self.checks[check].append(value)
-        total, passed = props.get(PREFIX + "pov_total"), props.get(PREFIX + "pov_passed")
-        if isinstance(total, int) and isinstance(passed, int) and total:
-            self.checks["poc"].append(passed == total)
-        duration = props.get(PREFIX + "agent_duration")
-        if isinstance(duration, int | float):
-            self.agent_times.append(float(duration))
+        if patch.pov_total and patch.pov_passed is not None:
+            self.checks["poc"].append(patch.pov_passed == patch.pov_total)
+        if runtime.agent_duration is not None:
+            self.agent_times.append(float(runtime.agent_duration))
         for key in ("usage_prompt_tokens", "usage_completion_tokens"):
             value = props.get(PREFIX + key)
             if isinstance(value, int):
@@ -371,8 +361,9 @@ class ScoreTable:
         )
         return (
             f'<h2>SSEBench scores</h2><table id="ssebench-scores" style="border-collapse:collapse">'
-            f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table><p>Pass rates count graded runs (errors are infrastructure, not "
-            "grades); the interval is Wilson's 95 %. pass@k is averaged over tasks.</p>"
+            f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+            "<p>Pass rates count graded runs (errors are infrastructure, not grades); the interval is Wilson's "
+            "95 %. pass@k is averaged over tasks.</p>"
         )
 
 

@@ -31,7 +31,7 @@ from ssebench.dataset import TaskLoader, looks_like_task
 from ssebench.errors import ConfigError, ConfigErrors, SSEBenchError
 from ssebench.logs import for_terminal
 from ssebench.reaper import Session
-from ssebench.run import RunConfig, limits_for
+from ssebench.runspec import RunConfig, limits_for
 from ssebench.session import OptionError, Plan, RunSession
 from ssebench.settings import Settings, get_settings
 from ssebench.task import Task
@@ -114,7 +114,7 @@ class Sweep:
         if session.testsfailed and not session.config.option.continue_on_collection_errors:
             raise session.Interrupted(f"{session.testsfailed} error(s) during collection")
         from pytest_ssebench.collect import RunItem
-        from ssebench.run import finished_run
+        from ssebench.record import finished_run
 
         items = [item for item in session.items if isinstance(item, RunItem)]
         others = [item for item in session.items if not isinstance(item, RunItem)]

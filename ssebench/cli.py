@@ -17,7 +17,7 @@ from ssebench.version import __version__
 
 if TYPE_CHECKING:
     from ssebench.agent import Agent
-    from ssebench.run import RunRecord
+    from ssebench.record import RunRecord
     from ssebench.settings import Settings
 
 DEFAULT_PATH = Path("datasets")
@@ -208,7 +208,7 @@ def _find_task(spec: str, search: Path) -> Path:
 def cmd_run(args: argparse.Namespace) -> int:
     from ssebench.agent import load_agent
     from ssebench.limits import parse_limits
-    from ssebench.run import RunConfig, limits_for
+    from ssebench.runspec import RunConfig, limits_for
     from ssebench.session import OptionError, Plan, RunSession
     from ssebench.settings import get_settings
     from ssebench.task import load_task

@@ -46,43 +46,22 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from sse.result import grade
+
 from ssebench.archive import MAX_DEPTH, MAX_ENTRIES, extract
 from ssebench.errors import SSEBenchError
+from ssebench.live import ModelLink
 from ssebench.reaper import Session
-from ssebench.result import make_run_dir, new_run_id, point_latest
-from ssebench.run import (
-    ARCHIVE_CAP,
-    RESULTS_CAP,
-    RESULTS_FILE_CAP,
-    ModelLink,
-    RunConfig,
-    RunRecord,
-    execute,
-    write_summary,
-)
+from ssebench.record import RunRecord
+from ssebench.result import make_run_dir, new_run_id, point_latest, read_result
+from ssebench.run import execute
+from ssebench.runspec import ARCHIVE_CAP, RESULTS_CAP, RESULTS_FILE_CAP, RunConfig
 from ssebench.settings import Settings
 from ssebench.version import __version__
 
 # What a run directory may bring home: its results, its archive, and its logs.
 HOME_FILE_CAP = RESULTS_FILE_CAP
 HOME_CAP = RESULTS_CAP + ARCHIVE_CAP + (64 << 20)
-# The record's fields a node sends back (its config and directory are the controller's).
-RECORD_FIELDS = (
-    "run_id",
-    "started_at",
-    "grade",
-    "result",
-    "infra_error",
-    "exit_code",
-    "network",
-    "limits_hit",
-    "files",
-    "usage",
-    "durations",
-    "session",
-    "timeline",
-    "images",
-)
 # The form of `ssebench.result.new_run_id`'s ids: a node sends nothing else as one.
 RUN_ID = re.compile(r"[0-9]{8}T[0-9]{6}-d[0-4]-[a-z]+-[0-9a-f]{6}")
 RAY_HINT = "start one with `ray start --head` (docs/scale-out.md), or give --ray-address HOST:PORT"
@@ -108,7 +87,8 @@ class NodeOutcome:
     """What a node sends home for one run."""
 
     node: str
-    fields: dict[str, Any]
+    # The run's record as summary.json has it (its config and directory are the controller's).
+    summary: dict[str, Any]
     tar: bytes
     left_behind: list[dict[str, Any]] = field(default_factory=list)
     # The tar stream's sha256 as the node made it: what arrives must be the same.
@@ -245,7 +225,7 @@ def run_on_node(
         subprocess.run(["rm", "-rf", "--one-file-system", str(scratch)], check=False)
     return NodeOutcome(
         node=node_name(),
-        fields={name: getattr(record, name) for name in RECORD_FIELDS},
+        summary=record.to_summary(),
         tar=data,
         left_behind=left,
         sha256=hashlib.sha256(data).hexdigest(),
@@ -275,16 +255,23 @@ def bring_home(config: RunConfig, outcome: NodeOutcome, results: Path, submitted
     `home`, beside the node's `node_started` and `node_ended`, and durations `dispatched` (submission to
     home, queueing included).
     """
-    fields = dict(outcome.fields)
-    if not RUN_ID.fullmatch(str(fields.get("run_id"))):
+    run_id = str(outcome.summary.get("run_id"))
+    if not RUN_ID.fullmatch(run_id):
         return lost_run(
             config,
             results,
-            Session(str(fields.get("session") or ""), 0),
-            f"{outcome.node} sent a run id that is not one: {str(fields.get('run_id'))[:80]!r}",
+            Session(str(outcome.summary.get("session") or ""), 0),
+            f"{outcome.node} sent a run id that is not one: {run_id[:80]!r}",
         )
-    run_dir = make_run_dir(results, config.task.id, config.model, config.agent.name, str(fields["run_id"]))
-    record = RunRecord(config=config, run_dir=run_dir, **fields)
+    run_dir = make_run_dir(results, config.task.id, config.model, config.agent.name, run_id)
+    record = RunRecord.from_summary(config, run_dir, outcome.summary)
+    if record is None:
+        return lost_run(
+            config,
+            results,
+            Session(str(outcome.summary.get("session") or ""), 0),
+            f"{outcome.node} sent a record that is not a run's",
+        )
     record.node = outcome.node
     if submitted is not None:
         record.timeline["submitted"] = submitted
@@ -314,9 +301,10 @@ def bring_home(config: RunConfig, outcome: NodeOutcome, results: Path, submitted
                 f"the run directory from {outcome.node} came home incomplete: "
                 f"{harness} of the harness's entr(ies) dropped, truncated={collected.truncated}"
             )
+        record.result = read_result(run_dir)
     except (SSEBenchError, OSError) as exc:
-        record.grade, record.infra_error = "error", f"bringing the run home failed: {exc}"
-    write_summary(record)
+        record.judged(grade(infrastructure=f"bringing the run home failed: {exc}"))
+    record.write()
     point_latest(run_dir)
     return record
 
@@ -330,9 +318,9 @@ def lost_run(config: RunConfig, results: Path, session: Session, error: str) -> 
         run_dir=make_run_dir(results, config.task.id, config.model, config.agent.name, run_id),
         started_at=datetime.now(UTC).isoformat(timespec="seconds"),
         session=session.id,
-        infra_error=error,
     )
-    write_summary(record)
+    record.judged(grade(infrastructure=error))
+    record.write()
     point_latest(record.run_dir)
     return record
 

@@ -4,7 +4,8 @@
         (each name escaped into one path component: openai/gpt-4o -> openai%2Fgpt-4o)
         summary.json  result.json  final.patch  commits.log  *.log  archive/
 
-A run never reuses another's directory; `latest` points at the newest run of
+What summary.json holds is `ssebench.record.RunRecord`'s; what result.json
+holds, `sse.result.RunResult`'s. A run never reuses another's directory; `latest` points at the newest run of
 a task/model/agent. Part of a run directory (archive/) was writable by the
 agent, so the harness reads files there without following links and only
 if they are regular files.
@@ -18,12 +19,11 @@ import secrets
 import stat
 import tempfile
 import time
-from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, NotRequired, TypedDict, cast
+from typing import Any
 from urllib.parse import quote, unquote
 
-from sse.grading import PatchResult
+from sse.result import RunResult
 
 from ssebench.errors import SSEBenchError
 
@@ -168,143 +168,23 @@ def read_safely(run_dir: Path, relative: str, limit: int = TAIL_BYTES, tail: boo
         os.close(leaf)
 
 
-def read_result(run_dir: Path) -> dict[str, Any] | None:
-    """result.json as the evaluator wrote it, or None when missing or unreadable."""
+def read_result(run_dir: Path) -> RunResult | None:
+    """result.json as the container (or the host's override) wrote it, any version read as the current one;
+    None when missing, unreadable or not a result."""
     text = read_safely(run_dir, "result.json", limit=16 * 1024 * 1024, tail=False)
     if text is None:
         return None
     try:
-        data = json.loads(text)
+        return RunResult.from_json(json.loads(text))
     except ValueError:
         return None
-    return data if isinstance(data, dict) and isinstance(data.get("patch_result"), dict) else None
 
 
-def _typed(cls: type, data: object) -> dict[str, Any]:
-    """The fields of `cls` found in `data` with the right JSON type; anything else is left at its default."""
-    if not isinstance(data, dict):
-        return {}
-    wanted = {
-        "bool | None": (bool,),
-        "int | None": (int,),
-        "float | None": (int, float),
-        "str | None": (str,),
-        "str": (str,),
-    }
-    kept: dict[str, Any] = {}
-    for f in fields(cls):
-        value = data.get(f.name)
-        types = wanted[str(f.type)]
-        if isinstance(value, types) and not (bool not in types and isinstance(value, bool)):
-            kept[f.name] = value
-    return kept
-
-
-def patch_result_of(data: object) -> PatchResult:
-    """result.json's `patch_result` as the SDK's own model of it (`sse.grading.PatchResult`: one home for
-    the container that writes it and the host that reads it); fields of the wrong JSON type are left unknown."""
-    return PatchResult(**_typed(PatchResult, data))
-
-
-def memory_limit_failure(result: dict[str, Any] | None, hit: list[str]) -> dict[str, Any]:
-    """The result of a run whose grade could not be completed after its processes used up its memory.
-
-    The agent's failure, not an ungraded error: only the agent's processes, or its patch's code in a check,
-    can fill a run's memory (the runtime's own take a few tens of MB), and whatever the OOM killer then
-    ended (the daemon, the evaluator, the entrypoint: no process here may keep its score from being
-    lowered, CAP_SYS_RESOURCE being refused by engines such as this one) must not let an agent trade a
-    failure for an error, which the score leaves out. What the container said is kept in the log.
-    """
-    said = (result or {}).get("patch_result") or {}
-    said = said if isinstance(said, dict) else {}
-    why = str(said.get("error_msg") or "the run's container wrote no grade")
-    return {
-        "patch_result": {
-            "status": "failed",
-            "build_success": None,
-            "pov_passed": None,
-            "pov_total": None,
-            "func_test_success": None,
-            "intent_test_success": None,
-            "error_msg": f"Memory limit: the run's processes used up its memory and grading could not finish "
-            f"({'; '.join(hit)})",
-            "error_log": f"{why}\n{said.get('error_log') or ''}".strip()[-8000:],
-        },
-        "runtime_result": (result or {}).get("runtime_result") or {},
-        "graded_by": "host: memory limit",
-    }
-
-
-def recorded_status(data: object) -> str:
-    """The grade the evaluator recorded in `patch_result.status`: passed or failed; anything else is error."""
-    status = data.get("status") if isinstance(data, dict) else None
-    return status if status in ("passed", "failed") else "error"
-
-
-@dataclass(frozen=True)
-class RuntimeResult:
-    """result.json's `runtime_result`: how the agent's phase went."""
-
-    agent_duration: float | None = None
-    agent_timeout: bool | None = None
-    evaluator_timeout: bool | None = None
-    agent_exit_code: int | None = None
-
-    @classmethod
-    def of(cls, data: object) -> RuntimeResult:
-        return cls(**_typed(cls, data))
-
-
-class SummaryTask(TypedDict):
-    id: str
-    dataset: str
-    dataset_version: str | None
-    digest: str
-    language: str
-    project: str | None
-    advisories: list[str]
-    path: str
-
-
-class RunSummary(TypedDict):
-    """summary.json: what the harness records of a run (result.json is what the container recorded)."""
-
-    task: SummaryTask
-    config: dict[str, Any]  # RunConfig.describe()
-    grade: str  # passed, failed or error
-    error: str | None  # the infrastructure error, when the grade is error
-    run_id: str
-    session: str | None
-    started_at: str
-    network: str | None
-    limits_hit: list[str]
-    files: dict[str, Any]
-    usage: dict[str, Any] | None
-    durations: dict[str, float]
-    timeline: dict[str, float]  # epoch seconds: container_started, container_ended
-    exit_code: int | None
-    node: NotRequired[str | None]  # the Ray node it ran on (--dispatch ray)
-    images: NotRequired[dict[str, list[str]]]  # what the run built, and pulled from --registry
-
-
-def read_summary(run_dir: Path) -> RunSummary | None:
-    """summary.json, or None when missing, unreadable or not the shape the harness writes."""
-    text = read_safely(run_dir, "summary.json", limit=4 << 20, tail=False)
+def read_json_object(run_dir: Path, relative: str, limit: int = 4 << 20) -> dict[str, Any] | None:
+    """A run file's JSON object, or None when missing, unreadable or not an object."""
+    text = read_safely(run_dir, relative, limit=limit, tail=False)
     try:
         data = json.loads(text) if text else None
     except ValueError:
         return None
-    if not isinstance(data, dict) or not isinstance(data.get("task"), dict) or not isinstance(data.get("config"), dict):
-        return None
-    if data.get("grade") not in ("passed", "failed", "error"):
-        return None
-    shapes: dict[str, type | tuple[type, ...]] = {
-        "durations": dict,
-        "timeline": dict,
-        "files": dict,
-        "limits_hit": list,
-        "usage": (dict, type(None)),
-    }
-    if any(key in data and not isinstance(data[key], shape) for key, shape in shapes.items()):
-        return None
-    return cast(RunSummary, data)
+    return data if isinstance(data, dict) else None

@@ -26,10 +26,15 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
+from sse.result import grade
+
 from ssebench.errors import ConfigError, ConfigErrors, SSEBenchError
+from ssebench.live import ModelLink
 from ssebench.logs import for_terminal
 from ssebench.reaper import Session
-from ssebench.run import ModelLink, RunConfig, RunRecord, execute, finished_run
+from ssebench.record import RunRecord, finished_run
+from ssebench.run import execute
+from ssebench.runspec import RunConfig
 from ssebench.settings import Settings
 
 if TYPE_CHECKING:
@@ -264,10 +269,10 @@ class RunSession:
                     config=config,
                     run_id="",
                     run_dir=self.plan.results,
-                    infra_error=str(exc),
                     started_at=datetime.now(UTC).isoformat(timespec="seconds"),
                     session=self.session.id,
                 )
+                record.judged(grade(infrastructure=str(exc)))
             on_attempt(record)
             attempt += 1
             if record.infra_error is None or attempt == attempts:

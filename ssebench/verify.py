@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -32,7 +32,8 @@ from ssebench.engine import client, docker_errors
 from ssebench.image import image_names
 from ssebench.logs import for_terminal
 from ssebench.reaper import SESSION, Session
-from ssebench.run import RunConfig, RunRecord, limits_for
+from ssebench.record import RunRecord
+from ssebench.runspec import RunConfig, limits_for
 from ssebench.session import Plan, RunSession
 from ssebench.settings import Settings
 from ssebench.task import Task
@@ -210,12 +211,8 @@ def summary(verdicts: list[TaskVerdict], dataset: str, version: str | None, seco
             "problems": v.problems,
         }
         for agent, record in v.records.items():
-            row[agent] = {
-                "grade": record.grade,
-                "run_dir": str(record.run_dir),
-                "seconds": record.durations.get("total"),
-                "result": asdict(record.patch_result),
-            }
+            # The record's one-line form (ssebench.record: grade, checks, times), as the report's properties.
+            row[agent] = dict(record.properties()) | {"seconds": record.durations.get("total")}
         rows.append(row)
     return {
         "dataset": dataset,

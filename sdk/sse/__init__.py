@@ -7,7 +7,19 @@ sse.reference and sse.tools without contacting the daemon; sse.project and
 sse.prompt ask the daemon for the task when they are imported.
 """
 
-from sse import ai, daemon, dialog, error, grading, helper, metadata, reference, tools
+from sse import ai, daemon, dialog, error, grading, helper, metadata, reference, result, tools
 from sse._version import __version__
 
-__all__ = ["__version__", "ai", "daemon", "dialog", "error", "grading", "helper", "metadata", "reference", "tools"]
+__all__ = [
+    "__version__",
+    "ai",
+    "daemon",
+    "dialog",
+    "error",
+    "grading",
+    "helper",
+    "metadata",
+    "reference",
+    "result",
+    "tools",
+]

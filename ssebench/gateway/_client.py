@@ -158,7 +158,7 @@ class _Network(Protocol):
 
 
 class GatewayLink:
-    """A run's access to its model through the gateway (the `ssebench.run.ModelLink` of a session).
+    """A run's access to its model through the gateway (the `ssebench.live.ModelLink` of a session).
 
     `open` registers the run on its network's gateway IP and returns the
     container's SSE_* variables; `close` finishes it and returns its usage

@@ -448,10 +448,15 @@ def run_agent(
 
 
 def write_error(settings: RuntimeSettings, message: str) -> None:
-    from ssebench.runtime.evaluator import error_result, runtime_result
+    from sse.result import PatchResult, RunResult, RuntimeResult, grade
 
-    result = {"patch_result": error_result(message), "runtime_result": runtime_result({}, False)}
-    write_atomic(Path(settings.results), "result.json", json.dumps(result, indent=2) + "\n")
+    verdict = grade(no_result=message)
+    result = RunResult(
+        status=verdict.status,
+        patch_result=PatchResult(error_msg=verdict.reason),
+        runtime_result=RuntimeResult.from_figures({}, evaluator_timeout=False),
+    )
+    write_atomic(Path(settings.results), "result.json", json.dumps(result.to_json(), indent=2) + "\n")
 
 
 def _cgroup_file(*names: str) -> dict[str, int]:

@@ -3,9 +3,9 @@
 Started by the entrypoint as root with the agent, with SSE_DAEMON_SOCKET
 pointing at the admin socket: it loads what grading needs, then waits for
 the agent phase's figures, one JSON line on its stdin (a pipe of root's),
-and grades; a pipe closed with nothing means no grading. Grading has a time limit; a timeout or an
-exception gives status `error` with the reason. result.json is written
-atomically (temp file and rename) into the root-only results directory.
+and grades; a pipe closed with nothing means no grading. Grading has a time limit; what a timeout or an
+exception makes of the grade is `sse.result.grade`'s to say. result.json (`sse.result.RunResult`) is
+written atomically (temp file and rename) into the root-only results directory.
 """
 
 from __future__ import annotations
@@ -16,76 +16,48 @@ import re
 import sys
 import threading
 import traceback
-from collections.abc import Mapping
-from dataclasses import asdict
+from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any
+
+from sse.result import RunResult, RuntimeResult, Signals
 
 from ssebench.runtime.files import read_no_follow, write_atomic
 from ssebench.runtime.settings import SettingsError, load_settings
 
 
-def runtime_result(environ: Mapping[str, str], evaluator_timeout: bool) -> dict[str, Any]:
-    def number(name: str) -> float | None:
-        try:
-            return float(environ[name])
-        except (KeyError, ValueError):
-            return None
+def grade_with_limit(limit: float, results: Path | None = None) -> tuple[RunResult, bool]:
+    """(the container's result, its agent phase and signals apart; timed_out). Grading runs in a thread so
+    the limit can end the wait; `sse.result.grade` decides what a timeout or an exception makes of it."""
+    from sse.result import PatchResult, RunResult, grade
 
-    exit_code = number("AGENT_EXIT_STATUS")
-    return {
-        "agent_duration": number("AGENT_DURATION"),
-        "agent_timeout": environ.get("SSE_METRIC_AGENT_TIMEOUT", "").lower() in ("1", "true", "yes"),
-        "evaluator_timeout": evaluator_timeout,
-        "agent_exit_code": None if exit_code is None else int(exit_code),
-    }
-
-
-def error_result(message: str, log: str | None = None) -> dict[str, Any]:
-    return {
-        "status": "error",
-        "build_success": None,
-        "pov_passed": None,
-        "pov_total": None,
-        "func_test_success": None,
-        "intent_test_success": None,
-        "error_msg": message,
-        "error_log": log,
-    }
-
-
-def grade_with_limit(limit: float, results: Path | None = None) -> tuple[dict[str, Any], bool]:
-    """(patch_result, timed_out). Grading runs in a thread so the limit can end the wait.
-
-    Once the patch is applied (final.patch written), what runs is the
-    agent's code: checks that do not finish in time are the patch's failure,
-    not an ungraded error that would drop the run from the score.
-    """
     outcome: dict[str, Any] = {}
 
     def work() -> None:
         try:
-            from sse.grading import grade
+            from sse.grading import grade as run_checks
 
-            graded = grade()
-            outcome["result"] = {"status": graded.status(), **asdict(graded)}
+            outcome["checks"] = run_checks()
         except BaseException as exc:  # everything here is an infrastructure error
-            outcome["result"] = error_result(
-                f"grading raised {type(exc).__name__}: {exc}", traceback.format_exc()[-8000:]
-            )
+            outcome["raised"] = f"grading raised {type(exc).__name__}: {exc}"
+            outcome["log"] = traceback.format_exc()[-8000:]
 
     thread = threading.Thread(target=work, name="grading", daemon=True)
     thread.start()
     thread.join(limit)
-    if thread.is_alive():
-        message = f"grading did not finish within its time limit of {limit:.0f} s"
-        if results is not None and (results / "final.patch").is_file():
-            failed = error_result(
-                f"Grading time limit: the checks of the patched tree did not finish within {limit:.0f} s"
-            )
-            return {**failed, "status": "failed"}, True
-        return error_result(message), True
-    return outcome["result"], False
+    timed_out = thread.is_alive()
+    # Once the patch is applied (final.patch written), what runs is the agent's code.
+    applied = results is not None and (results / "final.patch").is_file()
+    checks: PatchResult | None = None if timed_out else outcome.get("checks")
+    verdict = grade(
+        checks,
+        grading_raised=None if timed_out else outcome.get("raised"),
+        grading_time_limit=limit if timed_out else None,
+        patch_applied=applied,
+    )
+    if checks is None:  # an override graded: its words are the first failure
+        checks = PatchResult(error_msg=verdict.reason, error_log=None if timed_out else outcome.get("log"))
+    return RunResult(status=verdict.status, patch_result=checks), timed_out
 
 
 # The most paths a signal names (the count says how many there were).
@@ -118,7 +90,7 @@ def hiding_lines(patch: bytes, limit: int = 50) -> tuple[list[dict[str, str]], i
     return found, count
 
 
-def grading_signals(results: Path | None = None) -> dict[str, Any]:
+def grading_signals(results: Path | None = None) -> Signals:
     """What grading noticed of the change beyond the checks, under result.json's `signals`: the changed files
     it set aside (outside the code under repair: build files, tests, harnesses), read from the daemon's (kept)
     preparation of grading, and the lines of the graded change that can hide a bug from the checks (read from
@@ -128,13 +100,11 @@ def grading_signals(results: Path | None = None) -> dict[str, Any]:
     try:
         prepared = daemon._default().prepare_grading()
     except Exception:  # the grade stands without its signals
-        return {}
+        return Signals()
     set_aside = [str(path) for path in prepared.get("set_aside") or []]
-    signals: dict[str, Any] = {"protected_files": set_aside[:SIGNAL_PATHS], "protected_files_count": len(set_aside)}
     graded = read_no_follow(results, "graded.patch", 256 << 20) if results is not None else None
-    if graded is not None:
-        signals["hiding_code"], signals["hiding_code_count"] = hiding_lines(graded)
-    return signals
+    hiding, count = hiding_lines(graded) if graded is not None else ([], 0)
+    return Signals(set_aside[:SIGNAL_PATHS], len(set_aside), hiding, count)
 
 
 def agent_figures(stream: IO[bytes]) -> dict[str, str] | None:
@@ -164,13 +134,16 @@ def main() -> int:
     if figures is None:
         print("ssebench-evaluator: not graded (the entrypoint gave no agent figures)", file=sys.stderr)
         return 0
-    patch_result, timed_out = grade_with_limit(settings.grading_timeout, Path(settings.results))
-    signals = grading_signals(Path(settings.results)) if not timed_out else {}
-    result = {"patch_result": patch_result, "runtime_result": runtime_result(figures, timed_out), "signals": signals}
-    path = write_atomic(Path(settings.results), "result.json", json.dumps(result, indent=2) + "\n")
+    graded, timed_out = grade_with_limit(settings.grading_timeout, Path(settings.results))
+    result = replace(
+        graded,
+        runtime_result=RuntimeResult.from_figures(figures, timed_out),
+        signals=grading_signals(Path(settings.results)) if not timed_out else Signals(),
+    )
+    path = write_atomic(Path(settings.results), "result.json", json.dumps(result.to_json(), indent=2) + "\n")
     print(
-        f"ssebench-evaluator: {patch_result['status']}"
-        + (f": {patch_result['error_msg']}" if patch_result.get("error_msg") else "")
+        f"ssebench-evaluator: {result.status}"
+        + (f": {result.patch_result.error_msg}" if result.patch_result.error_msg else "")
         + f" ({path})",
         file=sys.stderr,
     )

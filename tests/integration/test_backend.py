@@ -14,7 +14,7 @@ from ssebench.backend import Backend, ContainerSpec, DockerBackend, Mount, RunTi
 from ssebench.engine import client, list_containers, list_volumes, remove_container
 from ssebench.errors import SSEBenchError
 from ssebench.limits import Limits
-from ssebench.run import RESTRICTED_DNS_OPTIONS
+from ssebench.runspec import RESTRICTED_DNS_OPTIONS
 from ssebench.settings import Settings, get_settings
 
 pytestmark = [pytest.mark.docker]

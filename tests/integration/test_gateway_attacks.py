@@ -127,7 +127,8 @@ def test_a_hostile_runs_attacks_leave_another_run_its_model(
             from ssebench.dataset import load_tasks
             from ssebench.gateway import GatewayLink
             from ssebench.reaper import Session, reap_session
-            from ssebench.run import RunConfig, execute
+            from ssebench.run import execute
+            from ssebench.runspec import RunConfig
             from ssebench.settings import get_settings
             from tests.helpers import DEMO
 

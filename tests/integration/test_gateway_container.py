@@ -217,7 +217,8 @@ def test_chat_agent_runs_c_demo_through_the_gateway(
     from ssebench.dataset import load_tasks
     from ssebench.gateway import GatewayLink
     from ssebench.reaper import Session, reap_session
-    from ssebench.run import RunConfig, execute
+    from ssebench.run import execute
+    from ssebench.runspec import RunConfig
     from ssebench.settings import get_settings
     from tests.helpers import DEMO
 

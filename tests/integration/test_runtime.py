@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sse.result import SCHEMA_VERSION
 
 from ssebench.engine import client
 from ssebench.image import image_names
@@ -137,6 +138,7 @@ def test_no_change_fails_on_every_poc(
     image = image_names(settings, task, "dummy")["agent"]
     with container(image, [], tmp_path, runtime=runtime_of(settings, task)) as c:
         result = finish(c, tmp_path)
+    assert result.pop("schema_version") == SCHEMA_VERSION
     assert {k: set(v) for k, v in result.items()} == RESULT_FIELDS
     grade = result["patch_result"]
     assert grade["status"] == "failed"

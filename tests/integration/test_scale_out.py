@@ -30,7 +30,7 @@ from ssebench.engine import client, image_id, list_containers
 from ssebench.image import image_names
 from ssebench.inflight import runs_in_flight
 from ssebench.reaper import Session
-from ssebench.run import RunConfig
+from ssebench.runspec import RunConfig
 from ssebench.settings import Settings
 from ssebench.task import Task
 from tests.helpers import DEMO

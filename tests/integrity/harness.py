@@ -1,6 +1,6 @@
 """The integrity suite's harness: runs started exactly as the plugin starts them, then attacked.
 
-`HeldRun` starts a run through `ssebench.run.running` (the same image,
+`HeldRun` starts a run through `ssebench.live.running` (the same image,
 network, mounts and limits as a pytest item), with an agent that sleeps, so
 the run stays in its agent phase while a test attacks it as uid 1000 with
 `docker exec`. `finish()` ends the agent (the entrypoint then grades, as
@@ -31,9 +31,11 @@ from ssebench.agent import load_agent
 from ssebench.backend import DockerBackend
 from ssebench.engine import client, list_containers, list_volumes
 from ssebench.image import image_names
+from ssebench.live import LiveRun, ModelLink, running
 from ssebench.reaper import Session, reap_session
-from ssebench.result import make_run_dir, new_run_id, read_result, read_safely
-from ssebench.run import SIDECAR_AGENT_SOCKET, LiveRun, ModelLink, RunConfig, collect, limits_for, running
+from ssebench.result import make_run_dir, new_run_id, read_json_object, read_result, read_safely
+from ssebench.run import collect
+from ssebench.runspec import SIDECAR_AGENT_SOCKET, RunConfig, limits_for
 from ssebench.settings import Settings
 from ssebench.task import Task
 from tests.helpers import wait_for_agent_phase
@@ -136,8 +138,11 @@ class HeldRun:
         status = self.live.wait(timeout)
         self.summary["exit_code"] = status
         self.summary["files"] = collect(self.live.grader, self.run_dir)
-        self.result = read_result(self.run_dir)
-        assert self.result is not None, f"no result.json (exit {status}):\n{self.logs()[-4000:]}"
+        # result.json as the container wrote it: the tests read its fields as the file has them.
+        self.result = read_json_object(self.run_dir, "result.json", limit=16 << 20)
+        assert read_result(self.run_dir) is not None and self.result is not None, (
+            f"no result.json (exit {status}):\n{self.logs()[-4000:]}"
+        )
         return self.result
 
     def owner_and_mode(self, path: str) -> tuple[int, int]:

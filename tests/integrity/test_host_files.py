@@ -19,7 +19,8 @@ import pytest
 from ssebench.agent import load_agent
 from ssebench.backend import DockerBackend
 from ssebench.reaper import Session, reap_session
-from ssebench.run import RunConfig, execute, limits_for
+from ssebench.run import execute
+from ssebench.runspec import RunConfig, limits_for
 from ssebench.settings import Settings
 from ssebench.task import Task
 from tests.integrity.harness import LEVELS, leftovers

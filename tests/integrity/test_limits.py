@@ -25,7 +25,9 @@ from ssebench.agent import load_agent
 from ssebench.backend import RUN_CAPABILITIES, DockerBackend
 from ssebench.engine import client
 from ssebench.reaper import Session, reap_session
-from ssebench.run import RunConfig, RunRecord, execute, limits_for
+from ssebench.record import RunRecord
+from ssebench.run import execute
+from ssebench.runspec import RunConfig, limits_for
 from ssebench.settings import Settings
 from ssebench.task import Task
 from tests.integrity.harness import LEVELS, Launcher, leftovers

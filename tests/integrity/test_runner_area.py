@@ -29,8 +29,9 @@ import pytest
 from ssebench.backend import DockerBackend
 from ssebench.engine import client
 from ssebench.image import image_names
+from ssebench.live import ContainerDied
 from ssebench.result import read_result
-from ssebench.run import ContainerDied, collect
+from ssebench.run import collect
 from ssebench.runtime.layout import REPO, RUNNER_DIR
 from ssebench.settings import Settings
 from ssebench.task import Task
@@ -136,7 +137,7 @@ def test_the_entrypoint_takes_the_runners_area_only_empty(
     assert "daemon ready" not in logs
     if fresh_launcher.mode == "sandbox":
         assert status != 0
-        assert result is not None and result["patch_result"]["status"] == "error", result
+        assert result is not None and result.status == "error", result
 
 
 def test_an_empty_area_of_another_users_is_made_roots_and_the_run_grades(
@@ -145,7 +146,7 @@ def test_an_empty_area_of_another_users_is_made_roots_and_the_run_grades(
     """The positive control of the test above: the same run, the area empty but uid 1000's and open to all."""
     _, logs, result = _run_with(fresh_launcher, settings, "chown 1000:1000 . && chmod 0777 .")
     assert "the runner's area is a volume (ext4)" in logs, logs[-3000:]
-    assert result is not None and result["patch_result"]["status"] == "failed", result
+    assert result is not None and result.status == "failed", result
 
 
 # Sandbox mode's agent image is the agent's own Dockerfile on the tool image, built by Docker (RUN steps
@@ -199,11 +200,11 @@ def test_an_agent_image_that_links_the_area_or_the_tree_elsewhere_does_not_start
                 run.close()
     if plant is None:  # the positive control: the same image, unplanted, is graded
         assert "the agent's tree is a volume (ext4)" in logs, logs[-3000:]
-        assert result is not None and result["patch_result"]["status"] == "failed", result
+        assert result is not None and result.status == "failed", result
         return
     assert "refusing to start:" in logs and ("must be" in logs or "must not exist" in logs), logs[-3000:]
     assert "daemon ready" not in logs and status != 0
-    assert result is not None and result["patch_result"]["status"] == "error", result
+    assert result is not None and result.status == "error", result
 
 
 TOOL_LAYER = "/opt/ssebench/venv/bin/python -I -c 'from ssebench.runtime import toollayer; toollayer.{step}'"

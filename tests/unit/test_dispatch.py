@@ -17,6 +17,7 @@ import types
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -35,8 +36,9 @@ from ssebench.dispatch import (
 from ssebench.errors import SSEBenchError
 from ssebench.limits import Limits
 from ssebench.reaper import Session
+from ssebench.record import RunRecord
 from ssebench.registry import parse_registry
-from ssebench.run import RunConfig
+from ssebench.runspec import RunConfig
 from ssebench.settings import Settings, get_settings
 from ssebench.task import load_task
 from tests.helpers import DEMO
@@ -55,27 +57,25 @@ def _node_run(root: Path) -> Path:
     return run
 
 
-def _fields(run_id: str = "20260101T000000-d2-sandbox-abcdef") -> dict[str, object]:
-    return {
-        "run_id": run_id,
-        "started_at": "2026-01-01T00:00:00+00:00",
-        "grade": "failed",
-        "result": {"patch_result": {"status": "failed"}},
-        "infra_error": None,
-        "exit_code": 0,
-        "network": "n",
-        "limits_hit": [],
-        "files": {},
-        "usage": None,
-        "durations": {"total": 1.0},
-        "session": "s1",
-        "timeline": {},
-        "images": {"built": [], "pulled": []},
-    }
+def _summary(run_id: str = "20260101T000000-d2-sandbox-abcdef") -> dict[str, Any]:
+    """What a node sends of its run's record: summary.json's content, as the node's record writes it."""
+    record = RunRecord(
+        config=_config(),
+        run_id=run_id,
+        run_dir=Path("/tmp/ssebench-run-x/run-1"),
+        started_at="2026-01-01T00:00:00+00:00",
+        grade="failed",
+        exit_code=0,
+        network="n",
+        durations={"total": 1.0},
+        session="s1",
+        images={"built": [], "pulled": []},
+    )
+    return record.to_summary()
 
 
 def _outcome(data: bytes, node: str = "host/n") -> NodeOutcome:
-    return NodeOutcome(node=node, fields=_fields(), tar=data, sha256=hashlib.sha256(data).hexdigest())
+    return NodeOutcome(node=node, summary=_summary(), tar=data, sha256=hashlib.sha256(data).hexdigest())
 
 
 def test_pack_sends_regular_files_and_directories_only_and_lists_the_rest(tmp_path: Path) -> None:
@@ -103,7 +103,9 @@ def test_a_run_comes_home_whole_with_its_node_and_a_fresh_summary(tmp_path: Path
     data, _ = pack(_node_run(tmp_path))
     record = bring_home(_config(), _outcome(data, node="host/abcd1234"), tmp_path / "out")
     assert record.grade == "failed" and record.infra_error is None and record.node == "host/abcd1234"
-    assert record.run_dir == tmp_path / "out" / "c-demo" / "none" / "dummy" / _fields()["run_id"]
+    assert record.run_dir == tmp_path / "out" / "c-demo" / "none" / "dummy" / _summary()["run_id"]
+    # Its result.json is read from the run directory that came home.
+    assert record.result is not None and record.result.status == "failed"
     assert (record.run_dir / "archive" / "deep" / "a.txt").read_text() == "a"
     summary = json.loads((record.run_dir / "summary.json").read_text())
     assert summary["node"] == "host/abcd1234" and summary["grade"] == "failed"
@@ -250,11 +252,21 @@ def test_a_node_sends_only_run_ids_of_the_harness_s_making(tmp_path: Path) -> No
     data, _ = pack(_node_run(tmp_path))
     for bad in ("../../x", "latest", "20260101T000000-d2-sandbox-abcdef/x"):
         sent = _outcome(data)
-        sent.fields["run_id"] = bad
+        sent.summary["run_id"] = bad
         record = bring_home(_config(), sent, tmp_path / "out")
         assert record.grade == "error" and "sent a run id that is not one" in (record.infra_error or "")
         latest = tmp_path / "out" / "c-demo" / "none" / "dummy" / "latest"
         assert latest.is_symlink() and os.readlink(latest) == record.run_dir.name  # the error's own directory
+
+
+@pytest.mark.parametrize("field, value", [("grade", "maybe"), ("durations", [1.0]), ("exit_code", "0")])
+def test_a_node_record_that_is_not_a_runs_is_an_error_of_its_own(field: str, value: object, tmp_path: Path) -> None:
+    """What a node sends is read as summary.json is: a field of the wrong type makes no record."""
+    data, _ = pack(_node_run(tmp_path))
+    sent = _outcome(data)
+    sent.summary[field] = value
+    record = bring_home(_config(), sent, tmp_path / "out")
+    assert record.grade == "error" and "sent a record that is not a run's" in (record.infra_error or "")
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ import yaml
 
 from ssebench.errors import ConfigErrors
 from ssebench.limits import Limits, LimitsError, parse_limits, parse_size
-from ssebench.run import limits_for
+from ssebench.runspec import limits_for
 from ssebench.settings import Settings
 from ssebench.task import load_task
 from tests.helpers import task_config, write_task

@@ -3,15 +3,25 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
+from sse.result import RunResult
 
 from pytest_ssebench.report import ScoreTable, grade_card, pass_at_k, properties, vulnerability_cell, wilson_interval
 from ssebench.agent import load_agent
 from ssebench.dataset import load_tasks
-from ssebench.run import RunConfig, RunRecord
+from ssebench.record import RunRecord
+from ssebench.runspec import RunConfig
 from ssebench.settings import get_settings
 from tests.helpers import DEMO, PILOT
+
+
+def _result(data: dict[str, Any]) -> RunResult:
+    """result.json's content `data` as the harness reads it."""
+    read = RunResult.from_json(data)
+    assert read is not None, data
+    return read
 
 
 def _record(task_id: str, tmp_path: Path) -> RunRecord:
@@ -45,7 +55,7 @@ def test_a_failure_says_why_the_model_was_stopped_and_which_limits_were_hit(tmp_
     from pytest_ssebench.collect import failure_text
 
     record = _record("c-demo", tmp_path)
-    record.result = {
+    said: dict[str, Any] = {
         "patch_result": {
             "error_msg": "PoC failed: /ssebench/pocs/long_value.tlv",
             "build_success": True,
@@ -53,6 +63,7 @@ def test_a_failure_says_why_the_model_was_stopped_and_which_limits_were_hit(tmp_
             "pov_total": 1,
         }
     }
+    record.result = _result(said)
     assert "stopped" not in failure_text(record) and "Limits" not in failure_text(record)
     record.usage = {"calls": 2, "stopped": "budget exhausted: 5105 of 5000 tokens used"}
     record.limits_hit = ["memory: 1 OOM kill"]
@@ -66,7 +77,7 @@ def test_files_grading_set_aside_are_named_in_the_failure_the_properties_and_the
     from pytest_ssebench.collect import failure_text
 
     record = _record("c-demo", tmp_path)
-    record.result = {
+    said: dict[str, Any] = {
         "patch_result": {
             "error_msg": "PoC failed: /ssebench/pocs/long_value.tlv",
             "build_success": True,
@@ -74,10 +85,12 @@ def test_files_grading_set_aside_are_named_in_the_failure_the_properties_and_the
             "pov_total": 1,
         }
     }
+    record.result = _result(said)
     assert "Set aside" not in failure_text(record) and "signal" not in str(properties(record))
     assert "set aside" not in grade_card(record)
     named = [f"tests/t{i}.c" for i in range(12)]
-    record.result["signals"] = {"protected_files": ["Makefile", "<b>x</b>", *named], "protected_files_count": 250}
+    said["signals"] = {"protected_files": ["Makefile", "<b>x</b>", *named], "protected_files_count": 250}
+    record.result = _result(said)
     assert (
         "Set aside by grading (outside the code under repair): 250 changed file(s): Makefile, <b>x</b>, tests/t0.c"
     ) in failure_text(record)
@@ -93,14 +106,14 @@ def test_lines_that_can_hide_a_bug_are_named_in_the_failure_the_properties_and_t
     from pytest_ssebench.collect import failure_text
 
     record = _record("c-demo", tmp_path)
-    record.result = {
+    said: dict[str, Any] = {
         "patch_result": {"error_msg": "Intent test failed", "build_success": True, "pov_passed": 1, "pov_total": 1},
         "signals": {"protected_files": [], "protected_files_count": 0, "hiding_code": [], "hiding_code_count": 0},
     }
+    record.result = _result(said)
     assert "can hide a bug" not in failure_text(record) and "hiding" not in str(properties(record))
-    record.result["signals"].update(
-        hiding_code=[{"path": "tlv.h", "line": "#define main(...) <b>x</b>"}], hiding_code_count=3
-    )
+    said["signals"].update(hiding_code=[{"path": "tlv.h", "line": "#define main(...) <b>x</b>"}], hiding_code_count=3)
+    record.result = _result(said)
     assert "Lines that can hide a bug from the checks: 3 (first, tlv.h: #define main(...) <b>x</b>)." in failure_text(
         record
     )
@@ -170,10 +183,12 @@ def test_one_trial_each_shows_no_pass_at_k_column() -> None:
 def test_every_property_is_a_plain_value_and_status_is_the_recorded_grade(tmp_path: Path) -> None:
     # xdist sends user_properties between processes and junit-xml writes them: only plain values travel.
     record = _record("c-demo", tmp_path)
-    record.result = {
-        "patch_result": {"status": "failed", "build_success": True, "pov_passed": 0, "pov_total": 1},
-        "runtime_result": {"agent_duration": 1.5},
-    }
+    record.result = _result(
+        {
+            "patch_result": {"status": "failed", "build_success": True, "pov_passed": 0, "pov_total": 1},
+            "runtime_result": {"agent_duration": 1.5},
+        }
+    )
     props = dict(properties(record))
     assert all(isinstance(value, (str, int, float, bool)) for value in props.values()), props
     assert props["ssebench.status"] == "failed" and props["ssebench.pov_total"] == 1
@@ -195,17 +210,20 @@ def test_signals_a_run_wrote_are_read_whatever_their_shape(tmp_path: Path) -> No
     """result.json comes out of the run's container: entries of the wrong type are dropped, and a count below
     what is listed, or not a number, is the list's length."""
     record = _record("c-demo", tmp_path)
-    record.result = {"signals": "not a mapping"}
+    record.result = _result({"patch_result": {}, "signals": "not a mapping"})
     assert record.set_aside == ([], 0) and record.hiding_code == ([], 0)
-    record.result = {
+    said: dict[str, Any] = {
+        "patch_result": {},
         "signals": {
             "protected_files": ["Makefile", 7, None, "build.rs"],
             "protected_files_count": 1,
             "hiding_code": [{"path": "a.c", "line": "#define main x"}, "text", 3],
             "hiding_code_count": "many",
-        }
+        },
     }
+    record.result = _result(said)
     assert record.set_aside == (["Makefile", "build.rs"], 2)
     assert record.hiding_code == ([{"path": "a.c", "line": "#define main x"}], 1)
-    record.result["signals"]["protected_files_count"] = 40
+    said["signals"]["protected_files_count"] = 40
+    record.result = _result(said)
     assert record.set_aside == (["Makefile", "build.rs"], 40)

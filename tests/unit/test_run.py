@@ -11,25 +11,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sse.result import SCHEMA_VERSION, RunResult
 
 from ssebench.agent import available_agents, load_agent
 from ssebench.backend import Backend, ContainerSpec, Handle, LogStream, Network, RunTimeoutError, Volume
 from ssebench.errors import SSEBenchError
 from ssebench.limits import Limits
+from ssebench.live import LiveRun
 from ssebench.reaper import Session
+from ssebench.record import RunRecord, finished_run
 from ssebench.result import make_run_dir, name_of, path_component, point_latest, read_result, read_safely
-from ssebench.run import (
-    REFERENCE_IN_CONTAINER,
-    RESTRICTED_DNS_OPTIONS,
-    LiveRun,
-    RunConfig,
-    RunRecord,
-    container_spec,
-    execute,
-    finished_run,
-    sidecar_specs,
-    write_summary,
-)
+from ssebench.run import execute
+from ssebench.runspec import REFERENCE_IN_CONTAINER, RESTRICTED_DNS_OPTIONS, RunConfig, container_spec, sidecar_specs
 from ssebench.runtime.layout import SERVING
 from ssebench.settings import Settings, get_settings
 from ssebench.task import load_task
@@ -187,9 +180,13 @@ def test_long_files_are_read_by_their_tail(tmp_path: Path) -> None:
 
 def test_result_must_be_a_grade(tmp_path: Path) -> None:
     (tmp_path / "result.json").write_text(json.dumps({"patch_result": {"status": "passed"}}))
-    assert read_result(tmp_path) == {"patch_result": {"status": "passed"}}
-    (tmp_path / "result.json").write_text("[1, 2]")
-    assert read_result(tmp_path) is None
+    assert read_result(tmp_path) == RunResult(status="passed", schema_version=SCHEMA_VERSION)
+    (tmp_path / "result.json").write_text(json.dumps({"patch_result": {"status": "graded by me"}}))
+    read = read_result(tmp_path)
+    assert read is not None and read.status == "error"  # anything but a grade is no grade
+    for not_one in ("[1, 2]", '{"patch_result": "passed"}', '{"schema_version": 99, "patch_result": {}}'):
+        (tmp_path / "result.json").write_text(not_one)
+        assert read_result(tmp_path) is None, not_one
 
 
 class _BrokenHandle(Handle):
@@ -400,13 +397,13 @@ def test_an_agent_container_past_the_agents_limit_is_stopped_and_its_end_told_as
     live = LiveRun(
         handle=agent_container, network=Network(name="n", gateway=None), run_id="r", task=task_container, config=config
     )
-    import ssebench.run as run_module
+    import ssebench.live as live_module
 
-    slack, run_module.AGENT_CONTAINER_SLACK = run_module.AGENT_CONTAINER_SLACK, 0.0
+    slack, live_module.AGENT_CONTAINER_SLACK = live_module.AGENT_CONTAINER_SLACK, 0.0
     try:
         assert live.wait(30) == 124
     finally:
-        run_module.AGENT_CONTAINER_SLACK = slack
+        live_module.AGENT_CONTAINER_SLACK = slack
     assert agent_container.stopped
     figures = _figures(task_container.told)
     assert figures["AGENT_EXIT_STATUS"] == "124" and figures["SSE_METRIC_AGENT_TIMEOUT"] == "true"
@@ -433,11 +430,12 @@ def _finished(config: RunConfig, root: Path, grade: str, run_id: str) -> Path:
         run_dir=run_dir,
         started_at="2026-12-01T00:00:00+00:00",
         grade=grade,
-        result={"patch_result": {"status": grade}},
+        result=RunResult(status=grade),  # type: ignore[arg-type]
         infra_error="the engine hiccuped" if grade == "error" else None,
     )
-    (run_dir / "result.json").write_text(json.dumps(record.result))
-    write_summary(record)
+    assert record.result is not None
+    (run_dir / "result.json").write_text(json.dumps(record.result.to_json()))
+    record.write()
     return run_dir
 
 

@@ -9,12 +9,14 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from sse.result import RunResult
 
 from pytest_ssebench.report import ScoreTable
 from ssebench.agent import load_agent
 from ssebench.cli import main
 from ssebench.errors import SSEBenchError
-from ssebench.run import RunConfig, RunRecord
+from ssebench.record import RunRecord
+from ssebench.runspec import RunConfig
 from ssebench.session import RunSession
 from ssebench.settings import get_settings
 from ssebench.task import load_task
@@ -80,13 +82,15 @@ def _failed(tmp_path: Path) -> RunRecord:
     return _record(
         tmp_path,
         grade="failed",
-        result={
-            "patch_result": {
-                "build_success": False,
-                "error_msg": "Build failed\x1b]0;ssebench: every run passed\x07",
-                "error_log": ATTACK,
+        result=RunResult.from_json(
+            {
+                "patch_result": {
+                    "build_success": False,
+                    "error_msg": "Build failed\x1b]0;ssebench: every run passed\x07",
+                    "error_log": ATTACK,
+                }
             }
-        },
+        ),
         usage={"calls": 1, "stopped": "budget\x1b[2J"},
         node="host\x1b[H/n",
     )

@@ -6,10 +6,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sse.result import RunResult
 
 from ssebench.agent import load_agent
 from ssebench.dataset import load_tasks
-from ssebench.run import RunConfig, RunRecord
+from ssebench.record import RunRecord
+from ssebench.runspec import RunConfig
 from ssebench.settings import get_settings
 from ssebench.verify import AGENTS, judge, markdown
 from tests.helpers import DEMO
@@ -23,7 +25,8 @@ def _record(
     result: dict[str, Any] = {"patch_result": {"status": grade, **patch}}
     if signals is not None:
         result["signals"] = signals
-    return RunRecord(config=config, run_id="r", run_dir=tmp_path, started_at="now", grade=grade, result=result)
+    read = RunResult.from_json(result)
+    return RunRecord(config=config, run_id="r", run_dir=tmp_path, started_at="now", grade=grade, result=read)
 
 
 PASSED = {

@@ -1,0 +1,339 @@
+"""result.json: what a run's container records of it, and the one rule that turns what is known into a grade.
+
+One typed model for the three places that meet here: the evaluator writes
+it in the container, the host reads it, and agents see `PatchResult`
+through the SDK. It uses the standard library alone, since an agent's image
+may hold nothing else of the harness than this package.
+
+A file without `schema_version` is version 0, written before there was one:
+its fields have the names of version 1, so it reads as it is. Fields of the
+wrong JSON type are read as unknown, never as a value: part of a run
+directory was writable by the agent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, get_args, get_type_hints
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+SCHEMA_VERSION = 1
+
+GradeStatus = Literal["passed", "failed", "error"]
+"""passed: every check that ran passed. failed: a check failed, the patch did
+not apply, or an override names the agent's fault. error: nothing was
+graded (the run's infrastructure failed), so the score leaves it out."""
+
+GRADES: tuple[GradeStatus, ...] = get_args(GradeStatus)
+
+# What one-line summaries of a result (junit-xml properties) leave out: logs.
+BRIEF = {"brief": False}
+
+_T = TypeVar("_T", bound="DataclassInstance")
+
+
+def _json_types(hint: Any) -> tuple[type, ...]:
+    """The JSON types a field of type `hint` takes (None, bool, int, float, str, list, dict and their unions)."""
+    args = get_args(hint)
+    if args and type(None) in args:
+        return tuple(t for arg in args for t in _json_types(arg))
+    if getattr(hint, "__origin__", None) is Literal:
+        return tuple({type(arg) for arg in args})
+    origin = getattr(hint, "__origin__", hint)
+    if origin is float:
+        return (int, float)
+    return (origin,) if isinstance(origin, type) else ()
+
+
+def fits(value: object, hint: Any) -> bool:
+    """Whether a JSON value is of type `hint` at its top level; bool is never taken for a number."""
+    types = _json_types(hint)
+    if isinstance(value, bool) and bool not in types:
+        return False
+    return isinstance(value, types)
+
+
+def typed(cls: type[_T], data: object, **given: Any) -> _T:
+    """An instance of the dataclass `cls` from the JSON object `data`: fields of the right type kept,
+    the rest left at their defaults, `given` set as is."""
+    hints = get_type_hints(cls)
+    found = data if isinstance(data, Mapping) else {}
+    kept = {f.name: found[f.name] for f in fields(cls) if f.name in found and fits(found[f.name], hints[f.name])}
+    return cls(**(kept | given))
+
+
+@dataclass
+class PatchResult:
+    """The checks of a patch (result.json's `patch_result`, its `status` apart).
+
+    Fields are None when the corresponding step did not run (e.g. no build
+    script configured, or an earlier failure ended grading).
+    """
+
+    build_success: bool | None = None
+    pov_passed: int | None = None
+    pov_total: int | None = None
+    func_test_success: bool | None = None
+    intent_test_success: bool | None = None
+    error_msg: str | None = None
+    error_log: str | None = field(default=None, metadata=BRIEF)
+
+    def checks_ran(self) -> bool:
+        """Return True when at least one check ran."""
+        return any(
+            v is not None
+            for v in (self.build_success, self.pov_total, self.func_test_success, self.intent_test_success)
+        )
+
+    def is_fully_successful(self) -> bool:
+        """Return True when at least one check ran and every check that ran passed.
+
+        A result in which no check ran was not graded, so it is never a success.
+        """
+        if not self.checks_ran() or self.error_msg is not None:
+            return False
+        return (
+            self.build_success is not False
+            and (self.pov_total is None or self.pov_passed == self.pov_total)
+            and self.func_test_success is not False
+            and self.intent_test_success is not False
+        )
+
+    def status(self) -> GradeStatus:
+        """Return the verdict of the checks alone (`grade`'s last rule): passed, failed, or error when no
+        check ran."""
+        return grade(self).status
+
+    def mark_failure(self, msg: str, log: str | None = None) -> None:
+        """Record the first failure encountered.
+
+        Subsequent calls are no-ops so the original failure context is
+        preserved while later steps keep running.
+        """
+        if self.error_msg is None:
+            self.error_msg = msg
+            self.error_log = log
+
+
+def _flag(environ: Mapping[str, str], name: str) -> bool:
+    return environ.get(name, "").lower() in ("1", "true", "yes")
+
+
+def _number(environ: Mapping[str, str], name: str) -> float | None:
+    try:
+        return float(environ[name])
+    except (KeyError, ValueError):
+        return None
+
+
+@dataclass(frozen=True)
+class RuntimeResult:
+    """result.json's `runtime_result`: how the agent's phase went."""
+
+    agent_duration: float | None = None
+    agent_timeout: bool | None = None
+    evaluator_timeout: bool | None = None
+    agent_exit_code: int | None = None
+
+    @classmethod
+    def of(cls, data: object) -> RuntimeResult:
+        return typed(cls, data)
+
+    @classmethod
+    def from_figures(cls, figures: Mapping[str, str], evaluator_timeout: bool) -> RuntimeResult:
+        """From the agent phase's figures as the entrypoint gives them (AGENT_DURATION, AGENT_EXIT_STATUS,
+        SSE_METRIC_AGENT_TIMEOUT) and whether grading ran out of time."""
+        status = _number(figures, "AGENT_EXIT_STATUS")
+        return cls(
+            agent_duration=_number(figures, "AGENT_DURATION"),
+            agent_timeout=_flag(figures, "SSE_METRIC_AGENT_TIMEOUT"),
+            evaluator_timeout=evaluator_timeout,
+            agent_exit_code=None if status is None else int(status),
+        )
+
+
+@dataclass(frozen=True)
+class Signals:
+    """result.json's `signals`: what grading noticed of the change beyond the checks, never a grade.
+
+    The changed files grading set aside (outside the code under repair; at
+    most 200 named) and the graded lines that can hide a bug from the checks
+    rather than fix it (at most 50 given); each count says how many there
+    were, and is at least its list's length.
+    """
+
+    protected_files: list[str] = field(default_factory=list)
+    protected_files_count: int = 0
+    hiding_code: list[dict[str, str]] = field(default_factory=list)
+    hiding_code_count: int = 0
+
+    @classmethod
+    def of(cls, data: object) -> Signals:
+        read = typed(cls, data)
+        files = [p for p in read.protected_files if isinstance(p, str)]
+        hiding = [
+            {"path": str(h.get("path", "")), "line": str(h.get("line", ""))}
+            for h in read.hiding_code
+            if isinstance(h, dict)
+        ]
+        return cls(
+            protected_files=files,
+            protected_files_count=max(read.protected_files_count, len(files)),
+            hiding_code=hiding,
+            hiding_code_count=max(read.hiding_code_count, len(hiding)),
+        )
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A run's grade, the rule of `grade` that decided it, and why (the override's words, the first failed
+    check, or what kept the run from being graded)."""
+
+    status: GradeStatus
+    rule: str
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """result.json: the container's grade of the run (`status`, written inside `patch_result`), the checks,
+    the agent phase, the signals, and who graded when not the evaluator (`graded_by`)."""
+
+    status: GradeStatus
+    patch_result: PatchResult = field(default_factory=PatchResult)
+    runtime_result: RuntimeResult = field(default_factory=RuntimeResult)
+    signals: Signals = field(default_factory=Signals)
+    graded_by: str | None = None
+    schema_version: int = SCHEMA_VERSION
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "schema_version": self.schema_version,
+            "patch_result": {"status": self.status, **asdict(self.patch_result)},
+            "runtime_result": asdict(self.runtime_result),
+            "signals": asdict(self.signals),
+        }
+        if self.graded_by is not None:
+            data["graded_by"] = self.graded_by
+        return data
+
+    @classmethod
+    def from_json(cls, data: object) -> RunResult | None:
+        """result.json's content as a RunResult (version 0 migrated); None when it is not one: no
+        `patch_result` object, or a version newer than this code knows."""
+        if not isinstance(data, dict) or not isinstance(data.get("patch_result"), dict):
+            return None
+        version = data.get("schema_version", 0)
+        if not fits(version, int) or not 0 <= version <= SCHEMA_VERSION:
+            return None
+        said = data["patch_result"]
+        status = said.get("status")
+        return cls(
+            # Anything but a grade the container recorded is no grade: an error.
+            status=status if status in GRADES else "error",
+            patch_result=typed(PatchResult, said),
+            runtime_result=RuntimeResult.of(data.get("runtime_result")),
+            signals=Signals.of(data.get("signals")),
+            graded_by=data["graded_by"] if isinstance(data.get("graded_by"), str) else None,
+        )
+
+    @classmethod
+    def by_host(cls, verdict: Verdict, said: RunResult | None) -> RunResult:
+        """The result the host records when an override of its own (`grade`'s memory limit) grades the run:
+        the verdict as the first failure, what the container said kept in the log."""
+        why = (said.patch_result.error_msg if said else None) or "the run's container wrote no grade"
+        log = f"{why}\n{(said.patch_result.error_log if said else None) or ''}".strip()[-8000:]
+        return cls(
+            status=verdict.status,
+            patch_result=PatchResult(error_msg=verdict.reason, error_log=log),
+            runtime_result=said.runtime_result if said else RuntimeResult(),
+            signals=said.signals if said else Signals(),
+            graded_by=f"host: {verdict.rule}",
+        )
+
+
+# The rules of `grade` that an override decides, by name (Verdict.rule).
+INFRASTRUCTURE = "infrastructure"
+MEMORY_LIMIT = "memory limit"
+RECORDED = "recorded"
+GRADING_RAISED = "grading raised"
+GRADING_TIME_LIMIT = "grading time limit"
+NO_RESULT = "no result"
+CHECKS = "checks"
+# In the order `grade` tries them.
+RULES = (INFRASTRUCTURE, MEMORY_LIMIT, RECORDED, GRADING_RAISED, GRADING_TIME_LIMIT, NO_RESULT, CHECKS)
+
+
+def grade(
+    checks: PatchResult | None = None,
+    *,
+    infrastructure: str | None = None,
+    memory_hit: Sequence[str] = (),
+    recorded: RunResult | None = None,
+    grading_raised: str | None = None,
+    grading_time_limit: float | None = None,
+    patch_applied: bool = False,
+    no_result: str | None = None,
+) -> Verdict:
+    """A run's grade from what is known of it: the first rule that applies decides.
+
+    Every place that grades calls this: the evaluator in the container (with
+    the checks and how grading went), `PatchResult.status` (the checks
+    alone), and the host (with result.json as `recorded`, and what only the
+    host sees). The rules, and why each overrides the ones after it:
+
+    1. infrastructure (the host's own failure: images, engine, the whole
+       run's time limit, bringing a run home) -> error: nothing can be
+       trusted of a run the harness could not run or keep.
+    2. memory_hit (the grading container used up its memory) and no grade
+       recorded, or an error -> failed, rule "memory limit": only the
+       agent's processes, or its patch's code in a check, can fill a run's
+       memory, and whatever the OOM killer then ended (the daemon, the
+       evaluator) must not let an agent trade a failure for an error, which
+       the score leaves out.
+    3. recorded (result.json) -> its status: the container graded with these
+       same rules; an error there is "grading did not run".
+    4. grading_raised (the grading code raised) -> error.
+    5. grading_time_limit (grading ran past it, seconds) -> failed when the
+       patch was applied (what ran was the agent's code: checks that do not
+       finish are the patch's failure), else error.
+    6. no checks at all (no result.json) -> error, `no_result` saying why.
+    7. the checks: none ran and nothing failed -> error (not graded); every
+       check that ran passed -> passed; else failed (a check failed, or the
+       patch did not apply).
+    """
+    if infrastructure is not None:
+        return Verdict("error", INFRASTRUCTURE, infrastructure)
+    memory = [line for line in memory_hit if line.startswith("memory")]
+    if memory and checks is None and (recorded is None or recorded.status == "error"):
+        return Verdict(
+            "failed",
+            MEMORY_LIMIT,
+            f"Memory limit: the run's processes used up its memory and grading could not finish ({'; '.join(memory)})",
+        )
+    if recorded is not None:
+        if recorded.status == "error":
+            return Verdict("error", RECORDED, f"grading did not run: {recorded.patch_result.error_msg}")
+        return Verdict(recorded.status, RECORDED, recorded.patch_result.error_msg)
+    if grading_raised is not None:
+        return Verdict("error", GRADING_RAISED, grading_raised)
+    if grading_time_limit is not None:
+        if patch_applied:
+            return Verdict(
+                "failed",
+                GRADING_TIME_LIMIT,
+                f"Grading time limit: the checks of the patched tree did not finish within {grading_time_limit:.0f} s",
+            )
+        return Verdict(
+            "error", GRADING_TIME_LIMIT, f"grading did not finish within its time limit of {grading_time_limit:.0f} s"
+        )
+    if checks is None:
+        return Verdict("error", NO_RESULT, no_result or "the run recorded no result")
+    if checks.is_fully_successful():
+        return Verdict("passed", CHECKS)
+    if checks.checks_ran() or checks.error_msg is not None:
+        return Verdict("failed", CHECKS, checks.error_msg)
+    return Verdict("error", CHECKS, "no check ran")

@@ -1,0 +1,212 @@
+"""What a run is before it runs: its configuration, and the containers, environment, labels, volumes and
+network it gets (the specs `ssebench.live` starts).
+
+Each run has a network of its own (internal unless egress is open), so no
+run can reach another's container. Nothing of the host is bind-mounted but
+the reference patch for the reference agent: results come out by copy when
+the run is over (`ssebench.archive`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ssebench.agent import Agent
+from ssebench.backend import ContainerSpec, Mount, Volume
+from ssebench.defaults import AGENT_TIMEOUT, GRADING_TIMEOUT
+from ssebench.limits import Limits
+from ssebench.reaper import Session
+from ssebench.runtime.layout import MCP_PORT, RUNTIME_HOME, SIDECAR_SOCKETS
+from ssebench.runtime.settings import ENV as RUNTIME_ENV
+from ssebench.settings import Settings
+from ssebench.task import Task, task_file
+
+RESULTS_IN_CONTAINER = "/var/lib/ssebench/results"
+ARCHIVE_IN_CONTAINER = "/tmp/sse-archive"
+REFERENCE_IN_CONTAINER = "/reference/patch.diff"
+# Sidecar mode: the agent socket in a volume both containers mount; the admin socket stays in the task
+# container, which grades.
+SIDECAR_AGENT_SOCKET = f"{SIDECAR_SOCKETS}/sse.sock"
+# What the host keeps of a run's files: the root-written results, and the agent's archive.
+RESULTS_FILE_CAP, RESULTS_CAP = 256 << 20, 1 << 30
+ARCHIVE_FILE_CAP, ARCHIVE_CAP = 64 << 20, 256 << 20
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    task: Task
+    agent: Agent
+    model: str = "none"
+    difficulty: int = 2
+    mode: str = "sandbox"
+    timeout: float = AGENT_TIMEOUT
+    grading_timeout: float = GRADING_TIMEOUT
+    egress: str = "restricted"
+    keep_container: bool = False
+    limits: Limits = field(default_factory=Limits)
+    # Which of the repeated trials of the same task x agent x model x difficulty x mode this is (from 1).
+    trial: int = 1
+
+    @property
+    def reference_run(self) -> bool:
+        return self.agent.gets_reference_patch
+
+    @property
+    def internal_network(self) -> bool:
+        """Whether the run's network is internal: no route out (egress restricted, the default)."""
+        return self.egress == "restricted"
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "agent": self.agent.name,
+            "agent_version": self.agent.config.version,
+            "model": self.model,
+            "difficulty": self.difficulty,
+            "mode": self.mode,
+            "trial": self.trial,
+            "timeout": self.timeout,
+            "grading_timeout": self.grading_timeout,
+            "egress": self.egress,
+            "reference_run": self.reference_run,
+            "limits": self.limits.describe(),
+        }
+
+
+def limits_for(settings: Settings, task: Task, overrides: dict[str, str] | None = None) -> Limits:
+    """A run's limits: the settings' defaults, then the task's config.yaml, then the run's own option."""
+    limits = settings.default_limits()
+    if task.config.limits is not None:
+        limits = limits.merged(task.config.limits.overrides(), f"{task.config_path}: limits")
+    if overrides:
+        limits = limits.merged(overrides, "--run-limits")
+    return limits
+
+
+def network_name(session: Session, run_id: str) -> str:
+    return f"ssebench-{session.id}-{run_id}"
+
+
+def container_spec(
+    config: RunConfig,
+    image: str,
+    session: Session,
+    run_id: str,
+    network: str | None,
+    model_env: dict[str, str] | None = None,
+    command: list[str] | None = None,
+    *,
+    runtime: str,
+) -> ContainerSpec:
+    """The container the agent of a run runs in, with the `runtime` volume read-only at /opt/ssebench.
+
+    Only the reference agent ever gets the reference patch.
+    """
+    task = config.task
+    mounts = []
+    if config.reference_run and task.config.files.patch:
+        mounts.append(
+            Mount(task_file(task.path, task.config.files.patch).resolve(), REFERENCE_IN_CONTAINER, read_only=True)
+        )
+    env = run_env(config)
+    if config.model != "none":
+        env["SSE_MODEL_NAME"] = config.model
+        env.update(model_env or {})
+    return ContainerSpec(
+        image=image,
+        env=env,
+        mounts=mounts,
+        labels=run_labels(config, session, run_id),
+        network=network,
+        command=command,
+        limits=config.limits,
+        dns_options=RESTRICTED_DNS_OPTIONS if config.internal_network else (),
+        volumes=[Volume(runtime, RUNTIME_HOME, read_only=True)],
+    )
+
+
+# On an internal network the engine's resolver answers for the network's own names and never for any other:
+# each lookup of one would wait out the resolver's timeouts (20 s for getent, 75 s for one of c-ares's tests)
+# where a machine without a network fails it at once. One try of one second instead, in the words of glibc,
+# musl and Go (timeout, attempts) and of older c-ares (retrans in ms, retry); each ignores the others'.
+RESTRICTED_DNS_OPTIONS = ("timeout:1", "attempts:1", "retrans:1000", "retry:1")
+
+
+def run_env(config: RunConfig) -> dict[str, str]:
+    """The runtime settings of a run's containers (ssebench.runtime.settings)."""
+    return {
+        "TIMEOUT": str(int(config.timeout)),
+        "SSE_DIFFICULTY": str(config.difficulty),
+        "SSE_GRADING_TIMEOUT": str(int(config.grading_timeout)),
+        "SSE_FILE_SIZE_LIMIT": str(config.limits.file_size),
+        "SSE_ARCHIVE_FILE_CAP": str(ARCHIVE_FILE_CAP),
+        "SSE_ARCHIVE_CAP": str(ARCHIVE_CAP),
+    }
+
+
+def run_labels(config: RunConfig, session: Session, run_id: str) -> dict[str, str]:
+    return {
+        **session.labels(),
+        "ssebench.run": run_id,
+        "ssebench.task": config.task.id,
+        "ssebench.agent": config.agent.name,
+        "ssebench.model": config.model,
+        "ssebench.difficulty": str(config.difficulty),
+        "ssebench.mode": config.mode,
+        "ssebench.trial": str(config.trial),
+    }
+
+
+def tree_volume(config: RunConfig, prefix: str) -> Volume:
+    """The agent's tree: a volume of the run's own at the task's source path, which the container that holds
+    the task fills from its image (the case's tree) and its entrypoint prepares (ssebench.runtime.tree)."""
+    return Volume(f"{prefix}-src", config.task.config.source, fill=True)
+
+
+def sidecar_specs(
+    config: RunConfig, agent: ContainerSpec, task_image: str, run_id: str, session: Session
+) -> tuple[ContainerSpec, ContainerSpec, list[str]]:
+    """Sidecar mode: (task container, agent container, volume names) from the agent's container spec.
+
+    The task container (the tool image) does everything that grades, as
+    sandbox mode's one container does but for running the agent: the daemon,
+    the MCP server, the evaluator, the tree, the hidden files and the
+    results. The agent container (no task in its image) runs the agent
+    alone. They share three volumes of the run: the source tree
+    (`tree_volume`, prepared by the task container), the agent socket's
+    directory and the agent's archive; never the results or the admin
+    socket. The agent reaches the daemon through the socket volume and the
+    MCP server at the task container's name on the run's network; the
+    daemon's HTTP port there serves it, as any peer, the public view only.
+    """
+    prefix = network_name(session, run_id)
+    shared = {"sockets": SIDECAR_SOCKETS, "archive": ARCHIVE_IN_CONTAINER}
+    tree = tree_volume(config, prefix)
+    # Only the tree comes from an image (the task's); nothing of either image enters the other volumes.
+    filled = [tree, *(Volume(f"{prefix}-{key}", path) for key, path in shared.items())]
+    volumes = [replace(v, fill=False) for v in filled]
+    # Its name is a host name on the run's network: one DNS label (63 characters at most), unique on the engine.
+    task_name = "ssebench-task-" + hashlib.sha256(prefix.encode()).hexdigest()[:16]
+    sockets = {"SSE_DAEMON_SOCKET": SIDECAR_AGENT_SOCKET, "SSE_MCP_URL": f"http://{task_name}:{MCP_PORT}/mcp"}
+    # The task container gets the runtime's settings and nothing else of the agent's environment (no model
+    # access: its bash tool is the agent's, but the key is the agent container's alone).
+    settings = {k: v for k, v in agent.env.items() if k in RUNTIME_ENV.values()}
+    # The task container (a tool image) keeps the runtime volume; the agent's image holds a runtime of its own.
+    task = replace(
+        agent,
+        image=task_image,
+        name=task_name,
+        mounts=[],
+        command=None,
+        volumes=[*agent.volumes, *filled],
+        env={**settings, **sockets, "SSE_ROLE": "task", "SSE_MCP_BIND": "0.0.0.0"},
+        labels={**agent.labels, "ssebench.role": "task"},
+    )
+    agent = replace(
+        agent,
+        volumes=volumes,
+        env={**agent.env, **sockets, "SSE_ROLE": "agent", "SSE_SOURCE": config.task.config.source},
+        labels={**agent.labels, "ssebench.role": "agent"},
+    )
+    return task, agent, [v.name for v in volumes]
