@@ -199,7 +199,7 @@ class Sweep:
         if self._backend is None:
             chosen = self.config.hook.pytest_ssebench_backend(config=self.config)
             if chosen is None:
-                from ssebench.backend import DockerBackend
+                from ssebench.engine import DockerBackend
 
                 chosen = DockerBackend()
             self._backend = chosen

@@ -217,7 +217,7 @@ def run_on_node(
     config: RunConfig, settings: Settings, session_id: str, models: NodeModels | None, version: str = __version__
 ) -> NodeOutcome:
     """One run on this node's engine, into a scratch directory sent home whole (a Ray task's body)."""
-    from ssebench.backend import DockerBackend
+    from ssebench.engine import DockerBackend
     from ssebench.reaper import reap_orphans
 
     # This worker is the runs' controller here: when it dies, this node's reaper removes what it left.

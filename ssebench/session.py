@@ -210,7 +210,7 @@ class RunSession:
     def backend(self) -> Backend:
         with self._backend_lock:  # dataset verify runs from several threads
             if self._backend is None:
-                from ssebench.backend import DockerBackend
+                from ssebench.engine import DockerBackend
 
                 backend = DockerBackend()
                 self._backend = lambda: backend

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from ssebench.backend import Backend, ContainerSpec, DockerBackend, Mount, RunTimeoutError, Volume
-from ssebench.engine import client, list_containers, list_volumes, remove_container
+from ssebench.backend import Backend, ContainerSpec, Mount, RunTimeoutError, Volume
+from ssebench.engine import DockerBackend, cleanup, client
 from ssebench.errors import SSEBenchError
 from ssebench.limits import Limits
 from ssebench.run import RESTRICTED_DNS_OPTIONS
@@ -31,8 +31,8 @@ def backend(request: pytest.FixtureRequest) -> Backend:
 def labels() -> Iterator[dict[str, str]]:
     session = {"ssebench.session": f"conformance-{uuid.uuid4().hex[:8]}"}
     yield session
-    for c in list_containers({"label": f"ssebench.session={session['ssebench.session']}"}):
-        remove_container(c["Id"])
+    for c in cleanup().containers({"label": f"ssebench.session={session['ssebench.session']}"}):
+        cleanup().remove_container(c["Id"])
     for n in client().networks.list(filters={"label": f"ssebench.session={session['ssebench.session']}"}):
         n.remove()
 
@@ -60,7 +60,7 @@ def test_runs_with_env_mounts_and_labels(backend: Backend, labels: dict[str, str
     finally:
         handle.remove()
     handle.remove()  # removing twice is a no-op
-    assert not list_containers({"id": handle.id})
+    assert not cleanup().containers({"id": handle.id})
 
 
 def test_a_command_runs_as_root_in_a_running_container_with_its_status_output_and_time_limit(
@@ -111,7 +111,7 @@ def test_failed_start_raises_and_leaves_nothing(backend: Backend, labels: dict[s
     network = "ssebench-no-such-network" if broken == "network" else None
     with pytest.raises(SSEBenchError):
         backend.start(ContainerSpec(image=image, labels=labels, network=network, command=["true"]))
-    assert list_containers({"label": f"ssebench.session={labels['ssebench.session']}"}) == []
+    assert cleanup().containers({"label": f"ssebench.session={labels['ssebench.session']}"}) == []
 
 
 PROBE = "timeout 5 bash -c 'exec 3<>/dev/tcp/deb.debian.org/80' && echo reached || echo unreachable"
@@ -266,7 +266,7 @@ def test_volumes_poll_and_stop(backend: Backend, labels: dict[str, str]) -> None
         for name in (filled, plain):
             backend.remove_volume(name)
             backend.remove_volume(name)  # removing twice is a no-op
-    assert not list_volumes({"name": tag})
+    assert not cleanup().volumes({"name": tag})
 
 
 def _runtime_image(labels: dict[str, str], script: str) -> tuple[str, str]:
@@ -287,7 +287,7 @@ def test_the_runtime_volume_is_made_once_from_its_image_and_mounted_read_only(
     after; a run mounts it read-only (never filled from its own image) and cannot write to it, root or not.
     A volume of that name that is not known complete (left empty by the engine, or by a fill that was
     killed) is made again."""
-    from ssebench.engine import remove_volume
+    from ssebench.engine import cleanup
 
     settings = settings.model_copy(update={"cache_dir": tmp_path / "cache"})
     runtime, digest = _runtime_image(
@@ -317,9 +317,9 @@ def test_the_runtime_volume_is_made_once_from_its_image_and_mounted_read_only(
 
     try:
         assert backend.runtime_volume(settings, runtime) == name
-        [volume] = [v for v in list_volumes({"name": name}) if v["Name"] == name]
+        [volume] = [v for v in cleanup().volumes({"name": name}) if v["Name"] == name]
         assert backend.runtime_volume(settings, runtime) == name  # found, not made again
-        assert [v for v in list_volumes({"name": name}) if v["Name"] == name] == [volume]
+        assert [v for v in cleanup().volumes({"name": name}) if v["Name"] == name] == [volume]
         for user in ("root", "1000"):
             out = probed(user)
             assert "rt\nroot 644\n" in out and "Read-only file system" in out, out
@@ -328,20 +328,20 @@ def test_the_runtime_volume_is_made_once_from_its_image_and_mounted_read_only(
         # Another machine's cache (no record of the fill): the marker in the volume tells it is complete.
         other = settings.model_copy(update={"cache_dir": tmp_path / "other"})
         assert backend.runtime_volume(other, runtime) == name
-        assert [v for v in list_volumes({"name": name}) if v["Name"] == name] == [volume]
+        assert [v for v in cleanup().volumes({"name": name}) if v["Name"] == name] == [volume]
 
         # Removed under a run: the engine makes an empty volume of that name, with no fill label.
-        remove_volume(name)
+        cleanup().remove_volume(name)
         client().volumes.create(name)
         assert backend.runtime_volume(settings, runtime) == name
         assert "rt\n" in probed("1000")
         # A fill that was killed: labelled, but no marker, and no record of its fill on this machine.
-        remove_volume(name)
+        cleanup().remove_volume(name)
         client().volumes.create(name, labels={"ssebench.fill": "killed"})
         assert backend.runtime_volume(other, runtime) == name
         assert "rt\n" in probed("1000")
     finally:
-        remove_volume(name)
+        cleanup().remove_volume(name)
         client().images.remove(runtime, force=True)
     with pytest.raises(SSEBenchError, match="no runtime image"):
         backend.runtime_volume(settings, "ssebench-conformance/runtime:missing")
@@ -364,7 +364,7 @@ def test_a_runtime_that_is_not_roots_alone_makes_no_volume(
         try:
             with pytest.raises(SSEBenchError, match=f"not root's alone: .*{bad}"):
                 backend.runtime_volume(settings, runtime)
-            assert not list_volumes({"name": f"ssebench-runtime-{digest[:32]}"})
+            assert not cleanup().volumes({"name": f"ssebench-runtime-{digest[:32]}"})
         finally:
             client().images.remove(runtime, force=True)
 

@@ -379,7 +379,9 @@ def test_the_digest_of_an_assembled_layer_follows_the_code_that_assembles_it(
     assert image.assembled_how("case", task.dockerfile, task.path) != before
     monkeypatch.undo()
     image._assembler_code.cache_clear()
-    monkeypatch.setattr(image.inspect, "getsource", lambda f: "changed " + f.__name__)
+    changed = tmp_path / "_assembled.py"  # the assembling strategy's code, one line added
+    changed.write_text(image.ASSEMBLER_SOURCES[1].read_text() + "\n# changed\n")
+    monkeypatch.setattr(image, "ASSEMBLER_SOURCES", (image.ASSEMBLER_SOURCES[0], changed))
     assert image.assembled_how("case", task.dockerfile, task.path) != before
     monkeypatch.undo()
     image._assembler_code.cache_clear()
