@@ -436,7 +436,8 @@ def resources(config: RunConfig) -> tuple[float, int]:
 
 
 class RayDispatch:
-    """Runs as Ray tasks: `submit` ahead, `ready` as they finish, `run` for one's record (at home)."""
+    """The executor (`ssebench.executor.Executor`) over a Ray cluster: runs as Ray tasks, `submit` ahead,
+    `ready` as they finish, `run` for one's record (at home). A node builds what its run lacks."""
 
     def __init__(
         self,
@@ -547,8 +548,12 @@ class RayDispatch:
         with contextlib.suppress(Exception):
             self._ray.cancel(ref, force=True)
 
-    def run(self, config: RunConfig) -> RunRecord:
-        """`config`'s record, once its run (submitted now unless it was ahead) is done and home."""
+    def is_pending(self, config: RunConfig) -> bool:
+        return id(config) in self.pending
+
+    def run(self, config: RunConfig, *, build: bool = True) -> RunRecord:
+        """`config`'s record, once its run (submitted now unless it was ahead) is done and home. Its node
+        builds what it lacks whatever `build` says: only the node knows what its engine holds."""
         entry = self.pending.pop(id(config), None)
         if (reason := self.misfits.pop(id(config), None)) is not None:
             return lost_run(config, self.results, self.session, reason)
