@@ -9,16 +9,14 @@ from typing import Protocol, TextIO
 from ssebench.errors import SSEBenchError
 from ssebench.image import Layer
 from ssebench.settings import Settings
+from ssebench.simplelayer import LeftToDocker
+
+__all__ = ["Job", "LayerFailed", "LayerStrategy", "LeftToDocker"]
 
 
 class LayerFailed(SSEBenchError):
     """Making one layer failed for a reason its log shows (a build step, the tool layer's code, the engine's
     answer); `ssebench.layers.build_layer` turns it into an ImageBuildError with the log's tail."""
-
-
-class LeftToDocker(SSEBenchError):
-    """A layer meant to be assembled meets something only Docker's build makes as Docker makes it: a parent
-    with ONBUILD steps, a copy onto what COPY treats otherwise, an engine that will not load the archive."""
 
 
 @dataclass(frozen=True)
