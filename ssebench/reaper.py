@@ -69,7 +69,7 @@ def _remove(session: str | None, only_orphans: bool) -> int:
     for network in engine.networks(filters):
         if only_orphans and not _orphaned(network.get("Labels") or {}):
             continue
-        removed += engine.remove_network(network["Name"])
+        removed += engine.remove_network(network["Id"])  # by id: names of networks need not be unique
     for volume in engine.volumes(filters):  # last: a volume goes once no container uses it
         if only_orphans and not _orphaned(volume.get("Labels") or {}):
             continue

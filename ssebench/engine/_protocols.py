@@ -141,7 +141,8 @@ class Cleanup(Protocol):
         """Remove a container by force with its anonymous volumes; False when it was already gone."""
 
     def remove_network(self, name: str) -> bool:
-        """Disconnect what is on a network and remove it; False when it was already gone."""
+        """Disconnect what is on a network (given by name or id) and remove it; False when it was already
+        gone."""
 
     def remove_volume(self, name: str) -> bool:
         """Remove a volume; False when it was already gone or a container still uses it (it goes with the

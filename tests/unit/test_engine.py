@@ -316,3 +316,59 @@ def test_importing_the_engine_loads_none_of_its_libraries() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+class FakeCleanup:
+    """The engine's clean-up seam over lists of what exists; a removal is False for what is already gone."""
+
+    def __init__(self, **listed: list[dict[str, Any]]) -> None:
+        self.listed = listed
+        self.removed: list[str] = []
+        self.gone: set[str] = set()
+
+    def containers(self, filters: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        return self.listed.get("containers", [])
+
+    def networks(self, filters: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        return self.listed.get("networks", [])
+
+    def volumes(self, filters: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        return self.listed.get("volumes", [])
+
+    def _remove(self, what: str) -> bool:
+        self.removed.append(what)
+        return what not in self.gone
+
+    def remove_container(self, container: str) -> bool:
+        return self._remove(container)
+
+    def remove_network(self, name: str) -> bool:
+        return self._remove(name)
+
+    def remove_volume(self, name: str) -> bool:
+        return self._remove(name)
+
+
+def test_the_reaper_removes_only_what_dead_sessions_left_and_counts_what_it_removed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import os
+    import socket
+
+    from ssebench import reaper
+
+    here, dead = socket.gethostname(), "999999999"
+    alive = {reaper.HOST: here, reaper.CONTROLLER: str(os.getpid()), reaper.OWNER: str(os.getpid())}
+    orphan = {**alive, reaper.CONTROLLER: dead}
+    elsewhere = {**orphan, reaper.HOST: "another-machine"}
+    fake = FakeCleanup(
+        containers=[{"Id": "c-live", "Labels": alive}, {"Id": "c-dead", "Labels": orphan}],
+        networks=[{"Id": "n-dead", "Name": "net", "Labels": orphan}, {"Id": "n-far", "Labels": elsewhere}],
+        volumes=[{"Name": "v-dead", "Labels": orphan}, {"Name": "v-gone", "Labels": orphan}],
+    )
+    fake.gone.add("v-gone")  # removed meanwhile by its own run: not counted
+    monkeypatch.setattr(reaper, "cleanup", lambda: fake)
+    assert reaper.reap_orphans() == 3
+    assert fake.removed == ["c-dead", "n-dead", "v-dead", "v-gone"]  # volumes last, networks by id
+    fake.removed.clear()
+    assert reaper.reap_session("any") == 5  # a session's own: all of it, live or not, here or not
