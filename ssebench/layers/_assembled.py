@@ -12,7 +12,7 @@ from dataclasses import replace
 from pathlib import PurePosixPath
 
 from ssebench import simplelayer
-from ssebench.engine import EngineError, EngineRefusedError, containers, images, split_ref
+from ssebench.engine import DockerUnavailableError, EngineError, EngineRefusedError, containers, images, split_ref
 from ssebench.image import LABEL_HASH, file_name
 from ssebench.layers._dockerfile import DockerfileBuild
 from ssebench.layers._strategy import Job, LeftToDocker
@@ -69,6 +69,8 @@ class Assembled:
                 raise LeftToDocker(f"the engine did not load the assembled image: {exc}") from exc
         except OSError as exc:
             raise job.fail(f"reading the files to copy: {exc}") from exc
+        except DockerUnavailableError:
+            raise
         except EngineError as exc:
             raise job.fail(str(exc)) from exc
 

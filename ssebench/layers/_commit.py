@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ssebench.engine import containers, images
+from ssebench.engine import DockerUnavailableError, containers, images
 from ssebench.errors import BuildCancelled, SSEBenchError
 from ssebench.image import TOOL_COMMIT_CHANGES, TOOL_LAYER_COMMAND
 from ssebench.layers._strategy import Job, LayerFailed
@@ -48,7 +48,7 @@ class ToolCommit:
         except BuildCancelled:
             out.write("ERROR: cancelled\n")
             raise
-        except LayerFailed:
+        except (LayerFailed, DockerUnavailableError):
             raise
         except SSEBenchError as exc:  # the engine's answer, or the code's time limit
             raise job.fail(str(exc)) from exc

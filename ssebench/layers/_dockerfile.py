@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ssebench.engine import EngineError, images
+from ssebench.engine import DockerUnavailableError, EngineError, images
 from ssebench.errors import BuildCancelled
 from ssebench.image import Layer, file_name
 from ssebench.layers._strategy import Job, LayerFailed
@@ -51,6 +51,8 @@ class DockerfileBuild:
                 elif "status" in chunk:
                     out.write(f"{chunk['status']}\n")
                 out.flush()
+        except DockerUnavailableError:
+            raise  # no engine: nothing to build on, for this layer or any other
         except EngineError as exc:
             raise job.fail(str(exc)) from exc
         finally:

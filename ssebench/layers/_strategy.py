@@ -42,6 +42,9 @@ class LayerStrategy(Protocol):
     def make(self, job: Job) -> None:
         """Make the layer's image, writing what happens to `job.out`.
 
-        Raises LayerFailed when it cannot be made, LeftToDocker when Docker's
-        build must make it instead, BuildCancelled when `job.cancel` was set.
+        Raises LayerFailed when it cannot be made (a step failed, or the engine
+        refused or timed out), LeftToDocker when Docker's build must make it
+        instead, BuildCancelled when `job.cancel` was set, and
+        DockerUnavailableError when no engine answers: that is no failure of
+        the layer, and stops every build.
         """
