@@ -16,7 +16,7 @@ import pytest
 
 from ssebench.agent import load_agent
 from ssebench.build import build_images
-from ssebench.engine import cleanup, client, images
+from ssebench.engine import client, images
 from ssebench.image import image_names, log_path
 from ssebench.settings import Settings
 from ssebench.simplelayer import AGENT
