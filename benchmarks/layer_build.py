@@ -34,7 +34,8 @@ def layer_build(settings: Any, task: Any, kind: str, agent: str = "dummy") -> di
     """Seconds to make one layer of a task (`case` or `agent`), no cache: the harness's way and Docker's build."""
     from ssebench.agent import load_agent
     from ssebench.bootstrap import ensure_os_image
-    from ssebench.image import build_layer, head_image, plan
+    from ssebench.image import plan
+    from ssebench.layers import build_layer, head_image
 
     scratch = SCRATCH.format(kind=kind)
     planned = next(

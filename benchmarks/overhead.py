@@ -215,7 +215,7 @@ def pytest_run(task_dir: Path, results: Path, mode: str = "sandbox") -> tuple[fl
 
 def latency(image: str, runtime: str, calls: int) -> dict[str, dict[str, float]]:
     from ssebench.engine import client
-    from ssebench.image import runtime_binds
+    from ssebench.runtimevolume import runtime_binds
 
     container = client().containers.run(
         image,
@@ -287,7 +287,8 @@ def main() -> int:
     from ssebench.agent import load_agent
     from ssebench.build import build_images
     from ssebench.dataset import load_dataset
-    from ssebench.image import ensure_runtime_volume, image_names
+    from ssebench.image import image_names
+    from ssebench.runtimevolume import ensure_runtime_volume
     from ssebench.settings import get_settings
 
     settings = get_settings()

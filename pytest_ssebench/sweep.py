@@ -121,17 +121,16 @@ class Sweep:
         for item in others:  # anything else collected beside the runs runs first, here, in order
             item.config.hook.pytest_runtest_protocol(item=item, nextitem=None)
             self._check_stop(session)
-        dispatch = self.lifecycle.dispatch
-        assert dispatch is not None
+        executor = self.lifecycle.executor
         by_config = {id(item.run): item for item in items}
         for item in items:
             if not (self.options.resume and finished_run(item.run, self.options.results)):
-                dispatch.submit(item.run)
+                executor.submit(item.run)
         waiting = dict(by_config)
         while waiting:
-            done = [id(config) for config in dispatch.ready(timeout=1.0)]
+            done = [id(config) for config in executor.ready(timeout=1.0)]
             # Runs never submitted (resumed, or fitting no node) are reported without waiting.
-            done += [key for key in waiting if key not in dispatch.pending]
+            done += [key for key, item in waiting.items() if not executor.is_pending(item.run)]
             for key in dict.fromkeys(done):
                 if key in waiting:
                     item = waiting.pop(key)
@@ -199,7 +198,7 @@ class Sweep:
         if self._backend is None:
             chosen = self.config.hook.pytest_ssebench_backend(config=self.config)
             if chosen is None:
-                from ssebench.backend import DockerBackend
+                from ssebench.engine import DockerBackend
 
                 chosen = DockerBackend()
             self._backend = chosen

@@ -15,14 +15,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ssebench.agent import Agent, AgentConfig, load_agent
     from ssebench.dataset import Dataset, DatasetConfig, find_datasets, load_dataset, load_tasks
-    from ssebench.errors import (
-        BootstrapError,
-        ConfigError,
-        ConfigErrors,
-        DockerUnavailableError,
-        ImageBuildError,
-        SSEBenchError,
-    )
+    from ssebench.engine import DockerUnavailableError
+    from ssebench.errors import BootstrapError, ConfigError, ConfigErrors, ImageBuildError, SSEBenchError
     from ssebench.settings import Settings, get_settings
     from ssebench.task import Task, TaskConfig, load_task
 
@@ -40,7 +34,7 @@ _HOMES = {
     "BootstrapError": "errors",
     "ConfigError": "errors",
     "ConfigErrors": "errors",
-    "DockerUnavailableError": "errors",
+    "DockerUnavailableError": "engine",
     "ImageBuildError": "errors",
     "SSEBenchError": "errors",
     "Settings": "settings",

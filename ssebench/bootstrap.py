@@ -16,7 +16,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from ssebench.engine import client, docker_errors, image_id, pull_image
+from ssebench.engine import images
 from ssebench.errors import BootstrapError
 from ssebench.logs import file_tail
 from ssebench.registry import fetch
@@ -87,17 +87,10 @@ def bootstrap(settings: Settings) -> str:
                 if entry.is_file():
                     entry.unlink()
         subprocess.run(["tar", "--numeric-owner", "-C", str(root), "-cf", str(tarball), "."], check=True)
-        repository, _, tag = settings.os_image.rpartition(":")
-        with docker_errors(f"importing {settings.os_image}"):
-            client().api.import_image_from_file(
-                str(tarball),
-                repository=repository,
-                tag=tag,
-                changes=['CMD ["bash"]', "ENV LANG=C.UTF-8"],
-            )
+        images().import_tarball(tarball, settings.os_image, ['CMD ["bash"]', "ENV LANG=C.UTF-8"])
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    made = image_id(settings.os_image)
+    made = images().id(settings.os_image)
     if made is None:
         raise BootstrapError(f"docker import did not produce {settings.os_image}; see {log}")
     _log(f"bootstrapped {settings.os_image} ({made[:19]})")
@@ -113,16 +106,16 @@ def _work_dir(settings: Settings) -> Path:
 def ensure_os_image(settings: Settings, *, force: bool = False) -> str:
     """The OS image's id: present, else pulled (from --registry, then from its own registry), else
     bootstrapped. (`build_images` pushes it to --registry with the rest.)"""
-    if not force and (present := image_id(settings.os_image)):
+    if not force and (present := images().id(settings.os_image)):
         return present
     settings.cache_dir.mkdir(parents=True, exist_ok=True)
     with FileLock(str(settings.cache_dir / "os-image.lock")):
-        if not force and (present := image_id(settings.os_image)):
+        if not force and (present := images().id(settings.os_image)):
             return present
         # With a registry, the image the cluster's builds used comes first: a newer one from Debian's
         # registry would change every digest above it.
         if not force and (fetched := fetch(settings, settings.os_image)):
             return fetched
-        if not force and (pulled := pull_image(settings.os_image)):
+        if not force and (pulled := images().pull(settings.os_image)):
             return pulled
         return bootstrap(settings)

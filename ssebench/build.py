@@ -1,4 +1,5 @@
-"""Building the images a set of tasks needs: the OS image, then each task's plan."""
+"""Building the images a set of tasks needs: the OS image, then each task's plan, each layer reused, pulled
+or made (`ssebench.layers`) under a per-image lock."""
 
 from __future__ import annotations
 
@@ -7,17 +8,21 @@ import queue
 import shutil
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
+from filelock import FileLock
+
 from ssebench.agent import Agent
 from ssebench.bootstrap import ensure_os_image
-from ssebench.engine import client, docker_errors
+from ssebench.engine import containers, images
 from ssebench.errors import ImageBuildError, SSEBenchError
-from ssebench.image import RUNTIME_SOURCES, BuildReport, Layer, ensure_layers, plan
-from ssebench.registry import publish
+from ssebench.image import LABEL_HASH, RUNTIME_SOURCES, Layer, lock_path, log_path, plan
+from ssebench.layers import build_layer
+from ssebench.registry import fetch, publish
 from ssebench.settings import Settings
 from ssebench.task import Task
 from ssebench.wheelhouse import ensure_wheelhouse
@@ -33,8 +38,7 @@ def _stderr(message: str) -> None:
 def probe_python(image: str) -> tuple[str, str]:
     """(major.minor, machine) of the python3 in `image`."""
     code = "import platform,sys; print('%d.%d' % sys.version_info[:2], platform.machine())"
-    with docker_errors(f"asking {image} for its Python"):
-        out = client().containers.run(image, ["python3", "-c", code], remove=True, network_disabled=True)
+    out = containers().run(image, ["python3", "-c", code])
     python, machine = out.decode().split()
     return python, machine
 
@@ -60,6 +64,96 @@ def _link_or_copy(src: str, dst: str) -> None:
         Path(dst).hardlink_to(src)
     except OSError:
         shutil.copy2(src, dst)
+
+
+@dataclass
+class BuildReport:
+    """What `ensure` did with each layer."""
+
+    built: list[str] = field(default_factory=list)
+    reused: list[str] = field(default_factory=list)
+    # From the registry (--registry) instead of built here, and pushed to it.
+    pulled: list[str] = field(default_factory=list)
+    pushed: list[str] = field(default_factory=list)
+
+
+def ensure_layers(
+    settings: Settings,
+    layers: Iterable[Layer],
+    *,
+    force: bool = False,
+    report: BuildReport | None = None,
+    say: Callable[[str], None] = lambda m: print(m, file=sys.stderr, flush=True),
+    cancel: threading.Event | None = None,
+    push: bool = False,
+) -> BuildReport:
+    """Reuse each layer whose image carries its digest; pull or build the others, parents first.
+
+    With a registry (the `image_registry` setting), a layer this engine lacks
+    is pulled from it when it holds the plan's digest, and what is built here
+    is pushed to it; `push` pushes the reused layers too.
+
+    A per-image file lock makes concurrent builders (threads of one call,
+    xdist workers, several pytest processes) wait for each other instead of
+    building twice. A shared `report` carries what was already built across
+    calls and threads, so a `force` rebuilds each image once.
+    """
+    report = report if report is not None else BuildReport()
+    for layer in layers:
+        if (
+            layer.image in report.built
+            or (layer.image in report.reused and not force)
+            or (layer.image in report.pulled)
+        ):
+            if push:
+                _push_once(settings, layer, report)
+            continue
+        if not force and is_current(layer):
+            report.reused.append(layer.image)
+        else:
+            with FileLock(str(lock_path(settings, layer.image))):
+                if layer.image in report.built:
+                    pass  # another thread of this call built it while this one waited
+                elif not force and is_current(layer):
+                    report.reused.append(layer.image)
+                elif not force and fetch(settings, layer.image, _carries(layer.digest)):
+                    say(f"pulled   {layer.kind:7} {layer.image} from {settings.image_registry}")
+                    report.pulled.append(layer.image)
+                else:
+                    started = time.monotonic()
+                    say(f"building {layer.kind:7} {layer.image} (log: {log_path(settings, layer.image)})")
+                    build_layer(settings, layer, nocache=force, cancel=cancel)
+                    say(f"built    {layer.kind:7} {layer.image} in {time.monotonic() - started:.0f}s")
+                    report.built.append(layer.image)
+        for alias in layer.aliases:
+            if images().id(alias) != images().id(layer.image):
+                images().tag(layer.image, alias)
+        if push:
+            _push_once(settings, layer, report)
+        elif settings.image_registry and layer.image in report.built:
+            # A machine's own build is shared if it can be; a refused push does not fail its run.
+            try:
+                _push_once(settings, layer, report)
+            except SSEBenchError as exc:
+                say(f"ssebench: {exc}")
+    return report
+
+
+def _carries(digest: str) -> Callable[[dict[str, str]], bool]:
+    """Whether an image's labels say it is the layer of `digest` (what a pull from the registry must be)."""
+    return lambda labels: labels.get(LABEL_HASH) == digest
+
+
+def _push_once(settings: Settings, layer: Layer, report: BuildReport) -> None:
+    if settings.image_registry and layer.image not in report.pushed:
+        publish(settings, layer.image)
+        report.pushed.append(layer.image)
+
+
+def is_current(layer: Layer) -> bool:
+    """Whether the engine's image of `layer` carries its digest."""
+    labels = images().labels(layer.image)
+    return labels is not None and labels.get(LABEL_HASH) == layer.digest
 
 
 @dataclass

@@ -197,7 +197,7 @@ def run_on_node(
     config: RunConfig, settings: Settings, session_id: str, models: NodeModels | None, version: str = __version__
 ) -> NodeOutcome:
     """One run on this node's engine, into a scratch directory sent home whole (a Ray task's body)."""
-    from ssebench.backend import DockerBackend
+    from ssebench.engine import DockerBackend
     from ssebench.reaper import reap_orphans
 
     # This worker is the runs' controller here: when it dies, this node's reaper removes what it left.
@@ -424,7 +424,8 @@ def resources(config: RunConfig) -> tuple[float, int]:
 
 
 class RayDispatch:
-    """Runs as Ray tasks: `submit` ahead, `ready` as they finish, `run` for one's record (at home)."""
+    """The executor (`ssebench.executor.Executor`) over a Ray cluster: runs as Ray tasks, `submit` ahead,
+    `ready` as they finish, `run` for one's record (at home). A node builds what its run lacks."""
 
     def __init__(
         self,
@@ -535,8 +536,12 @@ class RayDispatch:
         with contextlib.suppress(Exception):
             self._ray.cancel(ref, force=True)
 
-    def run(self, config: RunConfig) -> RunRecord:
-        """`config`'s record, once its run (submitted now unless it was ahead) is done and home."""
+    def is_pending(self, config: RunConfig) -> bool:
+        return id(config) in self.pending
+
+    def run(self, config: RunConfig, *, build: bool = True) -> RunRecord:
+        """`config`'s record, once its run (submitted now unless it was ahead) is done and home. Its node
+        builds what it lacks whatever `build` says: only the node knows what its engine holds."""
         entry = self.pending.pop(id(config), None)
         if (reason := self.misfits.pop(id(config), None)) is not None:
             return lost_run(config, self.results, self.session, reason)

@@ -22,16 +22,16 @@ class Check:
 
 
 def _docker_root() -> str:
-    from ssebench.engine import client
+    from ssebench.engine import info
 
-    return str(client().info().get("DockerRootDir") or "/var/lib/docker")
+    return str(info().get("DockerRootDir") or "/var/lib/docker")
 
 
 def storage_driver_check() -> Check:
     """The engine's storage driver: any works; fuse-overlayfs makes the task's scripts slower as sse-runner."""
-    from ssebench.engine import client
+    from ssebench.engine import info
 
-    driver = str(client().info().get("Driver") or "unknown")
+    driver = str(info().get("Driver") or "unknown")
     if driver != "fuse-overlayfs":
         return Check("storage driver", True, driver)
     return Check(
@@ -47,15 +47,15 @@ def storage_driver_check() -> Check:
 
 def run_checks(settings: Settings | None = None) -> Iterator[Check]:
     from ssebench.bootstrap import DEBOOTSTRAP_HINT
-    from ssebench.engine import engine_version, image_id
+    from ssebench.engine import images, version
 
     settings = settings or get_settings()
     try:
-        version = engine_version()
+        found = version()
     except SSEBenchError as exc:
         yield Check("docker", False, str(exc))
         return
-    yield Check("docker", True, f"engine {version} reachable")
+    yield Check("docker", True, f"engine {found} reachable")
     yield storage_driver_check()
 
     try:
@@ -74,7 +74,7 @@ def run_checks(settings: Settings | None = None) -> Iterator[Check]:
         ),
     )
 
-    os_present = image_id(settings.os_image) is not None
+    os_present = images().id(settings.os_image) is not None
     yield Check(
         "os image",
         os_present,
@@ -84,7 +84,7 @@ def run_checks(settings: Settings | None = None) -> Iterator[Check]:
     )
     for language in LANGUAGES:
         ref = f"{settings.prefix}/base-{language}:{settings.base_version}"
-        present = image_id(ref) is not None
+        present = images().id(ref) is not None
         yield Check(
             f"base-{language}",
             present,

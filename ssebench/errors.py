@@ -3,7 +3,8 @@
 Every error the harness raises on purpose is an `SSEBenchError`. Leaves carry
 the context a user needs (file and field, task and layer, log path) and their
 message is one line that says what went wrong and what to do. Errors from
-Docker are translated into these at one boundary (`ssebench.engine`).
+the container engine are translated at one boundary into the leaves under
+`ssebench.engine.EngineError`.
 """
 
 from __future__ import annotations
@@ -35,10 +36,6 @@ class ConfigErrors(SSEBenchError):
     def __init__(self, errors: list[ConfigError]) -> None:
         self.errors = errors
         super().__init__("\n".join(str(e) for e in errors))
-
-
-class DockerUnavailableError(SSEBenchError):
-    """The Docker engine cannot be reached."""
 
 
 class ImageBuildError(SSEBenchError):

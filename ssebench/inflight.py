@@ -10,8 +10,6 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ssebench.errors import SSEBenchError
-
 # The entrypoint's own lines on the container's stderr, newest last:
 # "[ssebench-entrypoint 12:00:01.250] agent: python3 /agent/agent.py (timeout 3600 s, difficulty 2)".
 _SAYS = re.compile(r"^\[ssebench-entrypoint ([0-9:.]+)\] (.*)$", re.MULTILINE)
@@ -55,22 +53,17 @@ class InFlight:
 
 def runs_in_flight() -> list[InFlight]:
     """Every run container on this engine, oldest first (containers removed meanwhile are skipped)."""
-    import docker.errors
-
-    from ssebench.engine import client, docker_errors, list_containers
+    from ssebench.engine import NotFoundError, cleanup, containers
 
     found = []
-    for container in sorted(list_containers({"label": "ssebench.run"}), key=lambda c: c.get("Created", 0)):
+    for container in sorted(cleanup().containers({"label": "ssebench.run"}), key=lambda c: c.get("Created", 0)):
         labels: dict[str, str] = container.get("Labels") or {}
         if labels.get("ssebench.role") == "agent":
             continue  # sidecar mode: its task container grades, stands for the run and says its phases
         try:
-            with docker_errors("reading a run's log"):
-                log = client().api.logs(container["Id"], stdout=False, stderr=True, tail=200)
-        except SSEBenchError as exc:
-            if isinstance(exc.__cause__, docker.errors.NotFound):
-                continue  # it ended while we looked
-            raise
+            log = containers().logs(container["Id"], "stderr", tail=200)
+        except NotFoundError:
+            continue  # it ended while we looked
         found.append(
             InFlight(
                 run=labels.get("ssebench.run", "?"),
@@ -80,7 +73,7 @@ def runs_in_flight() -> list[InFlight]:
                 difficulty=labels.get("ssebench.difficulty", "?"),
                 mode=labels.get("ssebench.mode", "?"),
                 trial=labels.get("ssebench.trial", "1"),
-                phase=phase_of(bytes(log).decode("utf-8", "replace")),
+                phase=phase_of(log),
                 elapsed=max(0.0, time.time() - float(container.get("Created") or time.time())),
                 session=labels.get("ssebench.session", "?"),
                 state=str(container.get("State") or "?"),

@@ -20,7 +20,7 @@ import sys
 import uuid
 from dataclasses import dataclass
 
-from ssebench.engine import client, docker_errors, list_containers, list_volumes, remove_container, remove_volume
+from ssebench.engine import cleanup
 
 SESSION = "ssebench.session"
 HOST = "ssebench.host"
@@ -58,31 +58,22 @@ def _orphaned(labels: dict[str, str]) -> bool:
 
 
 def _remove(session: str | None, only_orphans: bool) -> int:
-    import docker.errors
-
+    engine = cleanup()
     filters = {"label": f"{SESSION}={session}" if session else SESSION}
     removed = 0
-    for container in list_containers(filters):
+    # Each removal is False when the thing went meanwhile (its run ended, or another reaper).
+    for container in engine.containers(filters):
         if only_orphans and not _orphaned(container.get("Labels") or {}):
             continue
-        # False when removed meanwhile (its run ended, or another reaper).
-        removed += remove_container(container["Id"])
-    with docker_errors("cleaning up ssebench networks"):
-        for network in client().networks.list(filters=filters):
-            if only_orphans and not _orphaned(network.attrs.get("Labels") or {}):
-                continue
-            try:
-                network.reload()
-                for attached in network.containers:
-                    network.disconnect(attached, force=True)
-                network.remove()
-                removed += 1
-            except docker.errors.NotFound:
-                pass
-    for volume in list_volumes(filters):  # last: a volume goes once no container uses it
+        removed += engine.remove_container(container["Id"])
+    for network in engine.networks(filters):
+        if only_orphans and not _orphaned(network.get("Labels") or {}):
+            continue
+        removed += engine.remove_network(network["Id"])  # by id: names of networks need not be unique
+    for volume in engine.volumes(filters):  # last: a volume goes once no container uses it
         if only_orphans and not _orphaned(volume.get("Labels") or {}):
             continue
-        removed += remove_volume(volume["Name"])
+        removed += engine.remove_volume(volume["Name"])
     return removed
 
 

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ssebench.engine import image_labels, pull_image, push_image, tag_image
+from ssebench.engine import images
 from ssebench.errors import SSEBenchError
 
 if TYPE_CHECKING:
@@ -43,12 +43,12 @@ def fetch(settings: Settings, image: str, accept: Callable[[dict[str, str]], boo
     if not settings.image_registry:
         return None
     remote = remote_name(settings, image)
-    pulled = pull_image(remote)
+    pulled = images().pull(remote)
     if pulled is None:
         return None
-    if accept is not None and not accept(image_labels(pulled) or {}):
+    if accept is not None and not accept(images().labels(pulled) or {}):
         return None
-    tag_image(pulled, image)  # the image checked, by its id: not whatever the name means by now
+    images().tag(pulled, image)  # the image checked, by its id: not whatever the name means by now
     return pulled
 
 
@@ -61,9 +61,9 @@ def publish(settings: Settings, image: str) -> bool:
     if not settings.image_registry:
         return False
     remote = remote_name(settings, image)
-    tag_image(image, remote)
+    images().tag(image, remote)
     try:
-        push_image(remote)
+        images().push(remote)
     except SSEBenchError as exc:
         raise SSEBenchError(f"--registry {settings.image_registry}: {exc}") from None
     print(f"pushed   {image} to {settings.image_registry}", file=sys.stderr, flush=True)

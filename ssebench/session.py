@@ -29,17 +29,16 @@ from typing import TYPE_CHECKING
 from sse.result import grade
 
 from ssebench.errors import ConfigError, ConfigErrors, SSEBenchError
+from ssebench.executor import Executor, LocalExecutor
 from ssebench.live import ModelLink
 from ssebench.logs import for_terminal
 from ssebench.reaper import Session
 from ssebench.record import RunRecord, finished_run
-from ssebench.run import execute
 from ssebench.runspec import RunConfig
 from ssebench.settings import Settings
 
 if TYPE_CHECKING:
     from ssebench.backend import Backend
-    from ssebench.dispatch import RayDispatch
     from ssebench.gateway import GatewayLink, GatewayProcess
 
 
@@ -145,7 +144,9 @@ class RunSession:
         self._chosen_link = link  # a plugin's own link for a run, tried first
         self.gateway: GatewayProcess | None = None
         self.gateway_access: tuple[str, str] | None = gateway
-        self.dispatch: RayDispatch | None = None
+        # Where runs execute: here until `start` connects to a Ray cluster, and again after `close`.
+        self._local = LocalExecutor(settings, self.session, plan.results, self.backend, self.model_link)
+        self.executor: Executor = self._local
         self._link: GatewayLink | None = None
         self._started = False
 
@@ -187,7 +188,7 @@ class RunSession:
             from ssebench.dispatch import NodeModels, RayDispatch
 
             needs = bool(self.plan.needs_model)
-            self.dispatch = RayDispatch(
+            self.executor = RayDispatch(
                 self.settings,
                 self.session,
                 self.plan.results,
@@ -215,7 +216,7 @@ class RunSession:
     def backend(self) -> Backend:
         with self._backend_lock:  # dataset verify runs from several threads
             if self._backend is None:
-                from ssebench.backend import DockerBackend
+                from ssebench.engine import DockerBackend
 
                 backend = DockerBackend()
                 self._backend = lambda: backend
@@ -235,18 +236,8 @@ class RunSession:
             return self._link
 
     def execute(self, config: RunConfig, *, build: bool = True) -> RunRecord:
-        """One attempt of the run, here or on a node of the cluster."""
-        if self.dispatch is not None:
-            return self.dispatch.run(config)
-        return execute(
-            config,
-            self.settings,
-            self.backend(),
-            self.session,
-            self.plan.results,
-            build=build,
-            models=self.model_link(config),
-        )
+        """One attempt of the run, here or on a node of the cluster (`executor`)."""
+        return self.executor.run(config, build=build)
 
     def run(
         self, config: RunConfig, on_attempt: Callable[[RunRecord], None] = lambda record: None, *, build: bool = True
@@ -294,15 +285,15 @@ class RunSession:
         started (unless asked to keep it). Safe to call more than once."""
         link, self._link = self._link, None
         gateway, self.gateway = self.gateway, None
-        dispatch, self.dispatch = self.dispatch, None
+        executor, self.executor = self.executor, self._local
         started, self._started = self._started, False
         with ExitStack() as steps:  # each step runs whatever the others raise; the last pushed runs first
             if self.is_controller and started and not self.plan.keep:
                 from ssebench.reaper import reap_session
 
                 steps.callback(_quietly, reap_session, self.session.id)
-            if dispatch is not None:
-                steps.callback(dispatch.close, reap=not self.plan.keep)
+            if executor is not self._local:
+                steps.callback(executor.close, reap=not self.plan.keep)
             if gateway is not None:
                 steps.callback(gateway.stop)
             if link is not None:

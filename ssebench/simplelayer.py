@@ -51,6 +51,8 @@ from hashlib import sha256
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from ssebench.errors import SSEBenchError
+
 # A new value makes every simple layer again (it is in their digests, with this file's hash).
 VERSION = "v3"
 
@@ -302,6 +304,12 @@ def _plain_tree(folder: Path) -> bool:
 # ---- the layer's paths
 
 
+class LeftToDocker(SSEBenchError):
+    """A layer meant to be assembled meets something only Docker's build makes as Docker makes it: two
+    copies that disagree on a path, a parent with a link, a file or a set-id folder on the way or ONBUILD
+    steps, an engine that will not load the archive. The message says which; Docker builds the layer."""
+
+
 @dataclass(frozen=True)
 class Layout:
     """What the layer writes: each path (no leading /) and the context file, folder or link it comes
@@ -312,36 +320,31 @@ class Layout:
     folders: frozenset[PurePosixPath]
 
 
-def layout(simple: SimpleDockerfile) -> Layout | str:
-    """The layer's paths; a reason to leave it to Docker when two copies disagree on what a path is."""
+def layout(simple: SimpleDockerfile) -> Layout:
+    """The layer's paths. Raises LeftToDocker when two copies disagree on what a path is."""
     sources: dict[PurePosixPath, Path] = {}
     made: set[PurePosixPath] = set()  # folders a COPY of a folder or a WORKDIR makes
 
-    def put(target: PurePosixPath, source: Path) -> str | None:
+    def put(target: PurePosixPath, source: Path) -> None:
         before = sources.get(target)
         if before is not None and (before.is_symlink() or source.is_symlink()):
-            return f"two copies write {target}, one of them a link"  # COPY may write through a link
+            raise LeftToDocker(f"two copies write {target}, one of them a link")  # COPY may write through a link
         if before is not None and before.is_dir() != source.is_dir():
-            return f"two copies make {target} a file and a folder"
+            raise LeftToDocker(f"two copies make {target} a file and a folder")
         sources[target] = source
-        return None
 
     for copy in simple.copies:
         dest = PurePosixPath(copy.dest.lstrip("/"))
         for source in copy.sources:
             if source.is_file():
-                problem = put(dest / source.name if copy.dest.endswith("/") else dest, source)
-                if problem:
-                    return problem
+                put(dest / source.name if copy.dest.endswith("/") else dest, source)
                 continue
             made.add(dest)
             for dirpath, dirnames, filenames in os.walk(source):
                 here = Path(dirpath)
                 folder = dest / here.relative_to(source).as_posix() if here != source else dest
                 for name in dirnames + filenames:
-                    problem = put(folder / name, here / name)
-                    if problem:
-                        return problem
+                    put(folder / name, here / name)
                 dirnames[:] = [d for d in dirnames if not (here / d).is_symlink()]
     workdirs = {PurePosixPath(w.lstrip("/")) for w in simple.workdirs}
     made |= workdirs
@@ -349,7 +352,7 @@ def layout(simple: SimpleDockerfile) -> Layout | str:
     folders |= {m for m in made if m not in sources or m in workdirs}
     for path, source in sources.items():
         if path in folders and not (source.is_dir() and not source.is_symlink()):
-            return f"a copy puts a file at {path}, where a folder of the layer goes"
+            raise LeftToDocker(f"a copy puts a file at {path}, where a folder of the layer goes")
     return Layout(sources, frozenset(folders))
 
 
@@ -357,10 +360,13 @@ def layout(simple: SimpleDockerfile) -> Layout | str:
 Probe = Callable[[PurePosixPath], "tarfile.TarInfo | None"]
 
 
-def parent_entries(lay: Layout, probe: Probe) -> dict[PurePosixPath, tarfile.TarInfo] | str:
-    """The parent's entries of the layer's folders, and a reason to leave the layer to Docker when the
-    parent holds something that COPY would treat otherwise than this module does (a link or a file on
-    the way, a folder or link where a file goes). Probes only paths whose folder the parent has."""
+def parent_entries(lay: Layout, probe: Probe) -> dict[PurePosixPath, tarfile.TarInfo]:
+    """The parent's entries of the layer's folders. Probes only paths whose folder the parent has.
+
+    Raises LeftToDocker when the parent holds something that COPY would treat
+    otherwise than this module does (a link or a file on the way, a folder or
+    link where a file goes).
+    """
     present: dict[PurePosixPath, tarfile.TarInfo] = {}
     missing: set[PurePosixPath] = set()
     for path in sorted(set(lay.folders) | set(lay.sources), key=lambda p: (len(p.parts), p.parts)):
@@ -375,11 +381,11 @@ def parent_entries(lay: Layout, probe: Probe) -> dict[PurePosixPath, tarfile.Tar
         source = lay.sources.get(path)
         wants_folder = path in lay.folders or (source is not None and source.is_dir() and not source.is_symlink())
         if entry.issym() or entry.islnk():
-            return f"the parent image has a link at /{path}"
+            raise LeftToDocker(f"the parent image has a link at /{path}")
         if entry.isdir() != wants_folder:
-            return f"the parent image has a {'folder' if entry.isdir() else 'file'} at /{path}"
+            raise LeftToDocker(f"the parent image has a {'folder' if entry.isdir() else 'file'} at /{path}")
         if entry.isdir() and entry.mode & (stat.S_ISUID | stat.S_ISGID):
-            return f"the parent image has a set-id folder at /{path}"  # Docker's COPY may clear its bits
+            raise LeftToDocker(f"the parent image has a set-id folder at /{path}")  # Docker's COPY may clear its bits
         if entry.isdir():
             present[path] = entry
     return present

@@ -28,7 +28,7 @@ from typing import Any
 
 from ssebench.agent import load_agent
 from ssebench.build import build_images
-from ssebench.engine import client, docker_errors
+from ssebench.engine import containers
 from ssebench.image import image_names
 from ssebench.logs import for_terminal
 from ssebench.reaper import SESSION, Session
@@ -129,18 +129,9 @@ def visible_mentions(image: str, terms: list[str], session: Session) -> list[str
     if not terms:
         return []
     script = f"printf '%s\\n' {' '.join(shlex.quote(t) for t in terms)} > /tmp/terms\n{_SEARCH}"
-    with docker_errors(f"searching {image}"):
-        out = client().containers.run(
-            image,
-            ["-c", script],
-            entrypoint=["/bin/sh"],
-            user="1000:1000",
-            network_disabled=True,
-            remove=True,
-            labels={SESSION: session.id},
-            stdout=True,
-            stderr=False,
-        )
+    out = containers().run(
+        image, ["-c", script], entrypoint=["/bin/sh"], user="1000:1000", labels={SESSION: session.id}
+    )
     return [line for line in out.decode(errors="replace").splitlines() if line and line != "/tmp/terms"]
 
 

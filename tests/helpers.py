@@ -139,7 +139,8 @@ def rendered_text(page: Path) -> str:
 
 def runtime_of(settings: Any, task: Any) -> dict[str, dict[str, str]]:
     """docker-py `volumes=` giving a container of a task's tool (or agent) image its runtime, as a run has it."""
-    from ssebench.image import ensure_runtime_volume, image_names, runtime_binds
+    from ssebench.image import image_names
+    from ssebench.runtimevolume import ensure_runtime_volume, runtime_binds
 
     return runtime_binds(ensure_runtime_volume(settings, image_names(settings, task)["runtime"]))
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ssebench.bootstrap import DEBOOTSTRAP_HINT, ensure_os_image
-from ssebench.engine import client, image_id
+from ssebench.engine import client, images
 from ssebench.errors import BootstrapError
 from ssebench.settings import Settings
 
@@ -40,7 +40,7 @@ def test_bootstrap_when_the_image_cannot_be_pulled(tmp_path: Path) -> None:
     name = settings.os_image
     try:
         made = ensure_os_image(settings)
-        assert made == image_id(name)
+        assert made == images().id(name)
         out = (
             client()
             .containers.run(
@@ -55,5 +55,5 @@ def test_bootstrap_when_the_image_cannot_be_pulled(tmp_path: Path) -> None:
         assert ensure_os_image(settings) == made  # present now: nothing is made again
         assert not any((tmp_path / "cache" / "tmp").iterdir())  # the root fs was cleaned up
     finally:
-        if image_id(name):
+        if images().id(name):
             client().images.remove(name, force=True)

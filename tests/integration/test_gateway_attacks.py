@@ -123,8 +123,8 @@ def test_a_hostile_runs_attacks_leave_another_run_its_model(
             import uuid
 
             from ssebench.agent import load_agent
-            from ssebench.backend import DockerBackend
             from ssebench.dataset import load_tasks
+            from ssebench.engine import DockerBackend
             from ssebench.gateway import GatewayLink
             from ssebench.reaper import Session, reap_session
             from ssebench.run import execute

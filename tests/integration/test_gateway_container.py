@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from ssebench.engine import client, image_id
+from ssebench.engine import client, images
 from ssebench.gateway import GatewayClient, GatewayProcess, RunKey
 from ssebench.task import Task
 from tests.helpers import runtime_of, scripted_upstream
@@ -57,7 +57,7 @@ def image(demo_images: list[Task]) -> tuple[str, dict[str, dict[str, str]]]:
     fixture."""
     from ssebench.settings import get_settings
 
-    assert image_id(IMAGE) is not None
+    assert images().id(IMAGE) is not None
     return IMAGE, runtime_of(get_settings(), next(t for t in demo_images if t.id == "c-demo"))
 
 
@@ -213,8 +213,8 @@ def test_chat_agent_runs_c_demo_through_the_gateway(
     from sse.dialog import read, validate
 
     from ssebench.agent import load_agent
-    from ssebench.backend import DockerBackend
     from ssebench.dataset import load_tasks
+    from ssebench.engine import DockerBackend
     from ssebench.gateway import GatewayLink
     from ssebench.reaper import Session, reap_session
     from ssebench.run import execute

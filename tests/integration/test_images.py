@@ -16,7 +16,7 @@ import pytest
 
 from ssebench.agent import load_agent
 from ssebench.build import build_images
-from ssebench.engine import client, image_id, list_containers
+from ssebench.engine import client, images
 from ssebench.image import image_names, log_path
 from ssebench.settings import Settings
 from ssebench.simplelayer import AGENT
@@ -150,10 +150,10 @@ def test_failing_dockerfile_is_one_line_and_leaves_nothing(scratch_dataset: Path
     assert done.returncode == 1
     [line] = [ln for ln in done.stdout.splitlines() if ln.startswith("c-demo:")]
     assert "the case layer does not build" in line and "full log:" in line
-    assert not [c for c in list_containers(all=True) if marker in (c.get("Command") or "")]
+    assert not [c for c in client().api.containers(all=True) if marker in (c.get("Command") or "")]
     name = scratch_dataset.name
-    assert image_id(f"ssebench/case/{name}/c-demo:latest") is None
-    assert image_id(f"ssebench/tool/{name}/c-demo:0.1.0") is None
+    assert images().id(f"ssebench/case/{name}/c-demo:latest") is None
+    assert images().id(f"ssebench/tool/{name}/c-demo:0.1.0") is None
 
 
 def test_ctrl_c_stops_parallel_builds_and_leaves_nothing(demo_images: list[Task], scratch_dataset: Path) -> None:
@@ -173,7 +173,7 @@ def test_ctrl_c_stops_parallel_builds_and_leaves_nothing(demo_images: list[Task]
 
     def slow_steps(all: bool) -> int:
         # Containers come and go meanwhile: list them in one call, never inspect each.
-        return sum(marker in (c.get("Command") or "") for c in list_containers(all=all))
+        return sum(marker in (c.get("Command") or "") for c in client().api.containers(all=all))
 
     try:
         deadline = time.monotonic() + 300
@@ -192,7 +192,7 @@ def test_ctrl_c_stops_parallel_builds_and_leaves_nothing(demo_images: list[Task]
         build.kill()
         build.wait()
     for task_id in ("slow-one", "slow-two"):
-        assert image_id(f"ssebench/case/{scratch_dataset.name}/{task_id}:latest") is None
+        assert images().id(f"ssebench/case/{scratch_dataset.name}/{task_id}:latest") is None
 
 
 def _seen(image: str, paths: tuple[str, ...], mask: int = 0) -> tuple[object, ...]:
@@ -266,11 +266,12 @@ def test_a_demo_tasks_assembled_case_and_agent_layers_match_dockers_build_of_the
     Both sides are made here, from the same files: the session's own images may have been made from an
     earlier checkout of the same content (an image is reused by the digest of its content), whose files
     carry other times."""
-    from ssebench.image import build_layer, plan
+    from ssebench.image import plan
+    from ssebench.layers import build_layer
 
     task = next(t for t in demo_images if t.id == task_id)
     names = image_names(settings, task, "dummy")
-    os_id = image_id(settings.os_image)
+    os_id = images().id(settings.os_image)
     assert os_id is not None
     layers = {layer.kind: layer for layer in plan(settings, task, os_id, load_agent(settings.agents_dir, "dummy"))}
     prefix = f"ssebench-tests-{uuid.uuid4().hex[:8]}"
@@ -338,7 +339,8 @@ _VARIANTS = {
 def test_an_assembled_case_layer_on_a_hostile_parent_matches_dockers_build(
     settings: Settings, tmp_path: Path, variant: str
 ) -> None:
-    from ssebench.image import Layer, build_layer
+    from ssebench.image import Layer
+    from ssebench.layers import build_layer
 
     parent_extra, case_extra, said = _VARIANTS[variant]
     prefix = f"ssebench-tests-{uuid.uuid4().hex[:8]}"

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from ssebench.engine import client, list_containers, list_volumes
+from ssebench.engine import cleanup, client
 from ssebench.task import Task
 from tests.helpers import DEMO, rendered_text
 
@@ -33,12 +33,12 @@ def demo(pytester: pytest.Pytester, demo_images: list[Task]) -> pytest.Pytester:
 
 def _session_containers(agent: str | None = None) -> list[dict[str, Any]]:
     """Run containers of any session (of one agent's runs, given `agent`)."""
-    return list_containers({"label": f"ssebench.agent={agent}" if agent else "ssebench.session"})
+    return cleanup().containers({"label": f"ssebench.agent={agent}" if agent else "ssebench.session"})
 
 
 def _started_by(process: subprocess.Popen[bytes]) -> list[dict[str, Any]]:
     """The run containers of the session `process` leads: a leftover of another test's session is not counted."""
-    return list_containers({"label": [f"ssebench.controller={process.pid}", "ssebench.agent=sleeper"]})
+    return cleanup().containers({"label": [f"ssebench.controller={process.pid}", "ssebench.agent=sleeper"]})
 
 
 def test_reference_passes_every_demo_task(demo: pytest.Pytester) -> None:
@@ -149,7 +149,7 @@ def test_sweep_in_parallel_with_trials(demo: pytest.Pytester) -> None:
     # The images were current: nothing was built again (another test's agents may have been built meanwhile).
     assert {tag: image for tag, image in _image_ids().items() if tag in before} == before
     [session] = {s["session"] for s in summaries}
-    assert list_containers({"label": f"ssebench.session={session}"}) == []
+    assert cleanup().containers({"label": f"ssebench.session={session}"}) == []
 
 
 def test_an_interrupted_sweep_resumes_with_what_had_not_finished(demo: pytest.Pytester) -> None:
@@ -363,7 +363,7 @@ def test_ctrl_c_leaves_nothing_behind(sleeper: pytest.Pytester) -> None:
     process = _start(sleeper)
     try:
         _wait_for_containers(process, 2)
-        volumes = list_volumes({"label": f"ssebench.controller={process.pid}"})
+        volumes = cleanup().volumes({"label": f"ssebench.controller={process.pid}"})
         assert len(volumes) == 4, volumes  # the positive control: each run's runner area and tree, labelled
         # While they run, `ssebench ps` shows both in their agent phase.
         mine = _listed_in_agent_phase("sleeper", 2)
@@ -379,14 +379,14 @@ def test_ctrl_c_leaves_nothing_behind(sleeper: pytest.Pytester) -> None:
     finally:
         process.kill()
     assert _started_by(process) == []
-    assert list_volumes({"label": f"ssebench.controller={process.pid}"}) == []
+    assert cleanup().volumes({"label": f"ssebench.controller={process.pid}"}) == []
 
 
 def test_ctrl_c_in_sidecar_mode_leaves_no_container_volume_or_network(sleeper: pytest.Pytester) -> None:
     process = _start(sleeper, "sidecar")
     try:
         _wait_for_containers(process, 4)  # two runs, two containers each
-        volumes = list_volumes({"label": f"ssebench.controller={process.pid}"})
+        volumes = cleanup().volumes({"label": f"ssebench.controller={process.pid}"})
         # The positive control: four volumes per run, labelled (three shared, the task container's runner area).
         assert len(volumes) == 8, volumes
         roles = sorted(c["Labels"].get("ssebench.role", "") for c in _started_by(process))
@@ -400,7 +400,7 @@ def test_ctrl_c_in_sidecar_mode_leaves_no_container_volume_or_network(sleeper: p
     finally:
         process.kill()
     assert _started_by(process) == []
-    assert list_volumes({"label": f"ssebench.controller={process.pid}"}) == []
+    assert cleanup().volumes({"label": f"ssebench.controller={process.pid}"}) == []
     assert client().networks.list(filters={"label": f"ssebench.controller={process.pid}"}) == []
 
 
@@ -476,7 +476,7 @@ def test_ssebench_run_cli(demo: pytest.Pytester) -> None:
 
 
 FLAKY_CONFTEST = """
-from ssebench.backend import DockerBackend
+from ssebench.engine import DockerBackend
 from ssebench.errors import SSEBenchError
 
 
@@ -607,4 +607,4 @@ def test_sidecar_runs_through_the_plugin_are_graded_where_the_task_is(demo: pyte
     assert summaries["chat-agent"]["usage"]["calls"] >= 2  # through the controller's gateway, from a worker
     result.stdout.fnmatch_lines(["*A proof of concept still reproduces*"])
     (session,) = {s["session"] for s in summaries.values()}
-    assert list_containers({"label": f"ssebench.session={session}"}) == []  # the workers' runs, reaped
+    assert cleanup().containers({"label": f"ssebench.session={session}"}) == []  # the workers' runs, reaped

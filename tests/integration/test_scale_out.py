@@ -26,7 +26,7 @@ from ssebench import dispatch
 from ssebench.agent import load_agent
 from ssebench.build import build_images
 from ssebench.dispatch import NodeModels, bring_home, run_on_node
-from ssebench.engine import client, image_id, list_containers
+from ssebench.engine import cleanup, client, images
 from ssebench.image import image_names
 from ssebench.inflight import runs_in_flight
 from ssebench.reaper import Session
@@ -119,7 +119,7 @@ def _summaries(root: Path) -> list[dict[str, Any]]:
 
 
 def _session_left(session: str) -> list[dict[str, Any]]:
-    return list_containers({"label": f"ssebench.session={session}"})
+    return cleanup().containers({"label": f"ssebench.session={session}"})
 
 
 def test_the_demo_over_two_ray_nodes_grades_as_a_local_session(
@@ -208,7 +208,7 @@ def test_a_node_pulls_from_the_registry_the_images_it_lacks(
 ) -> None:
     names = image_names(settings, c_demo, "dummy", "sandbox")
     wanted = [names["tool"], names["agent"]]
-    before = {name: image_id(name) for name in wanted}
+    before = {name: images().id(name) for name in wanted}
     with running_registry(tmp_path / "registry") as registry:
         pushed = subprocess.run(
             [
@@ -233,7 +233,7 @@ def test_a_node_pulls_from_the_registry_the_images_it_lacks(
         for name in wanted:
             for ref in (name, f"{registry.address}/{name}"):
                 client().api.remove_image(ref, noprune=True)
-            assert image_id(name) is None
+            assert images().id(name) is None
         result = demo.run(
             *ray_cluster.inside,
             sys.executable,
@@ -260,7 +260,7 @@ def test_a_node_pulls_from_the_registry_the_images_it_lacks(
     assert summary["grade"] == "failed" and summary["node"]
     assert sorted(summary["images"]["pulled"]) == sorted(wanted) and summary["images"]["built"] == []
     # The same images came back, from the registry.
-    assert {name: image_id(name) for name in wanted} == before
+    assert {name: images().id(name) for name in wanted} == before
     for name in wanted:
         repository, _, tag = name.rpartition(":")
         # (HEAD when the engine still holds the layers: it asks the registry which manifest the name is.)
@@ -330,7 +330,7 @@ def test_a_node_lost_in_the_agent_phase_is_retried_on_the_other(
         while not (running := [r for r in runs_in_flight() if r.agent == "slow" and r.phase == "agent"]):
             assert process.poll() is None and time.monotonic() < deadline, (demo.path / "pytest.log").read_text()
             time.sleep(0.5)
-        (container,) = list_containers({"label": f"ssebench.run={running[0].run}"})
+        (container,) = cleanup().containers({"label": f"ssebench.run={running[0].run}"})
         lost = ray_cluster.node_of(int(container["Labels"]["ssebench.controller"]))
         ray_cluster.ask(f"remove {lost}")
         process.wait(900)

@@ -28,8 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ssebench.agent import load_agent
-from ssebench.backend import DockerBackend
-from ssebench.engine import client, list_containers, list_volumes
+from ssebench.engine import DockerBackend, cleanup, client
 from ssebench.image import image_names
 from ssebench.live import LiveRun, ModelLink, running
 from ssebench.reaper import Session, reap_session
@@ -255,7 +254,7 @@ def leftovers(label: str) -> list[str]:
     """Containers, networks and volumes that carry `label` (e.g. ssebench.run=<id>)."""
     label_filter = {"label": label}
     return (
-        [c["Names"][0] for c in list_containers(label_filter)]
+        [c["Names"][0] for c in cleanup().containers(label_filter)]
         + [n.name for n in client().networks.list(filters=label_filter)]
-        + [v["Name"] for v in list_volumes(label_filter)]
+        + [v["Name"] for v in cleanup().volumes(label_filter)]
     )

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from ssebench.agent import load_agent
-from ssebench.backend import DockerBackend
+from ssebench.engine import DockerBackend
 from ssebench.reaper import Session, reap_session
 from ssebench.run import execute
 from ssebench.runspec import RunConfig, limits_for

@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 
 from ssebench.agent import load_agent
-from ssebench.backend import RUN_CAPABILITIES, DockerBackend
-from ssebench.engine import client
+from ssebench.backend import RUN_CAPABILITIES
+from ssebench.engine import DockerBackend, client
 from ssebench.reaper import Session, reap_session
 from ssebench.record import RunRecord
 from ssebench.run import execute

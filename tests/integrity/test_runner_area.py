@@ -26,8 +26,7 @@ from typing import Any
 
 import pytest
 
-from ssebench.backend import DockerBackend
-from ssebench.engine import client
+from ssebench.engine import DockerBackend, client
 from ssebench.image import image_names
 from ssebench.live import ContainerDied
 from ssebench.result import read_result

@@ -2,7 +2,7 @@
 
 import random
 
-from ssebench.backend import _Demuxed
+from ssebench.engine._backend import _Demuxed
 
 
 def _frame(stream: int, payload: bytes) -> bytes:

@@ -15,7 +15,8 @@ import yaml
 
 from ssebench import build, image
 from ssebench.agent import load_agent
-from ssebench.errors import BuildCancelled, DockerUnavailableError
+from ssebench.engine import DockerUnavailableError
+from ssebench.errors import BuildCancelled
 from ssebench.settings import Settings
 from ssebench.task import load_task
 from tests.helpers import task_config, write_dataset, write_task
@@ -214,6 +215,13 @@ class FakeEngine:
         self.most_at_once = 0
         self.fail_on: str | None = None  # an image name whose build loses the engine
 
+    # What `build` asks of the engine's images beside building: ids (a base's aliases) and tags.
+    def id(self, ref: str) -> str | None:
+        return self.labels.get(ref)
+
+    def tag(self, ref: str, alias: str) -> None:
+        self.labels[alias] = self.labels[ref]
+
     def is_current(self, layer: image.Layer) -> bool:
         return self.labels.get(layer.image) == layer.digest
 
@@ -240,10 +248,9 @@ class FakeEngine:
 @pytest.fixture
 def engine(monkeypatch: pytest.MonkeyPatch) -> FakeEngine:
     fake = FakeEngine()
-    monkeypatch.setattr(image, "is_current", fake.is_current)
-    monkeypatch.setattr(image, "build_layer", fake.build)
-    monkeypatch.setattr(image, "image_id", lambda ref: fake.labels.get(ref))
-    monkeypatch.setattr(image, "tag_image", lambda ref, alias: fake.labels.__setitem__(alias, fake.labels[ref]))
+    monkeypatch.setattr(build, "is_current", fake.is_current)
+    monkeypatch.setattr(build, "build_layer", fake.build)
+    monkeypatch.setattr(build, "images", lambda: fake)
     return fake
 
 
@@ -255,25 +262,25 @@ def test_current_layers_are_reused_and_shared_ones_built_once(
     settings: Settings, tmp_path: Path, engine: FakeEngine
 ) -> None:
     dataset = write_dataset(tmp_path, tasks=("one", "two"))
-    report = image.BuildReport()
+    report = build.BuildReport()
     for layers in _plans(settings, dataset):
-        image.ensure_layers(settings, layers, report=report, say=lambda m: None)
+        build.ensure_layers(settings, layers, report=report, say=lambda m: None)
     # base and runtime are shared by both tasks: built once; case and tool per task.
     assert sorted(engine.builds) == sorted(set(engine.builds)) and len(engine.builds) == 2 + 2 * 2
-    again = image.BuildReport()
+    again = build.BuildReport()
     for layers in _plans(settings, dataset):
-        image.ensure_layers(settings, layers, report=again, say=lambda m: None)
+        build.ensure_layers(settings, layers, report=again, say=lambda m: None)
     assert again.built == [] and len(engine.builds) == 6
 
 
 def test_force_rebuilds_every_image_once(settings: Settings, tmp_path: Path, engine: FakeEngine) -> None:
     dataset = write_dataset(tmp_path, tasks=("one", "two"))
     for layers in _plans(settings, dataset):
-        image.ensure_layers(settings, layers, say=lambda m: None)
+        build.ensure_layers(settings, layers, say=lambda m: None)
     engine.builds.clear()
-    report = image.BuildReport()
+    report = build.BuildReport()
     for layers in _plans(settings, dataset):
-        image.ensure_layers(settings, layers, force=True, report=report, say=lambda m: None)
+        build.ensure_layers(settings, layers, force=True, report=report, say=lambda m: None)
     assert len(engine.builds) == 6 and len(set(engine.builds)) == 6
 
 
@@ -281,7 +288,7 @@ def test_concurrent_builders_build_each_image_once(settings: Settings, tmp_path:
     dataset = write_dataset(tmp_path, tasks=("one",))
     [layers] = _plans(settings, dataset)
     threads = [
-        threading.Thread(target=image.ensure_layers, args=(settings, layers), kwargs={"say": lambda m: None})
+        threading.Thread(target=build.ensure_layers, args=(settings, layers), kwargs={"say": lambda m: None})
         for _ in range(4)
     ]
     for t in threads:

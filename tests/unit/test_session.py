@@ -64,7 +64,10 @@ class FakeDispatch:
     def ready(self, timeout: float) -> list[Any]:
         return []
 
-    def run(self, config: Any) -> Any:
+    def is_pending(self, config: Any) -> bool:
+        return False
+
+    def run(self, config: Any, *, build: bool = True) -> Any:
         raise dispatch.SSEBenchError("not here: the fake dispatch runs nothing")
 
     def close(self, reap: bool = True) -> None:
@@ -244,10 +247,39 @@ def test_every_step_of_the_end_runs_whatever_another_raises(fake_ray: list[dict[
 
     session = RunSession(get_settings(), Plan(results=tmp_path, dispatch="ray"))
     session.start()
-    assert session.dispatch is not None
+    assert isinstance(session.executor, FakeDispatch)
     closed: list[bool] = []
-    session.dispatch.close = lambda reap=True: closed.append(reap)  # type: ignore[method-assign]
+    session.executor.close = lambda reap=True: closed.append(reap)  # type: ignore[method-assign]
     session.gateway = Broken()  # type: ignore[assignment]
     with pytest.raises(RuntimeError, match="would not stop"):
         session.close()
     assert closed == [True] and fake_ray[-1] == {"reaped": session.session.id}
+
+
+def test_each_attempt_goes_through_the_session_s_executor_here_or_on_the_cluster(
+    fake_ray: list[dict[str, Any]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ssebench.executor
+    from ssebench.executor import LocalExecutor
+
+    seen: list[tuple[object, bool, object]] = []
+
+    def execute(
+        config: Any, settings: Any, backend: Any, session: Any, results: Any, *, build: bool, models: Any
+    ) -> Any:
+        seen.append((backend, build, models))
+        return "its record"
+
+    monkeypatch.setattr(ssebench.executor, "execute", execute)
+    backend, link, config = object(), object(), object()
+    local = RunSession(get_settings(), Plan(results=tmp_path), backend=lambda: backend, link=lambda run: link)  # type: ignore[arg-type,return-value]
+    assert isinstance(local.executor, LocalExecutor)
+    assert local.execute(config, build=False) == "its record"  # type: ignore[arg-type]
+    assert seen == [(backend, False, link)]  # the session's backend and model link, and the caller's `build`
+    over_ray = RunSession(get_settings(), Plan(results=tmp_path, dispatch="ray"))
+    over_ray.start()
+    assert isinstance(over_ray.executor, FakeDispatch)
+    with pytest.raises(dispatch.SSEBenchError, match="the fake dispatch runs nothing"):
+        over_ray.execute(config)  # type: ignore[arg-type]
+    over_ray.close()
+    assert isinstance(over_ray.executor, LocalExecutor) and len(seen) == 1  # closed: back to this machine

@@ -17,6 +17,8 @@ from ssebench.simplelayer import (
     AGENT,
     CASE,
     Layout,
+    LeftToDocker,
+    Probe,
     image_archive,
     layer_archive,
     layout,
@@ -150,9 +152,22 @@ def test_what_changes_how_docker_reads_or_copies_is_left_to_docker(tmp_path: Pat
 
 
 def _layout(folder: Path, form: object = AGENT) -> Layout | str:
+    """The layout, or why the layer is left to Docker."""
     simple = simple_dockerfile(folder / "Dockerfile", folder, form)  # type: ignore[arg-type]
     assert simple is not None
-    return layout(simple)
+    try:
+        return layout(simple)
+    except LeftToDocker as why:
+        return str(why)
+
+
+def _parent_entries(lay: Layout | str, probe: Probe) -> dict[PurePosixPath, tarfile.TarInfo] | str:
+    """The parent's entries, or why the layer is left to Docker."""
+    assert isinstance(lay, Layout)
+    try:
+        return parent_entries(lay, probe)
+    except LeftToDocker as why:
+        return str(why)
 
 
 def test_copies_that_disagree_on_what_a_path_is_are_left_to_docker(tmp_path: Path) -> None:
@@ -195,7 +210,7 @@ def test_folders_the_parent_has_keep_their_owner_and_mode_and_new_ones_are_roots
         asked.append(str(path))
         return _entry("src", tarfile.DIRTYPE, 0o750, 1234) if str(path) == "src" else None
 
-    parents = parent_entries(lay, probe)
+    parents = _parent_entries(lay, probe)
     assert isinstance(parents, dict) and list(map(str, parents)) == ["src"]
     assert asked == ["src", "src/tree"]  # nothing below a folder the parent lacks is asked for
     with tarfile.open(fileobj=io.BytesIO(layer_archive(lay, parents, CASE.mask))) as archive:
@@ -214,7 +229,7 @@ def test_an_agents_files_are_roots_without_write_for_others(tmp_path: Path) -> N
     (folder / "lib").chmod(0o777)
     lay = _layout(folder)
     assert isinstance(lay, Layout)
-    parents = parent_entries(lay, lambda p: _entry(str(p), tarfile.DIRTYPE) if str(p) == "opt" else None)
+    parents = _parent_entries(lay, lambda p: _entry(str(p), tarfile.DIRTYPE) if str(p) == "opt" else None)
     assert isinstance(parents, dict)
     with tarfile.open(fileobj=io.BytesIO(layer_archive(lay, parents, AGENT.mask))) as archive:
         members = {m.name: m for m in archive.getmembers()}
@@ -252,9 +267,9 @@ def test_a_parent_that_holds_a_link_or_another_kind_of_file_on_the_way_is_left_t
             return _entry(str(path), tarfile.DIRTYPE)
         return None
 
-    assert parent_entries(lay, probe) == reason
+    assert _parent_entries(lay, probe) == reason
     assert isinstance(
-        parent_entries(
+        _parent_entries(
             lay,
             lambda p: (
                 _entry(str(p), tarfile.DIRTYPE)
@@ -356,7 +371,7 @@ def test_a_parent_folders_entry_keeps_the_layers_name_whatever_headers_the_engin
             return entry
         return None
 
-    parents = parent_entries(lay, probe)
+    parents = _parent_entries(lay, probe)
     assert isinstance(parents, dict)
     with tarfile.open(fileobj=io.BytesIO(layer_archive(lay, parents, CASE.mask))) as archive:
         members = {m.name: (m.mode, m.uid) for m in archive.getmembers()}
@@ -379,7 +394,9 @@ def test_the_digest_of_an_assembled_layer_follows_the_code_that_assembles_it(
     assert image.assembled_how("case", task.dockerfile, task.path) != before
     monkeypatch.undo()
     image._assembler_code.cache_clear()
-    monkeypatch.setattr(image.inspect, "getsource", lambda f: "changed " + f.__name__)
+    changed = tmp_path / "_assembled.py"  # the assembling strategy's code, one line added
+    changed.write_text(image.ASSEMBLER_SOURCES[1].read_text() + "\n# changed\n")
+    monkeypatch.setattr(image, "ASSEMBLER_SOURCES", (image.ASSEMBLER_SOURCES[0], changed))
     assert image.assembled_how("case", task.dockerfile, task.path) != before
     monkeypatch.undo()
     image._assembler_code.cache_clear()
