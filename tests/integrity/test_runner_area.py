@@ -22,9 +22,9 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import pytest
+from sse.result import RunResult
 
 from ssebench.engine import DockerBackend, client
 from ssebench.image import image_names
@@ -110,7 +110,7 @@ class PlantingBackend(DockerBackend):
             )
 
 
-def _run_with(launcher: Launcher, settings: Settings, script: str) -> tuple[int, str, dict[str, Any] | None]:
+def _run_with(launcher: Launcher, settings: Settings, script: str) -> tuple[int, str, RunResult | None]:
     task = launcher.task("c-demo")
     backend = PlantingBackend(image_names(settings, task, "dummy", launcher.mode)["tool"], script)
     run = launcher.start(command=["true"], hold=False, backend=backend)

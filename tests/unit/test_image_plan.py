@@ -17,8 +17,8 @@ from ssebench import build, image
 from ssebench.agent import load_agent
 from ssebench.engine import DockerUnavailableError
 from ssebench.errors import BuildCancelled
-from ssebench.settings import Settings
-from ssebench.task import load_task
+from ssebench.settings import PROJECT_ROOT, Settings
+from ssebench.task import Task, load_task
 from tests.helpers import task_config, write_dataset, write_task
 
 OS_ID = "sha256:" + "0" * 64
@@ -78,8 +78,8 @@ def test_sidecar_mode_plans_one_agent_image_per_agent_with_nothing_of_a_task(
         assert agent.buildargs == {"SSEBENCH_TOOL": base.image}
         assert "ssebench.task" not in agent.labels
     # one image (and one digest) per agent, whatever the task and its language
-    for agent in agents:
-        assert len({agent_layers[(t.id, agent.name)][1].digest for t in tasks}) == 1
+    for each in agents:
+        assert len({agent_layers[(t.id, each.name)][1].digest for t in tasks}) == 1
     # the task's own layers are still planned (the tool image is the task container), but no per-task agent layer
     kinds = [layer.kind for layer in plans[("two", "dummy")]]
     assert kinds == ["base", "runtime", "case", "tool", "base", "runtime", "sidecar-base", "agent"]
@@ -147,7 +147,7 @@ def test_the_tool_layers_sources_are_every_module_it_imports() -> None:
     """TOOL_LAYER_SOURCES decides when tool layers rebuild: it must hold every module of the runtime that
     `python -m ssebench.runtime.toollayer` imports, as the tool layer's container imports them (the runtime's
     library alone on the path, no host package)."""
-    lib = image.PROJECT_ROOT / "ssebench"
+    lib = PROJECT_ROOT / "ssebench"
     # -S: no site, so no editable install of the host's own ssebench; yaml's folder is the one package added.
     code = (
         "import sys; sys.path[:0] = sys.argv[1:]; import ssebench.runtime.toollayer; "
@@ -156,7 +156,7 @@ def test_the_tool_layers_sources_are_every_module_it_imports() -> None:
     )
     with tempfile.TemporaryDirectory() as scratch:  # the runtime's library as its image lays it out
         shutil.copytree(lib / "runtime", Path(scratch) / "ssebench" / "runtime")
-        shutil.copytree(image.PROJECT_ROOT / "sdk" / "sse", Path(scratch) / "sse")
+        shutil.copytree(PROJECT_ROOT / "sdk" / "sse", Path(scratch) / "sse")
         out = subprocess.run(
             [sys.executable, "-I", "-S", "-c", code, scratch, str(Path(yaml.__file__).parents[1])],
             capture_output=True,
@@ -164,7 +164,7 @@ def test_the_tool_layers_sources_are_every_module_it_imports() -> None:
             check=True,
         ).stdout
         imported = {Path(line).relative_to(scratch) for line in out.split() if line}
-    declared = {p.relative_to(image.PROJECT_ROOT) for p in image.TOOL_LAYER_SOURCES}
+    declared = {p.relative_to(PROJECT_ROOT) for p in image.TOOL_LAYER_SOURCES}
     assert imported and imported <= declared, imported - declared
 
 
@@ -298,7 +298,7 @@ def test_concurrent_builders_build_each_image_once(settings: Settings, tmp_path:
     assert sorted(engine.builds) == sorted(layer.image for layer in layers)
 
 
-def _mixed_dataset(root: Path) -> list:
+def _mixed_dataset(root: Path) -> list[Task]:
     """Three tasks: two C tasks sharing base-c and runtime-c, one Go task."""
     dataset = write_dataset(root, tasks=())
     write_task(dataset, "c-one")

@@ -10,7 +10,7 @@ import pytest
 from ssebench.dataset import load_tasks
 from ssebench.engine import DockerUnavailableError, EngineRefusedError
 from ssebench.errors import ImageBuildError
-from ssebench.image import Layer
+from ssebench.image import Layer, log_path
 from ssebench.layers import Assembled, DockerfileBuild, HeadThenTail, Job, LeftToDocker, ToolCommit, _build
 from ssebench.settings import PROJECT_ROOT, Settings
 from ssebench.task import Task
@@ -80,7 +80,7 @@ def test_a_layer_left_to_docker_is_built_by_docker_and_the_log_says_why(
     monkeypatch.setattr(_build, "strategy_for", lambda layer: Raising(LeftToDocker("the parent has a link at /opt")))
     _build.build_layer(settings, layer)
     assert tagged == [layer.image]
-    assert "# built by Docker: the parent has a link at /opt" in _build.log_path(settings, layer.image).read_text()
+    assert "# built by Docker: the parent has a link at /opt" in log_path(settings, layer.image).read_text()
 
 
 def test_a_refusal_is_the_layer_s_failure_and_a_lost_engine_is_not(
@@ -95,7 +95,7 @@ def test_a_refusal_is_the_layer_s_failure_and_a_lost_engine_is_not(
     monkeypatch.setattr(_build, "strategy_for", lambda layer: Refused())
     with pytest.raises(ImageBuildError, match="no space left") as failed:
         _build.build_layer(settings, layer)
-    assert failed.value.log_path == _build.log_path(settings, layer.image)
+    assert failed.value.log_path == log_path(settings, layer.image)
     monkeypatch.setattr(_build, "strategy_for", lambda layer: Raising(DockerUnavailableError("cannot reach")))
     with pytest.raises(DockerUnavailableError):  # not an ImageBuildError: no engine, no build of anything
         _build.build_layer(settings, layer)

@@ -107,6 +107,7 @@ def test_a_summary_of_the_wrong_shape_or_a_newer_version_is_not_resumed(tmp_path
     config = _config("reference", timeout=120.0)
     summary = root / REFERENCE_RUN.relative_to(V0) / "summary.json"
     good = json.loads(summary.read_text())
+    change: dict[str, Any]
     for change in ({"schema_version": SCHEMA_VERSION + 1}, {"durations": []}, {"grade": "maybe"}, {"run_id": 7}):
         summary.write_text(json.dumps(good | change))
         assert finished_run(config, root) is None, change

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sse.result import SCHEMA_VERSION, RunResult
+from sse.result import SCHEMA_VERSION, GradeStatus, RunResult
 
 from ssebench.agent import available_agents, load_agent
 from ssebench.backend import Backend, ContainerSpec, Handle, LogStream, Network, RunTimeoutError, Volume
@@ -279,7 +279,12 @@ def test_the_container_that_grades_gets_the_tree_and_the_runners_area_as_volumes
     config = RunConfig(task=task, agent=load_agent(get_settings().agents_dir, "dummy"), mode=mode)
     backend = _Backend()
     created: list[str] = []
-    backend.create_volume = lambda name, *, labels: (created.append(name), backend.volumes.append(name))  # type: ignore[method-assign]
+
+    def create_volume(name: str, *, labels: dict[str, str]) -> None:
+        created.append(name)
+        backend.volumes.append(name)
+
+    backend.create_volume = create_volume  # type: ignore[method-assign]
     execute(config, get_settings(), backend, Session.new(), tmp_path, build=False)
     grading = backend.specs[0]  # sandbox mode's one container; sidecar mode's task container, started first
     own = {v.container: v for v in grading.volumes if v.name in created}
@@ -421,7 +426,7 @@ def test_a_handle_is_removed_when_its_block_ends() -> None:
     assert removed == [True]
 
 
-def _finished(config: RunConfig, root: Path, grade: str, run_id: str) -> Path:
+def _finished(config: RunConfig, root: Path, grade: GradeStatus, run_id: str) -> Path:
     """A run directory as execute leaves it, graded `grade`."""
     run_dir = make_run_dir(root, config.task.id, config.model, config.agent.name, run_id)
     record = RunRecord(
@@ -430,7 +435,7 @@ def _finished(config: RunConfig, root: Path, grade: str, run_id: str) -> Path:
         run_dir=run_dir,
         started_at="2026-12-01T00:00:00+00:00",
         grade=grade,
-        result=RunResult(status=grade),  # type: ignore[arg-type]
+        result=RunResult(status=grade),
         infra_error="the engine hiccuped" if grade == "error" else None,
     )
     assert record.result is not None

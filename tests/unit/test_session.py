@@ -16,6 +16,7 @@ import pytest
 
 from ssebench import dispatch
 from ssebench.cli import main
+from ssebench.errors import SSEBenchError
 from ssebench.session import OptionError, Plan, RunSession, check_models, provider_env
 from ssebench.settings import Settings, get_settings
 from tests.helpers import DEMO
@@ -68,7 +69,7 @@ class FakeDispatch:
         return False
 
     def run(self, config: Any, *, build: bool = True) -> Any:
-        raise dispatch.SSEBenchError("not here: the fake dispatch runs nothing")
+        raise SSEBenchError("not here: the fake dispatch runs nothing")
 
     def close(self, reap: bool = True) -> None:
         pass
@@ -230,11 +231,11 @@ def test_a_session_whose_start_fails_is_removed_once(
     fake_ray: list[dict[str, Any]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def unreachable(*args: Any, **kwargs: Any) -> None:
-        raise dispatch.SSEBenchError("--ray-address 127.0.0.1:6379: no Ray cluster answers")
+        raise SSEBenchError("--ray-address 127.0.0.1:6379: no Ray cluster answers")
 
     monkeypatch.setattr(dispatch, "RayDispatch", unreachable)
     session = RunSession(get_settings(), Plan(results=tmp_path, dispatch="ray"))
-    with pytest.raises(dispatch.SSEBenchError, match="no Ray cluster answers"), session:
+    with pytest.raises(SSEBenchError, match="no Ray cluster answers"), session:
         pytest.fail("the session started")
     session.close()
     assert fake_ray == [{"reaped": "orphans"}, {"reaped": session.session.id}]
@@ -274,12 +275,12 @@ def test_each_attempt_goes_through_the_session_s_executor_here_or_on_the_cluster
     backend, link, config = object(), object(), object()
     local = RunSession(get_settings(), Plan(results=tmp_path), backend=lambda: backend, link=lambda run: link)  # type: ignore[arg-type,return-value]
     assert isinstance(local.executor, LocalExecutor)
-    assert local.execute(config, build=False) == "its record"  # type: ignore[arg-type]
+    assert local.execute(config, build=False) == "its record"  # type: ignore[arg-type,comparison-overlap]
     assert seen == [(backend, False, link)]  # the session's backend and model link, and the caller's `build`
     over_ray = RunSession(get_settings(), Plan(results=tmp_path, dispatch="ray"))
     over_ray.start()
     assert isinstance(over_ray.executor, FakeDispatch)
-    with pytest.raises(dispatch.SSEBenchError, match="the fake dispatch runs nothing"):
+    with pytest.raises(SSEBenchError, match="the fake dispatch runs nothing"):
         over_ray.execute(config)  # type: ignore[arg-type]
     over_ray.close()
     assert isinstance(over_ray.executor, LocalExecutor) and len(seen) == 1  # closed: back to this machine

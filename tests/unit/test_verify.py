@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sse.result import RunResult
+from sse.result import GradeStatus, RunResult
 
 from ssebench.agent import load_agent
 from ssebench.dataset import load_tasks
@@ -18,7 +18,7 @@ from tests.helpers import DEMO
 
 
 def _record(
-    agent: str, tmp_path: Path, grade: str, patch: dict[str, Any], signals: dict[str, Any] | None = None
+    agent: str, tmp_path: Path, grade: GradeStatus, patch: dict[str, Any], signals: dict[str, Any] | None = None
 ) -> RunRecord:
     task = next(t for t in load_tasks(DEMO) if t.id == "c-demo")
     config = RunConfig(task=task, agent=load_agent(get_settings().agents_dir, agent))
