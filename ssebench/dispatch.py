@@ -51,7 +51,6 @@ from ssebench.errors import SSEBenchError
 from ssebench.reaper import Session
 from ssebench.result import make_run_dir, new_run_id, point_latest
 from ssebench.run import (
-    ARCHIVE_CAP,
     RESULTS_CAP,
     RESULTS_FILE_CAP,
     ModelLink,
@@ -60,6 +59,7 @@ from ssebench.run import (
     execute,
     write_summary,
 )
+from ssebench.runtime.contract import ARCHIVE_CAP
 from ssebench.settings import Settings
 from ssebench.version import __version__
 

@@ -67,7 +67,7 @@ from ssebench.engine import (
 from ssebench.errors import BuildCancelled, ImageBuildError, SSEBenchError
 from ssebench.logs import file_tail
 from ssebench.registry import fetch, publish
-from ssebench.runtime.layout import RUNTIME_HOME, RUNTIME_PYTHON
+from ssebench.runtime.contract import RUNTIME_HOME, RUNTIME_PYTHON
 from ssebench.settings import PROJECT_ROOT, Settings
 from ssebench.simplelayer import AGENT, CASE, Form, SimpleDockerfile, Split, simple_dockerfile, split_dockerfile
 from ssebench.task import Task
@@ -92,9 +92,9 @@ TOOL_LAYER_SOURCES = tuple(
         "__init__.py",
         "toollayer.py",
         "capture.py",
+        "contract.py",
         "files.py",
         "git.py",
-        "layout.py",
         "process.py",
         "taskfile.py",
     )

@@ -31,8 +31,9 @@ from ssebench.build import build_images
 from ssebench.engine import client, docker_errors
 from ssebench.image import image_names
 from ssebench.logs import for_terminal
-from ssebench.reaper import SESSION, Session
+from ssebench.reaper import Session
 from ssebench.run import RunConfig, RunRecord, limits_for
+from ssebench.runtime.contract import SESSION_LABEL
 from ssebench.session import Plan, RunSession
 from ssebench.settings import Settings
 from ssebench.task import Task
@@ -136,7 +137,7 @@ def visible_mentions(image: str, terms: list[str], session: Session) -> list[str
             user="1000:1000",
             network_disabled=True,
             remove=True,
-            labels={SESSION: session.id},
+            labels={SESSION_LABEL: session.id},
             stdout=True,
             stderr=False,
         )

@@ -63,13 +63,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from ssebench.runtime import layout, listeners, phase
+from ssebench.runtime import contract, listeners, phase
+from ssebench.runtime.contract import RuntimeSettings, SettingsError, load_settings
 from ssebench.runtime.files import check_root_path, prune_tree, write_atomic
 from ssebench.runtime.process import NEUTRAL_CWD, User, clear_user, confined, kill_group, python_command, wait
-from ssebench.runtime.settings import RuntimeSettings, SettingsError, load_settings
 
 TIMED_OUT = 124
-LOG_DIR = Path(layout.MCP_LOG_DIR)
+LOG_DIR = Path(contract.MCP_LOG_DIR)
 # Shared scratch directories: model's alone, so nothing sse-runner runs can
 # leave a file there for the agent to pick up.
 SHARED_TMP = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
@@ -115,14 +115,14 @@ def prepare_dirs(settings: RuntimeSettings, model: User) -> None:
 
 
 def prepare_runner_area(runner_gid: int) -> str:
-    """Where grading builds (layout.RUNNER_DIR), made root's and traversable by sse-runner; what it is.
+    """Where grading builds (contract.RUNNER_DIR), made root's and traversable by sse-runner; what it is.
 
     A run mounts a volume of its own there, which the engine makes empty and root's; without one (a tool
     image started by hand) it is the image's directory. Either way it is taken only as an empty, real
     directory reached through no link: nothing in it may have been prepared for root to find (the
     bencher's names are random, but nothing else is expected there either). Raises RuntimeError.
     """
-    path = layout.RUNNER_DIR
+    path = contract.RUNNER_DIR
     try:
         check_root_path(path)
         if entries := os.listdir(path):
@@ -243,7 +243,7 @@ def serve(module: str, log: Path, env: dict[str, str], bound: dict[str, socket.s
     try:
         read, write = os.pipe()
         try:
-            env = {**env, layout.LISTEN_FDS: listeners.encode(bound), layout.READY_FD: str(write)}
+            env = {**env, contract.LISTEN_FDS: listeners.encode(bound), contract.READY_FD: str(write)}
             with log.open("ab") as out:
                 process = subprocess.Popen(
                     python_command(module),
@@ -659,7 +659,7 @@ def main(argv: list[str]) -> int:
         return 2
 
     say(f"starting ({settings.role})")
-    model = User.named(layout.MODEL)
+    model = User.named(contract.MODEL)
     prepare_dirs(settings, model)
     command = argv or ["true"]
     if settings.role == "agent":
@@ -670,8 +670,8 @@ def main(argv: list[str]) -> int:
     from ssebench.runtime.tree import prepare_tree
 
     try:
-        say(f"the runner's area is {prepare_runner_area(User.named(layout.RUNNER).gid)}")
-        source = load_taskfile(Path(layout.TASK_DIR) / "config.yaml").source
+        say(f"the runner's area is {prepare_runner_area(User.named(contract.RUNNER).gid)}")
+        source = load_taskfile(Path(contract.TASK_DIR) / "config.yaml").source
         started = time.monotonic()
         entries = prepare_tree(Path(source), model)
         say(
@@ -696,7 +696,7 @@ def main(argv: list[str]) -> int:
             end(daemon.process)
         write_limits(settings, "limits.json")
         return 1
-    say(layout.SERVING)
+    say(contract.SERVING)
 
     evaluator_log = (results / "evaluator.log").open("ab")
     evaluator = start_evaluator(settings, env, evaluator_log)

@@ -21,8 +21,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import IO, Any
 
+from ssebench.runtime.contract import SettingsError, load_settings
 from ssebench.runtime.files import read_no_follow, write_atomic
-from ssebench.runtime.settings import SettingsError, load_settings
 
 
 def runtime_result(environ: Mapping[str, str], evaluator_timeout: bool) -> dict[str, Any]:
@@ -157,8 +157,6 @@ def main() -> int:
         print(f"ssebench-evaluator: {exc}", file=sys.stderr)
         return 2
     # Started with the agent: what grading needs is loaded while the agent works, not after it.
-    import httpx
-    from sse import grading
 
     figures = agent_figures(sys.stdin.buffer)
     if figures is None:

@@ -8,7 +8,7 @@ at the agent's time limit) and runs, as root in the task container through
     python -I -m ssebench.runtime.phase '{"AGENT_EXIT_STATUS": "0", ...}'
 
 which writes the agent phase's figures, one JSON line, into the task
-entrypoint's fifo (`layout.AGENT_DONE`, root's alone in a directory root's
+entrypoint's fifo (`contract.AGENT_DONE`, root's alone in a directory root's
 alone), on which the entrypoint waits before it grades
 (`ssebench.runtime.entrypoint.await_agent`). Nothing of the agent's
 container can write there, or reach the task container's root.
@@ -22,12 +22,12 @@ import os
 import sys
 import time
 
-from ssebench.runtime import layout
+from ssebench.runtime import contract
 
 FIGURES = ("AGENT_DURATION", "AGENT_EXIT_STATUS", "SSE_METRIC_AGENT_TIMEOUT")
 
 
-def make_fifo(path: str = layout.AGENT_DONE) -> int:
+def make_fifo(path: str = contract.AGENT_DONE) -> int:
     """The fifo the figures come through (made afresh, root's alone), open for reading: a descriptor that
     also writes, so the fifo never reads as closed before the figures come."""
     directory = os.path.dirname(path)
@@ -50,7 +50,7 @@ def figures_line(figures: dict[str, str]) -> bytes:
     return line
 
 
-def tell(figures: dict[str, str], path: str = layout.AGENT_DONE, timeout: float = 30.0) -> None:
+def tell(figures: dict[str, str], path: str = contract.AGENT_DONE, timeout: float = 30.0) -> None:
     """Write the figures into the fifo, waiting up to `timeout` seconds for the entrypoint to have made it.
     Raises OSError (ENXIO: nobody reads it) or ValueError."""
     line = figures_line(figures)

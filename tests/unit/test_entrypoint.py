@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from ssebench.runtime import entrypoint, listeners
-from ssebench.runtime.settings import RuntimeSettings
+from ssebench.runtime.contract import RuntimeSettings
 
 
 class Started:

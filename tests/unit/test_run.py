@@ -30,7 +30,7 @@ from ssebench.run import (
     sidecar_specs,
     write_summary,
 )
-from ssebench.runtime.layout import SERVING
+from ssebench.runtime.contract import SERVING
 from ssebench.settings import Settings, get_settings
 from ssebench.task import load_task
 from tests.helpers import DEMO
