@@ -61,7 +61,7 @@ def phase_of(archive: bytes | None) -> str:
     return phase.value if phase is not None else "?"
 
 
-def _phase_archive(container: str) -> bytes | None:
+def phase_archive(container: str) -> bytes | None:
     """The engine's archive of a container's phase file (at most _ARCHIVE_CAP and a chunk); None when there
     is no such file yet. Raises SSEBenchError, its cause docker's NotFound when the container is gone."""
     import docker.errors
@@ -78,8 +78,9 @@ def _phase_archive(container: str) -> bytes | None:
                     break
     except SSEBenchError as exc:
         cause = exc.__cause__
-        if isinstance(cause, docker.errors.NotFound) and "no such container" not in str(cause).lower():
-            return None  # the entrypoint has not written it yet
+        said = str(cause).lower()
+        if isinstance(cause, docker.errors.NotFound) and ("no such container:" not in said or "container:path" in said):
+            return None  # the entrypoint has not written it yet (the engine names the file, not the container)
         raise
     return data
 
@@ -111,7 +112,7 @@ def runs_in_flight() -> list[InFlight]:
         if labels.get(ROLE_LABEL) == "agent":
             continue  # sidecar mode: its task container grades, stands for the run and writes its phase
         try:
-            archive = _phase_archive(container["Id"])
+            archive = phase_archive(container["Id"])
         except SSEBenchError as exc:
             if isinstance(exc.__cause__, docker.errors.NotFound):
                 continue  # it ended while we looked
