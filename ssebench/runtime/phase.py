@@ -47,9 +47,13 @@ def write_phase(phase: Phase, path: str = contract.PHASE_FILE) -> None:
     directory = os.path.dirname(path)
     try:
         check_root_path(directory)
-        os.makedirs(directory, mode=0o700, exist_ok=True)
-        os.chown(directory, 0, 0)
-        os.chmod(directory, 0o700)
+        if not os.path.isdir(directory):
+            os.mkdir(directory, 0o700)
+        # Its mode as the daemon's listeners left it (0755 when the agent socket lives there too): only its
+        # owner may write it either way.
+        held = os.lstat(directory)
+        if held.st_uid != os.geteuid() or held.st_mode & 0o022:
+            raise ValueError(f"{directory} must be a directory only its owner may write")
         write_atomic(Path(directory), os.path.basename(path), contract.phase_record(phase, time.time()), 0o600)
     except (OSError, ValueError) as exc:
         say(f"the phase ({phase.value}) could not be written: {exc}")
