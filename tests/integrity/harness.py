@@ -36,6 +36,7 @@ from ssebench.result import make_run_dir, new_run_id, read_result, read_safely
 from ssebench.run import SIDECAR_AGENT_SOCKET, LiveRun, ModelLink, RunConfig, collect, limits_for, running
 from ssebench.settings import Settings
 from ssebench.task import Task
+from tests.helpers import in_the_checks as in_the_checks  # the suite's tests import it from here
 from tests.helpers import wait_for_agent_phase
 
 PYTHON = "/opt/ssebench/venv/bin/python"
