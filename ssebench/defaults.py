@@ -1,7 +1,7 @@
 """The run vocabulary the host shares: modes, egress, the default time limits.
 
-Kept free of imports (but argparse) so the pytest plugin can declare its options without
-loading the harness.
+Kept free of imports (but argparse, and the contract with the runtime, which imports only the
+standard library) so the pytest plugin can declare its options without loading the harness.
 """
 
 from __future__ import annotations
@@ -9,16 +9,17 @@ from __future__ import annotations
 import argparse
 import math
 
+from ssebench.runtime.contract import AGENT_TIMEOUT as AGENT_TIMEOUT
+from ssebench.runtime.contract import GRADING_TIMEOUT as GRADING_TIMEOUT
+
 # sandbox: one container holds the agent and the task; sidecar: the agent in a container of its own,
 # with nothing of the task (docs/integrity.md, "Sidecar mode").
 MODES = ("sandbox", "sidecar")
 EGRESS = ("restricted", "open")
 # local: every run on this machine's engine; ray: each run a task of a Ray cluster (ssebench.dispatch).
 DISPATCHES = ("local", "ray")
-# The agent's time limit per run, and grading's after it (the runtime in the
-# container gets both in its environment: SSE_* overrides its own defaults).
-AGENT_TIMEOUT = 3600.0
-GRADING_TIMEOUT = 7200.0
+# The agent's time limit per run, and grading's after it, AGENT_TIMEOUT and GRADING_TIMEOUT, are the
+# contract's (the runtime in the container gets both in its environment).
 
 
 def parse_modes(text: str) -> tuple[str, ...]:

@@ -55,7 +55,8 @@ from ssebench.reaper import Session
 from ssebench.record import RunRecord
 from ssebench.result import make_run_dir, new_run_id, point_latest, read_result
 from ssebench.run import execute
-from ssebench.runspec import ARCHIVE_CAP, RESULTS_CAP, RESULTS_FILE_CAP, RunConfig
+from ssebench.runspec import RESULTS_CAP, RESULTS_FILE_CAP, RunConfig
+from ssebench.runtime.contract import ARCHIVE_CAP
 from ssebench.settings import Settings
 from ssebench.version import __version__
 

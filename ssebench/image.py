@@ -45,7 +45,7 @@ from pathlib import Path
 
 from ssebench import simplelayer
 from ssebench.agent import Agent
-from ssebench.runtime.layout import RUNTIME_PYTHON
+from ssebench.runtime.contract import RUNTIME_PYTHON
 from ssebench.settings import PROJECT_ROOT, Settings
 from ssebench.simplelayer import AGENT, CASE, Form, SimpleDockerfile, Split, simple_dockerfile, split_dockerfile
 from ssebench.task import Task
@@ -68,9 +68,9 @@ TOOL_LAYER_SOURCES = tuple(
         "__init__.py",
         "toollayer.py",
         "capture.py",
+        "contract.py",
         "files.py",
         "git.py",
-        "layout.py",
         "process.py",
         "taskfile.py",
     )

@@ -1,25 +1,32 @@
-"""The runs in flight on this engine, read from their containers' labels and the entrypoint's log lines.
+"""The runs in flight on this engine, read from their containers' labels and the phase their entrypoint writes.
 
 `ssebench ps` prints them while a sweep runs (in another terminal, say).
 """
 
 from __future__ import annotations
 
+import io
 import re
+import tarfile
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from ssebench.runtime.contract import (
+    PHASE_FILE,
+    PHASE_FILE_CAP,
+    ROLE_LABEL,
+    RUN_LABEL,
+    SESSION_LABEL,
+    RunLabels,
+    parse_phase,
+)
+
 # The entrypoint's own lines on the container's stderr, newest last:
 # "[ssebench-entrypoint 12:00:01.250] agent: python3 /agent/agent.py (timeout 3600 s, difficulty 2)".
 _SAYS = re.compile(r"^\[ssebench-entrypoint ([0-9:.]+)\] (.*)$", re.MULTILINE)
-_PHASES = (
-    ("graded:", "finishing"),
-    ("agent exited", "grading"),
-    ("agent:", "agent"),
-    ("refusing to start", "failed"),
-    ("infrastructure failure", "failed"),
-)
+# The most of a phase file's archive read: its one member's header and its text, and the tar's padding.
+_ARCHIVE_CAP = 16 * 1024
 
 
 def entrypoint_lines(log: str) -> list[tuple[str, str]]:
@@ -27,13 +34,38 @@ def entrypoint_lines(log: str) -> list[tuple[str, str]]:
     return _SAYS.findall(log)
 
 
-def phase_of(log: str) -> str:
-    """The phase a run is in, from the last line its entrypoint said: starting, agent, grading, finishing."""
-    for _, said in reversed(entrypoint_lines(log)):
-        for prefix, phase in _PHASES:
-            if said.startswith(prefix):
-                return phase
-    return "starting"
+def phase_of(archive: bytes | None) -> str:
+    """The phase a run is in, from the archive of its phase file (`contract.PHASE_FILE`) the engine gave:
+    starting, agent, grading, finishing, failed; `starting` before the entrypoint wrote one (None), `?` for
+    an archive that is not one regular file holding a phase.
+
+    The file is root's, in a directory of root's (0700), in the container that grades: nothing the agent
+    runs writes it. It is read all the same as one regular file, small, naming one known phase, never
+    extracted, and what it says is printed, nothing more.
+    """
+    if archive is None:
+        return "starting"
+    if len(archive) > _ARCHIVE_CAP:
+        return "?"
+    try:
+        with tarfile.open(fileobj=io.BytesIO(archive), mode="r:") as tar:
+            members = tar.getmembers()
+            if len(members) != 1 or not members[0].isreg() or members[0].size > PHASE_FILE_CAP:
+                return "?"
+            extracted = tar.extractfile(members[0])
+            data = extracted.read(PHASE_FILE_CAP + 1) if extracted is not None else b""
+    except (tarfile.TarError, OSError):
+        return "?"
+    phase = parse_phase(data)
+    return phase.value if phase is not None else "?"
+
+
+def phase_archive(container: str) -> bytes | None:
+    """The engine's archive of a container's phase file (at most _ARCHIVE_CAP and a chunk); None when there
+    is no such file yet. Raises NotFoundError when the container is gone."""
+    from ssebench.engine import containers
+
+    return containers().archive_of_file(container, PHASE_FILE, _ARCHIVE_CAP)
 
 
 @dataclass(frozen=True)
@@ -53,29 +85,30 @@ class InFlight:
 
 def runs_in_flight() -> list[InFlight]:
     """Every run container on this engine, oldest first (containers removed meanwhile are skipped)."""
-    from ssebench.engine import NotFoundError, cleanup, containers
+    from ssebench.engine import NotFoundError, cleanup
 
     found = []
-    for container in sorted(cleanup().containers({"label": "ssebench.run"}), key=lambda c: c.get("Created", 0)):
+    for container in sorted(cleanup().containers({"label": RUN_LABEL}), key=lambda c: c.get("Created", 0)):
         labels: dict[str, str] = container.get("Labels") or {}
-        if labels.get("ssebench.role") == "agent":
-            continue  # sidecar mode: its task container grades, stands for the run and says its phases
+        if labels.get(ROLE_LABEL) == "agent":
+            continue  # sidecar mode: its task container grades, stands for the run and writes its phase
         try:
-            log = containers().logs(container["Id"], "stderr", tail=200)
+            archive = phase_archive(container["Id"])
         except NotFoundError:
             continue  # it ended while we looked
+        run = RunLabels.from_labels(labels)
         found.append(
             InFlight(
-                run=labels.get("ssebench.run", "?"),
-                task=labels.get("ssebench.task", "?"),
-                agent=labels.get("ssebench.agent", "?"),
-                model=labels.get("ssebench.model", "?"),
-                difficulty=labels.get("ssebench.difficulty", "?"),
-                mode=labels.get("ssebench.mode", "?"),
-                trial=labels.get("ssebench.trial", "1"),
-                phase=phase_of(log),
+                run=run.run,
+                task=run.task,
+                agent=run.agent,
+                model=run.model,
+                difficulty=run.difficulty,
+                mode=run.mode,
+                trial=run.trial,
+                phase=phase_of(archive),
                 elapsed=max(0.0, time.time() - float(container.get("Created") or time.time())),
-                session=labels.get("ssebench.session", "?"),
+                session=labels.get(SESSION_LABEL, "?"),
                 state=str(container.get("State") or "?"),
             )
         )

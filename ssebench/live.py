@@ -21,14 +21,12 @@ from ssebench.inflight import entrypoint_lines
 from ssebench.logs import last_lines
 from ssebench.reaper import Session
 from ssebench.runspec import RunConfig, container_spec, network_name, sidecar_specs, tree_volume
-from ssebench.runtime.layout import RUNNER_DIR, RUNTIME_PYTHON, SERVING
+from ssebench.runtime.contract import RUN_LABEL, RUNNER_DIR, RUNTIME_PYTHON, SERVING, TIMED_OUT, AgentEnd
 
 # Sidecar mode: beyond the agent's time limit, how long its container has to start (its entrypoint waits for
 # the daemon) and to end its agent before the host stops it, and how long telling the task container takes.
 AGENT_CONTAINER_SLACK = 120.0
 TELL_TIMEOUT = 60.0
-# The exit status of an agent stopped at its time limit (the entrypoint's, as `timeout` has it).
-TIMED_OUT = 124
 # Start-up and the evaluator's own bookkeeping, beyond the agent's and grading's limits.
 SLACK_SECONDS = 300.0
 
@@ -116,11 +114,7 @@ class LiveRun:
                     raise RunTimeoutError(
                         f"container {self.handle.id[:12]} still running after {timeout:.0f} s"
                     ) from None
-        figures = {
-            "AGENT_EXIT_STATUS": str(status),
-            "AGENT_DURATION": f"{time.monotonic() - started:.3f}",
-            "SSE_METRIC_AGENT_TIMEOUT": "true" if timed_out or status == TIMED_OUT else "false",
-        }
+        figures = AgentEnd(status, time.monotonic() - started, timed_out or status == TIMED_OUT).to_figures()
         told, said = self.task.execute(
             [RUNTIME_PYTHON, "-I", "-m", "ssebench.runtime.phase", json.dumps(figures)], TELL_TIMEOUT
         )
@@ -165,7 +159,7 @@ def running(
     what it used is put into `usage` when it ends. `env` adds runtime
     settings (SSE_*) to the container's environment.
     """
-    labels = {**session.labels(), "ssebench.run": run_id}
+    labels = {**session.labels(), RUN_LABEL: run_id}
     network = backend.create_network(network_name(session, run_id), internal=config.internal_network, labels=labels)
     handles: list[Handle] = []
     volumes: list[str] = []

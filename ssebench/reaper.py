@@ -10,6 +10,8 @@ Every container, network and volume carries:
 A session removes its own resources when it ends. One that dies without
 ending (kill -9, a crashed worker) leaves them; the next session on the same
 host removes every resource whose controller or owner process is gone.
+
+The labels' names are the contract's (`ssebench.runtime.contract`), with a run's own.
 """
 
 from __future__ import annotations
@@ -21,11 +23,10 @@ import uuid
 from dataclasses import dataclass
 
 from ssebench.engine import cleanup
-
-SESSION = "ssebench.session"
-HOST = "ssebench.host"
-CONTROLLER = "ssebench.controller"
-OWNER = "ssebench.owner"
+from ssebench.runtime.contract import CONTROLLER_LABEL as CONTROLLER
+from ssebench.runtime.contract import HOST_LABEL as HOST
+from ssebench.runtime.contract import OWNER_LABEL as OWNER
+from ssebench.runtime.contract import SESSION_LABEL as SESSION
 
 
 @dataclass(frozen=True)

@@ -15,23 +15,49 @@ from typing import Any
 
 from ssebench.agent import Agent
 from ssebench.backend import ContainerSpec, Mount, Volume
-from ssebench.defaults import AGENT_TIMEOUT, GRADING_TIMEOUT
 from ssebench.limits import Limits
 from ssebench.reaper import Session
-from ssebench.runtime.layout import MCP_PORT, RUNTIME_HOME, SIDECAR_SOCKETS
-from ssebench.runtime.settings import ENV as RUNTIME_ENV
+from ssebench.runtime.contract import (
+    AGENT_TIMEOUT,
+    ARCHIVE_CAP,
+    ARCHIVE_FILE_CAP,
+    ENV,
+    GRADING_TIMEOUT,
+    MCP_PORT,
+    ROLE_LABEL,
+    RUNTIME_HOME,
+    SIDECAR_AGENT_SOCKET,
+    SIDECAR_SOCKETS,
+    RunLabels,
+    RuntimeSettings,
+)
+from ssebench.runtime.contract import ARCHIVE as ARCHIVE_IN_CONTAINER
+from ssebench.runtime.contract import REFERENCE_PATCH as REFERENCE_IN_CONTAINER
+from ssebench.runtime.contract import RESULTS as RESULTS_IN_CONTAINER
 from ssebench.settings import Settings
 from ssebench.task import Task, task_file
 
-RESULTS_IN_CONTAINER = "/var/lib/ssebench/results"
-ARCHIVE_IN_CONTAINER = "/tmp/sse-archive"
-REFERENCE_IN_CONTAINER = "/reference/patch.diff"
-# Sidecar mode: the agent socket in a volume both containers mount; the admin socket stays in the task
-# container, which grades.
-SIDECAR_AGENT_SOCKET = f"{SIDECAR_SOCKETS}/sse.sock"
+__all__ = [
+    "ARCHIVE_CAP",
+    "ARCHIVE_FILE_CAP",
+    "ARCHIVE_IN_CONTAINER",
+    "REFERENCE_IN_CONTAINER",
+    "RESULTS_CAP",
+    "RESULTS_FILE_CAP",
+    "RESULTS_IN_CONTAINER",
+    "SIDECAR_AGENT_SOCKET",
+    "RunConfig",
+    "container_spec",
+    "limits_for",
+    "network_name",
+    "run_env",
+    "run_labels",
+    "sidecar_specs",
+    "tree_volume",
+]
+
 # What the host keeps of a run's files: the root-written results, and the agent's archive.
 RESULTS_FILE_CAP, RESULTS_CAP = 256 << 20, 1 << 30
-ARCHIVE_FILE_CAP, ARCHIVE_CAP = 64 << 20, 256 << 20
 
 
 @dataclass(frozen=True)
@@ -134,28 +160,29 @@ RESTRICTED_DNS_OPTIONS = ("timeout:1", "attempts:1", "retrans:1000", "retry:1")
 
 
 def run_env(config: RunConfig) -> dict[str, str]:
-    """The runtime settings of a run's containers (ssebench.runtime.settings)."""
-    return {
-        "TIMEOUT": str(int(config.timeout)),
-        "SSE_DIFFICULTY": str(config.difficulty),
-        "SSE_GRADING_TIMEOUT": str(int(config.grading_timeout)),
-        "SSE_FILE_SIZE_LIMIT": str(config.limits.file_size),
-        "SSE_ARCHIVE_FILE_CAP": str(ARCHIVE_FILE_CAP),
-        "SSE_ARCHIVE_CAP": str(ARCHIVE_CAP),
-    }
+    """The runtime settings of a run's containers (`ssebench.runtime.contract.RuntimeSettings`)."""
+    settings = RuntimeSettings(
+        difficulty=config.difficulty,
+        agent_timeout=config.timeout,
+        grading_timeout=float(int(config.grading_timeout)),
+        file_size=config.limits.file_size,
+    )
+    return settings.to_env(
+        "agent_timeout", "difficulty", "grading_timeout", "file_size", "archive_file_cap", "archive_cap"
+    )
 
 
 def run_labels(config: RunConfig, session: Session, run_id: str) -> dict[str, str]:
-    return {
-        **session.labels(),
-        "ssebench.run": run_id,
-        "ssebench.task": config.task.id,
-        "ssebench.agent": config.agent.name,
-        "ssebench.model": config.model,
-        "ssebench.difficulty": str(config.difficulty),
-        "ssebench.mode": config.mode,
-        "ssebench.trial": str(config.trial),
-    }
+    run = RunLabels(
+        run=run_id,
+        task=config.task.id,
+        agent=config.agent.name,
+        model=config.model,
+        difficulty=str(config.difficulty),
+        mode=config.mode,
+        trial=str(config.trial),
+    )
+    return {**session.labels(), **run.to_labels()}
 
 
 def tree_volume(config: RunConfig, prefix: str) -> Volume:
@@ -188,10 +215,14 @@ def sidecar_specs(
     volumes = [replace(v, fill=False) for v in filled]
     # Its name is a host name on the run's network: one DNS label (63 characters at most), unique on the engine.
     task_name = "ssebench-task-" + hashlib.sha256(prefix.encode()).hexdigest()[:16]
-    sockets = {"SSE_DAEMON_SOCKET": SIDECAR_AGENT_SOCKET, "SSE_MCP_URL": f"http://{task_name}:{MCP_PORT}/mcp"}
+    sockets = RuntimeSettings(agent_socket=SIDECAR_AGENT_SOCKET, mcp_url=f"http://{task_name}:{MCP_PORT}/mcp").to_env(
+        "agent_socket", "mcp_url"
+    )
     # The task container gets the runtime's settings and nothing else of the agent's environment (no model
     # access: its bash tool is the agent's, but the key is the agent container's alone).
-    settings = {k: v for k, v in agent.env.items() if k in RUNTIME_ENV.values()}
+    settings = {k: v for k, v in agent.env.items() if k in ENV.values()}
+    task_env = RuntimeSettings(role="task", mcp_bind="0.0.0.0").to_env("role", "mcp_bind")
+    agent_env = RuntimeSettings(role="agent", source=config.task.config.source).to_env("role", "source")
     # The task container (a tool image) keeps the runtime volume; the agent's image holds a runtime of its own.
     task = replace(
         agent,
@@ -200,13 +231,13 @@ def sidecar_specs(
         mounts=[],
         command=None,
         volumes=[*agent.volumes, *filled],
-        env={**settings, **sockets, "SSE_ROLE": "task", "SSE_MCP_BIND": "0.0.0.0"},
-        labels={**agent.labels, "ssebench.role": "task"},
+        env={**settings, **sockets, **task_env},
+        labels={**agent.labels, ROLE_LABEL: "task"},
     )
     agent = replace(
         agent,
         volumes=volumes,
-        env={**agent.env, **sockets, "SSE_ROLE": "agent", "SSE_SOURCE": config.task.config.source},
-        labels={**agent.labels, "ssebench.role": "agent"},
+        env={**agent.env, **sockets, **agent_env},
+        labels={**agent.labels, ROLE_LABEL: "agent"},
     )
     return task, agent, [v.name for v in volumes]

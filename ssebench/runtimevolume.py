@@ -1,7 +1,7 @@
 """The runtime volume: one per runtime digest, filled once from the runtime image, mounted read-only.
 
 Every tool image is made, and every run's task container runs, with it at
-/opt/ssebench (`ssebench.runtime.layout.RUNTIME_HOME`); the runtime is in no
+/opt/ssebench (`ssebench.runtime.contract.RUNTIME_HOME`); the runtime is in no
 task's image (`ssebench.image`).
 """
 
@@ -17,7 +17,7 @@ from filelock import FileLock
 from ssebench.engine import NotFoundError, cleanup, containers, images
 from ssebench.errors import SSEBenchError
 from ssebench.image import LABEL_HASH, LABEL_LAYER, lock_path
-from ssebench.runtime.layout import RUNTIME_HOME
+from ssebench.runtime.contract import RUNTIME_HOME
 from ssebench.settings import Settings
 
 # Every runtime volume's name starts so (`make clean-images` removes them with the images).

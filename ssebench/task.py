@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from ssebench.errors import ConfigError, ConfigErrors
-from ssebench.runtime import layout
+from ssebench.runtime import contract
 from ssebench.schema import Strict, read_yaml, validate
 
 TASK_ID_PATTERN = re.compile(r"^[A-Za-z0-9]+(?:(?:[._]|__|-+)[A-Za-z0-9]+)*$")
@@ -89,21 +89,21 @@ def _tree_pattern(value: Any) -> str:
 TreePattern = Annotated[str, BeforeValidator(_tree_pattern)]
 
 
-# Paths of a task container the runtime uses (ssebench.runtime.layout), and system directories: no task's tree
+# Paths of a task container the runtime uses (ssebench.runtime.contract), and system directories: no task's tree
 # may be one of them, inside one of the runtime's, or above one.
 RUNTIME_PATHS = tuple(
     PurePosixPath(p)
     for p in (
-        layout.TASK_DIR,
-        layout.STATE_DIR,
-        layout.RUNNER_DIR,
-        layout.CAPTURE_DIR,
-        layout.ADMIN_DIR,
-        layout.ARCHIVE,
-        layout.AGENT_SOCKET,
-        layout.MCP_LOG_DIR,
-        layout.RUNTIME_HOME,
-        str(PurePosixPath(layout.REFERENCE_PATCH).parent),
+        contract.TASK_DIR,
+        contract.STATE_DIR,
+        contract.RUNNER_DIR,
+        contract.CAPTURE_DIR,
+        contract.ADMIN_DIR,
+        contract.ARCHIVE,
+        contract.AGENT_SOCKET,
+        contract.MCP_LOG_DIR,
+        contract.RUNTIME_HOME,
+        str(PurePosixPath(contract.REFERENCE_PATCH).parent),
     )
 )
 SYSTEM_PATHS = tuple(
@@ -357,18 +357,16 @@ class Task:
         return found
 
     def checks(self) -> list[str]:
-        """The checks this task supports, in grading order."""
+        """The checks this task supports, in grading order (`contract.supported_checks`, as the runtime
+        counts them)."""
         scripts, files = self.config.scripts, self.config.files
-        checks = []
-        if scripts.build:
-            checks.append("build")
-        if scripts.run and files.poc:
-            checks.append("poc")
-        if scripts.test:
-            checks.append("function_test")
-            if files.future_test:
-                checks.append("intent_test")
-        return checks
+        return contract.supported_checks(
+            build=bool(scripts.build),
+            run=bool(scripts.run),
+            poc=bool(files.poc),
+            test=bool(scripts.test),
+            future_test=bool(files.future_test),
+        )
 
     def referenced_files(self) -> list[tuple[str, str]]:
         """(field, path inside /ssebench) for every file config.yaml names."""

@@ -31,9 +31,10 @@ from ssebench.build import build_images
 from ssebench.engine import containers
 from ssebench.image import image_names
 from ssebench.logs import for_terminal
-from ssebench.reaper import SESSION, Session
+from ssebench.reaper import Session
 from ssebench.record import RunRecord
 from ssebench.runspec import RunConfig, limits_for
+from ssebench.runtime.contract import SESSION_LABEL
 from ssebench.session import Plan, RunSession
 from ssebench.settings import Settings
 from ssebench.task import Task
@@ -130,7 +131,7 @@ def visible_mentions(image: str, terms: list[str], session: Session) -> list[str
         return []
     script = f"printf '%s\\n' {' '.join(shlex.quote(t) for t in terms)} > /tmp/terms\n{_SEARCH}"
     out = containers().run(
-        image, ["-c", script], entrypoint=["/bin/sh"], user="1000:1000", labels={SESSION: session.id}
+        image, ["-c", script], entrypoint=["/bin/sh"], user="1000:1000", labels={SESSION_LABEL: session.id}
     )
     return [line for line in out.decode(errors="replace").splitlines() if line and line != "/tmp/terms"]
 

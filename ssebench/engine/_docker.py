@@ -201,6 +201,20 @@ class DockerContainers(Containers):
             stream, _ = client().api.get_archive(container, path)
             return b"".join(stream)
 
+    def archive_of_file(self, container: str, path: str, cap: int) -> bytes | None:
+        try:
+            with engine_errors(f"copying {path} out of container {container[:12]}"):
+                stream, _ = client().api.get_archive(container, path)
+                data = bytearray()
+                for chunk in stream:
+                    data += chunk
+                    if len(data) > cap:
+                        break
+                return bytes(data)
+        except NotFoundError:
+            self.state(container)  # the container itself gone: NotFoundError again, from its inspection
+            return None
+
     def first_entry(self, container: str, path: str) -> tarfile.TarInfo | None:
         api = client().api
         with engine_errors(f"reading {path} in container {container[:12]}"):

@@ -102,6 +102,10 @@ class Containers(Protocol):
     def archive(self, container: str, path: str) -> bytes:
         """A tar archive of `path` in it. Raises NotFoundError when the path or the container does not exist."""
 
+    def archive_of_file(self, container: str, path: str, cap: int) -> bytes | None:
+        """A tar archive of the file at `path` in it, read no further than `cap` bytes (and a chunk); None
+        when the container has no such path. Raises NotFoundError when the container is gone."""
+
     def first_entry(self, container: str, path: str) -> tarfile.TarInfo | None:
         """The first entry of the archive of `path` (its own owner, mode and type; a link is not followed),
         or None when there is nothing there. Only that entry is read."""

@@ -60,8 +60,9 @@ from pathlib import Path
 
 from sse.helper import ScriptResult
 
-from ssebench.runtime import git, layout
+from ssebench.runtime import contract, git
 from ssebench.runtime.capture import Change
+from ssebench.runtime.contract import TaskFile
 from ssebench.runtime.files import create_exclusive, remove_tree
 from ssebench.runtime.process import (
     NEUTRAL_CWD,
@@ -74,7 +75,6 @@ from ssebench.runtime.process import (
     kill_user,
     wait,
 )
-from ssebench.runtime.taskfile import TaskFile
 
 TIMED_OUT = 124
 NO_BUILD = -1
@@ -264,10 +264,10 @@ class Bencher:
         environ: dict[str, str],
         runner: User,
         changes: Callable[[], Change],
-        task_dir: Path = Path(layout.TASK_DIR),
-        runner_dir: Path = Path(layout.RUNNER_DIR),
-        state_dir: Path = Path(layout.STATE_DIR),
-        repo: Path = Path(layout.REPO),
+        task_dir: Path = Path(contract.TASK_DIR),
+        runner_dir: Path = Path(contract.RUNNER_DIR),
+        state_dir: Path = Path(contract.STATE_DIR),
+        repo: Path = Path(contract.REPO),
     ) -> None:
         self.task = task
         self.limits = limits

@@ -33,8 +33,8 @@ from ssebench.runtime import listeners
 from ssebench.runtime.bash import ToolClosed
 from ssebench.runtime.bencher import BencherError
 from ssebench.runtime.capture import CaptureError
+from ssebench.runtime.contract import DIFFICULTY_NAMES, MAX_LEVEL, allowed_actions
 from ssebench.runtime.service import PHASE_OVER, TaskService
-from ssebench.runtime.settings import DIFFICULTY_NAMES, MAX_LEVEL, allowed_actions
 
 AGENT, HTTP, ADMIN = listeners.AGENT, listeners.HTTP, listeners.ADMIN
 LISTENER_KEY = "ssebench.listener"
@@ -355,8 +355,8 @@ async def serve(app: Starlette, bound: dict[str, socket.socket], ready: Callable
 
 
 def main() -> None:
+    from ssebench.runtime.contract import SettingsError, load_settings
     from ssebench.runtime.service import container_service
-    from ssebench.runtime.settings import SettingsError, load_settings
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:

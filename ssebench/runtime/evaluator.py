@@ -22,8 +22,8 @@ from typing import IO, Any
 
 from sse.result import RunResult, RuntimeResult, Signals
 
+from ssebench.runtime.contract import SettingsError, load_settings
 from ssebench.runtime.files import read_no_follow, write_atomic
-from ssebench.runtime.settings import SettingsError, load_settings
 
 
 def grade_with_limit(limit: float, results: Path | None = None) -> tuple[RunResult, bool]:

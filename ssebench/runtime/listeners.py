@@ -18,7 +18,7 @@ import socket
 from collections.abc import Callable
 from pathlib import Path
 
-from ssebench.runtime import layout
+from ssebench.runtime import contract
 
 AGENT, HTTP, ADMIN, MCP = "agent", "http", "admin", "mcp"
 BACKLOG = 128
@@ -73,7 +73,7 @@ def daemon_listeners(agent_socket: str, admin_socket: str, http_port: int) -> di
 def mcp_listener(host: str = "127.0.0.1") -> socket.socket:
     """The MCP server's listener: loopback, or (sidecar mode's task container) every interface of the
     container, which is on the run's own network only."""
-    return socket.create_server((host, layout.MCP_PORT), backlog=BACKLOG)
+    return socket.create_server((host, contract.MCP_PORT), backlog=BACKLOG)
 
 
 def encode(listeners: dict[str, socket.socket]) -> str:
@@ -87,7 +87,7 @@ def inherited() -> dict[str, socket.socket]:
     The variable leaves this process's environment: nothing it starts (the agent's shell) sees it.
     """
     listeners = {}
-    for part in filter(None, os.environ.pop(layout.LISTEN_FDS, "").split(",")):
+    for part in filter(None, os.environ.pop(contract.LISTEN_FDS, "").split(",")):
         name, _, fd = part.partition("=")
         sock = socket.socket(fileno=int(fd))
         sock.set_inheritable(False)  # nothing this process starts gets them
@@ -98,7 +98,7 @@ def inherited() -> dict[str, socket.socket]:
 def readiness() -> Callable[[], None]:
     """What a server calls once it serves: one byte on the pipe the entrypoint gave it (SSE_READY_FD),
     once, so the entrypoint knows it got that far; nothing for a server run by itself."""
-    fd = os.environ.pop(layout.READY_FD, None)
+    fd = os.environ.pop(contract.READY_FD, None)
     if fd is not None:
         os.set_inheritable(int(fd), False)  # nothing this process starts gets it
     said = False

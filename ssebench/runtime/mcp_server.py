@@ -22,8 +22,7 @@ from typing import Any
 from sse.helper import ScriptResult
 
 from ssebench.runtime import listeners
-from ssebench.runtime.layout import MCP_LOG_DIR
-from ssebench.runtime.settings import DIFFICULTY_NAMES, RuntimeSettings, allowed_actions
+from ssebench.runtime.contract import DIFFICULTY_NAMES, MCP_LOG_DIR, RuntimeSettings, allowed_actions
 
 MAX_WORDS = 10_000
 LOG_DIR = Path(MCP_LOG_DIR)
@@ -217,7 +216,7 @@ def transport_security(settings: RuntimeSettings) -> Any:
 def main() -> None:
     import uvicorn
 
-    from ssebench.runtime.settings import SettingsError, load_settings
+    from ssebench.runtime.contract import SettingsError, load_settings
 
     try:
         settings = load_settings()

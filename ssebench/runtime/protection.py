@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ssebench.runtime.contract import TaskFile
+
 # Files a fix of the language is made of.
 CODE: dict[str, tuple[str, ...]] = {
     "c": (
@@ -94,6 +96,11 @@ class Protection:
             protected=(*PROTECTED.get(language, ()), *protected),
             fix_may_change=tuple(fix_may_change),
         )
+
+    @classmethod
+    def of_task(cls, task: TaskFile) -> Protection:
+        """What config.yaml's `protected_files` and `fix_may_change` make of its language's protection."""
+        return cls.of(task.language, task.protected_files, task.fix_may_change)
 
     def graded(self) -> list[list[str]]:
         """Pathspec lists whose matches, together, are the graded paths; each list selects paths apart from

@@ -28,10 +28,9 @@ from sse.helper import ScriptResult
 
 from ssebench.runtime.bencher import BencherError, ChangeFailed, Guard, set_aside_note
 from ssebench.runtime.capture import CaptureError, Change, FileChange
+from ssebench.runtime.contract import RuntimeSettings, TaskFile
 from ssebench.runtime.files import read_no_follow, write_atomic
 from ssebench.runtime.protection import Protection
-from ssebench.runtime.settings import RuntimeSettings
-from ssebench.runtime.taskfile import TaskFile
 
 MAX_DIALOG_BYTES = 64 * 1024 * 1024
 PHASE_OVER = "the agent phase is over: tools are closed on this listener"
@@ -86,7 +85,7 @@ class TaskService:
         self.end_agent = end_agent
         self.version = version
         self.file_size = file_size
-        self.protection = task.protection()
+        self.protection = Protection.of_task(task)
         self.agent_running = True
         self.prepared: dict[str, Any] | None = None
         self._grading = threading.Lock()
@@ -121,13 +120,13 @@ class TaskService:
         }
 
     def capabilities(self) -> dict[str, Any]:
-        t = self.task
+        checks = self.task.checks()
         return {
-            "can_build": t.build_script is not None,
-            "can_run_poc": t.run_script is not None and bool(t.poc),
-            "poc_count": len(t.poc),
-            "has_function_test": t.test_script is not None,
-            "has_intent_test": t.test_script is not None and t.future_test is not None,
+            "can_build": "build" in checks,
+            "can_run_poc": "poc" in checks,
+            "poc_count": len(self.task.poc),
+            "has_function_test": "function_test" in checks,
+            "has_intent_test": "intent_test" in checks,
         }
 
     # -- checks ---------------------------------------------------------------
@@ -249,15 +248,15 @@ def container_service(settings: RuntimeSettings) -> TaskService:
     """The service of a real task container: workers as sse-runner and model, base snapshotted now."""
     from sse._version import __version__
 
-    from ssebench.runtime import layout
+    from ssebench.runtime import contract
     from ssebench.runtime.bash import BashTool
     from ssebench.runtime.bencher import Bencher, Limits
     from ssebench.runtime.capture import Capture
     from ssebench.runtime.process import User, clear_user
     from ssebench.runtime.taskfile import load_taskfile
 
-    task = load_taskfile(Path(layout.TASK_DIR) / "config.yaml")
-    model, runner = User.named(layout.MODEL), User.named(layout.RUNNER)
+    task = load_taskfile(Path(contract.TASK_DIR) / "config.yaml")
+    model, runner = User.named(contract.MODEL), User.named(contract.RUNNER)
     results = Path(settings.results)
     environ = dict(os.environ)
     limits = Limits(
@@ -265,13 +264,13 @@ def container_service(settings: RuntimeSettings) -> TaskService:
     )
     capture = Capture(
         Path(task.source),
-        Path(layout.CAPTURE_DIR),
+        Path(contract.CAPTURE_DIR),
         model,
         patch_limit=settings.patch_limit,
         time_limit=settings.capture_timeout,
     )
     capture.prepare()
-    protection = task.protection()
+    protection = Protection.of_task(task)
     bencher = Bencher(task, limits, results, environ, runner, changes=lambda: capture.change(protection))
     bencher.new_session()
     shell_env = {k: v for k, v in environ.items() if k not in ("SSE_ADMIN_SOCKET", "SSE_RESULTS")}
@@ -286,7 +285,7 @@ def container_service(settings: RuntimeSettings) -> TaskService:
 
     return TaskService(
         task,
-        task_dir=Path(layout.TASK_DIR),
+        task_dir=Path(contract.TASK_DIR),
         results=results,
         archive=Path(settings.archive),
         bencher=bencher,

@@ -29,10 +29,11 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from ssebench.runtime import layout
+from ssebench.runtime import contract
 from ssebench.runtime.capture import make_base
+from ssebench.runtime.contract import TaskFile
 from ssebench.runtime.files import check_root_path
-from ssebench.runtime.taskfile import TaskFile, load_taskfile
+from ssebench.runtime.taskfile import load_taskfile
 
 MODEL_UID = 1000
 
@@ -44,24 +45,24 @@ def _run(*argv: str, **kwargs: object) -> None:
 def create_users() -> None:
     """Create model and sse-runner afresh, whatever the base image had."""
     for entry in pwd.getpwall():
-        if entry.pw_uid == MODEL_UID or entry.pw_name in (layout.MODEL, layout.RUNNER):
+        if entry.pw_uid == MODEL_UID or entry.pw_name in (contract.MODEL, contract.RUNNER):
             _run("userdel", "--force", entry.pw_name)
     for group in grp.getgrall():
-        if group.gr_gid == MODEL_UID or group.gr_name in (layout.MODEL, layout.RUNNER):
+        if group.gr_gid == MODEL_UID or group.gr_name in (contract.MODEL, contract.RUNNER):
             _run("groupdel", group.gr_name)
-    _run("groupadd", "--gid", str(MODEL_UID), layout.MODEL)
+    _run("groupadd", "--gid", str(MODEL_UID), contract.MODEL)
     _run(
         "useradd",
         "--uid",
         str(MODEL_UID),
         "--gid",
-        layout.MODEL,
+        contract.MODEL,
         "--create-home",
         "--home-dir",
-        f"/home/{layout.MODEL}",
+        f"/home/{contract.MODEL}",
         "--shell",
         "/bin/bash",
-        layout.MODEL,
+        contract.MODEL,
     )
     _run(
         "useradd",
@@ -72,7 +73,7 @@ def create_users() -> None:
         "/nonexistent",
         "--shell",
         "/usr/sbin/nologin",
-        layout.RUNNER,
+        contract.RUNNER,
     )
 
 
@@ -106,7 +107,7 @@ def prepare_source(task: TaskFile) -> None:
     if not source.is_dir():
         raise SystemExit(f"toollayer: config.yaml: source: {source} is not a directory in the case image")
     _remove_git_dirs(source)
-    make_base(source, Path(layout.CAPTURE_DIR))
+    make_base(source, Path(contract.CAPTURE_DIR))
 
 
 def _chmod_tree(path: Path, *, group_readable: bool, runner_gid: int) -> None:
@@ -126,8 +127,8 @@ def _chmod_tree(path: Path, *, group_readable: bool, runner_gid: int) -> None:
 
 def protect_task_files(task: TaskFile) -> None:
     """/ssebench: root-only but for what the runner must execute in place."""
-    root = Path(layout.TASK_DIR)
-    runner_gid = grp.getgrnam(layout.RUNNER).gr_gid
+    root = Path(contract.TASK_DIR)
+    runner_gid = grp.getgrnam(contract.RUNNER).gr_gid
     secret = {root / p for p in task.secret_paths()}
     _chmod_tree(root, group_readable=True, runner_gid=runner_gid)
     for path in sorted(secret):
@@ -164,8 +165,8 @@ def strip_set_id_bits() -> None:
 def make_runtime_dirs() -> None:
     """The run-time directories of the container that grades: its state and results, the admin socket's, the
     runner's (sidecar mode's agent image has none of them: nothing that grades is there)."""
-    runner_gid = grp.getgrnam(layout.RUNNER).gr_gid
-    dirs = [(layout.STATE_DIR, 0, 0o700), (layout.ADMIN_DIR, 0, 0o700), (layout.RUNNER_DIR, runner_gid, 0o710)]
+    runner_gid = grp.getgrnam(contract.RUNNER).gr_gid
+    dirs = [(contract.STATE_DIR, 0, 0o700), (contract.ADMIN_DIR, 0, 0o700), (contract.RUNNER_DIR, runner_gid, 0o710)]
     for path, gid, mode in dirs:
         # Runs mount the runner's volume here, and root works in them: no link of the case image's may send
         # either elsewhere (into the tree), and no directory above them may be another user's.
@@ -180,7 +181,7 @@ def make_runtime_dirs() -> None:
 
 def lock_runtime() -> None:
     """The runtime venv and library: root's, writable by nobody else."""
-    for dirpath, dirnames, filenames in os.walk(layout.RUNTIME_HOME):
+    for dirpath, dirnames, filenames in os.walk(contract.RUNTIME_HOME):
         for name in [*dirnames, *filenames, "."]:
             p = os.path.join(dirpath, name)
             os.lchown(p, 0, 0)
@@ -202,7 +203,7 @@ def check_runtime_locked() -> None:
     model's when model is made).
     """
     # Every run mounts the volume here: no link of the case image's may send it elsewhere (into the tree).
-    for path in ("/", "/usr", "/opt", layout.RUNTIME_HOME):
+    for path in ("/", "/usr", "/opt", contract.RUNTIME_HOME):
         st = os.lstat(path)
         if not stat.S_ISDIR(st.st_mode) or not _root_alone(path):
             raise SystemExit(f"toollayer: {path} must be a directory of root's that nobody else may write")
@@ -220,9 +221,9 @@ def check_runtime_locked() -> None:
                         f"toollayer: {os.path.join(dirpath, name)} (root's Python library) must be "
                         "root's and writable by nobody else"
                     )
-    if not os.statvfs(layout.RUNTIME_HOME).f_flag & os.ST_RDONLY:
-        raise SystemExit(f"toollayer: {layout.RUNTIME_HOME} must be the runtime volume, mounted read-only")
-    for dirpath, dirnames, filenames in os.walk(layout.RUNTIME_HOME):
+    if not os.statvfs(contract.RUNTIME_HOME).f_flag & os.ST_RDONLY:
+        raise SystemExit(f"toollayer: {contract.RUNTIME_HOME} must be the runtime volume, mounted read-only")
+    for dirpath, dirnames, filenames in os.walk(contract.RUNTIME_HOME):
         for name in [*dirnames, *filenames, "."]:
             p = os.path.join(dirpath, name)
             st = os.lstat(p)
@@ -233,8 +234,8 @@ def check_runtime_locked() -> None:
 
 def agent_base() -> None:
     """Sidecar mode's agent image (no task in it, nothing that grades): the same users and locks."""
-    if Path(layout.TASK_DIR).exists():
-        raise SystemExit(f"toollayer: an agent image must hold nothing of a task, but {layout.TASK_DIR} exists")
+    if Path(contract.TASK_DIR).exists():
+        raise SystemExit(f"toollayer: an agent image must hold nothing of a task, but {contract.TASK_DIR} exists")
     create_users()
     lock_runtime()
     strip_world_writable()
@@ -246,7 +247,7 @@ def main() -> None:
     if sys.argv[1:] == ["--agent-base"]:
         agent_base()
         return
-    task = load_taskfile(Path(layout.TASK_DIR) / "config.yaml")
+    task = load_taskfile(Path(contract.TASK_DIR) / "config.yaml")
     create_users()
     prepare_source(task)
     protect_task_files(task)
@@ -254,7 +255,9 @@ def main() -> None:
     check_runtime_locked()
     strip_world_writable()
     strip_set_id_bits()
-    print(f"toollayer: {task.id} ready: source {task.source}, its one commit in {layout.CAPTURE_DIR}", file=sys.stderr)
+    print(
+        f"toollayer: {task.id} ready: source {task.source}, its one commit in {contract.CAPTURE_DIR}", file=sys.stderr
+    )
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ task's image holds a second copy of its tree, and the agent and its checks
 work on the host's file system rather than through the image's storage
 driver. Before anything of model's or sse-runner's runs, root
 
-1. copies the tree to `layout.REPO`, a directory it makes in the runner's
+1. copies the tree to `contract.REPO`, a directory it makes in the runner's
    area (which the entrypoint has just taken empty, and which no other user
    may write): grading's original, which the agent's patch is applied to;
 2. writes capture's base (the tree's one commit, `buggy commit`) into the
@@ -24,7 +24,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from ssebench.runtime import layout
+from ssebench.runtime import contract
 from ssebench.runtime.capture import BASE_REPO
 from ssebench.runtime.files import check_root_path
 from ssebench.runtime.process import NEUTRAL_CWD, ROOT_PATH, User
@@ -61,7 +61,7 @@ def give_to(tree: Path, user: User) -> int:
 
 
 def prepare_tree(
-    source: Path, model: User, *, repo: Path = Path(layout.REPO), base: Path = Path(layout.CAPTURE_DIR) / BASE_REPO
+    source: Path, model: User, *, repo: Path = Path(contract.REPO), base: Path = Path(contract.CAPTURE_DIR) / BASE_REPO
 ) -> int:
     """Keep grading's original, give the tree its `.git` and give it to model; how many entries it has.
 

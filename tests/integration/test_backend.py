@@ -498,6 +498,12 @@ def test_containers_run_read_and_remove(seams: Seams, labels: dict[str, str]) ->
             assert archive.extractfile("f").read() == b"hi\n"  # type: ignore[union-attr]
         with pytest.raises(NotFoundError):
             containers.archive(made, "/no/such/path")
+        # A small file's archive, read no further than its cap; a path that is not there is None, not an error.
+        small = containers.archive_of_file(made, "/d/f", 16 * 1024)
+        assert small is not None
+        with tarfile.open(fileobj=io.BytesIO(small)) as archive:
+            assert archive.extractfile("f").read() == b"hi\n"  # type: ignore[union-attr]
+        assert containers.archive_of_file(made, "/no/such/path", 16 * 1024) is None
         entry = containers.first_entry(made, "/d")
         assert entry is not None and entry.isdir() and entry.name == "d"
         assert containers.first_entry(made, "/no/such/path") is None
@@ -508,6 +514,8 @@ def test_containers_run_read_and_remove(seams: Seams, labels: dict[str, str]) ->
         containers.state(made)
     with pytest.raises(NotFoundError):
         containers.logs(made)
+    with pytest.raises(NotFoundError):  # the container gone is not a file missing
+        containers.archive_of_file(made, "/d/f", 16 * 1024)
 
 
 def test_containers_that_outlast_their_time_or_are_cancelled(seams: Seams, labels: dict[str, str]) -> None:

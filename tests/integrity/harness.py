@@ -37,6 +37,7 @@ from ssebench.run import collect
 from ssebench.runspec import SIDECAR_AGENT_SOCKET, RunConfig, limits_for
 from ssebench.settings import Settings
 from ssebench.task import Task
+from tests.helpers import in_the_checks as in_the_checks  # the suite's tests import it from here
 from tests.helpers import wait_for_agent_phase
 
 PYTHON = "/opt/ssebench/venv/bin/python"

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from ssebench.runtime.layout import REPO
+from ssebench.runtime.contract import REPO
 from tests.integrity.harness import LEVELS, HeldRun, Launcher
 
 pytestmark = [pytest.mark.docker, pytest.mark.integrity, pytest.mark.slow]

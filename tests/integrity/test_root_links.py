@@ -7,7 +7,7 @@ grading applies to its copies); and the agent's code a check runs (as
 sse-runner) plants links beside its copy in the session directory.
 Then every check the level allows runs, and the run is graded with the
 plants carried by the final patch. Nothing may land in a trap, /ssebench
-and grading's original (layout.REPO) keep their owners and modes, and every
+and grading's original (contract.REPO) keep their owners and modes, and every
 check still runs.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from ssebench.runtime.layout import REPO
+from ssebench.runtime.contract import REPO
 from tests.helpers import in_the_checks
 from tests.integrity.harness import LEVELS, HeldRun, Launcher
 

@@ -31,7 +31,7 @@ from ssebench.image import image_names
 from ssebench.live import ContainerDied
 from ssebench.result import read_result
 from ssebench.run import collect
-from ssebench.runtime.layout import REPO, RUNNER_DIR
+from ssebench.runtime.contract import REPO, RUNNER_DIR
 from ssebench.settings import Settings
 from ssebench.task import Task
 from tests.integrity.harness import Launcher, launching, leftovers

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import json
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -103,20 +105,44 @@ def test_bad_jobs_value_names_the_flag(value: str, capsys: pytest.CaptureFixture
     assert "--jobs" in last and "1 to 16" in last and repr(value) in last
 
 
-def test_ps_reads_the_phase_from_the_entrypoints_own_lines() -> None:
+def _tar(name: str, data: bytes = b"", kind: bytes = tarfile.REGTYPE, extra: int = 0) -> bytes:
+    """An archive as the engine gives a container's file: one member (`extra` more of the same)."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as tar:
+        for n in range(1 + extra):
+            info = tarfile.TarInfo(name if not n else f"{name}{n}")
+            info.type, info.size = kind, len(data) if kind == tarfile.REGTYPE else 0
+            if kind == tarfile.SYMTYPE:
+                info.linkname = "/var/lib/ssebench/results/result.json"
+            tar.addfile(info, io.BytesIO(data) if kind == tarfile.REGTYPE else None)
+    return out.getvalue()
+
+
+def test_ps_reads_the_phase_the_entrypoint_wrote() -> None:
+    from ssebench.inflight import phase_of
+    from ssebench.runtime.contract import Phase, phase_record
+
+    assert phase_of(None) == "starting"  # no phase file yet
+    for phase in Phase:
+        assert phase_of(_tar("phase", phase_record(phase, 1.0))) == phase.value
+
+
+@pytest.mark.parametrize(
+    "archive",
+    [
+        _tar("phase", b'{"phase": "graded: passed"}'),  # a word that is no phase
+        _tar("phase", b'{"phase": "agent", "pad": "' + b"x" * 300 + b'"}'),  # longer than a phase file
+        _tar("phase", b"agent\n"),  # not the record
+        _tar("phase", kind=tarfile.SYMTYPE),  # a link, never followed
+        _tar("phase", b'{"phase": "agent"}', extra=1),  # more than the one file
+        b"not a tar at all",
+        b"\0" * (64 * 1024),  # more than the host reads
+    ],
+)
+def test_ps_prints_no_phase_from_anything_but_one_small_regular_file_naming_one(archive: bytes) -> None:
     from ssebench.inflight import phase_of
 
-    said = [
-        "[ssebench-entrypoint 12:00:01] daemon ready",
-        "[ssebench-entrypoint 12:00:02.125] MCP server ready",
-        "[ssebench-entrypoint 12:00:02] agent: sleep 600 (timeout 3600 s, difficulty 2)",
-        "[ssebench-entrypoint 12:10:02] agent exited with status 0 after 600.0 s",
-        "[ssebench-entrypoint 12:12:00] graded: failed",
-    ]
-    phases = [phase_of("\n".join(said[:n])) for n in range(len(said) + 1)]
-    assert phases == ["starting", "starting", "starting", "agent", "grading", "finishing"]
-    # Other output (the daemon's, say) never sets a phase; only whole entrypoint lines do.
-    assert phase_of(said[2] + "\nagent exited with status 0\n x [ssebench-entrypoint 1:2:3] graded: x") == "agent"
+    assert phase_of(archive) == "?"
 
 
 def test_run_refuses_open_egress_over_ray_before_connecting(capsys: pytest.CaptureFixture[str]) -> None:

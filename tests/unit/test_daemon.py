@@ -18,11 +18,10 @@ from sse.helper import ScriptResult
 from ssebench.runtime.bash import ToolClosed
 from ssebench.runtime.bencher import BencherError
 from ssebench.runtime.capture import Change, FileChange
+from ssebench.runtime.contract import MAX_LEVEL, SettingsError, TaskFile, load_settings
 from ssebench.runtime.daemon import ADMIN, AGENT, HTTP, create_app, listener_app
 from ssebench.runtime.protection import Protection
 from ssebench.runtime.service import TaskService
-from ssebench.runtime.settings import MAX_LEVEL, SettingsError, load_settings
-from ssebench.runtime.taskfile import parse_taskfile
 from tests.inprocess import InProcessTransport
 
 VERSION = "0.1.0"
@@ -124,7 +123,7 @@ def service(tmp_path: Path) -> TaskService:
     (results / "final.patch").write_text("")
     (archive / "dialog.jsonl").write_text('{"seq": 0, "type": "init"}\n{"seq": 1, "type": "complete"}\n')
     return TaskService(
-        parse_taskfile(CONFIG),
+        TaskFile.parse(CONFIG),
         task_dir=task_dir,
         results=results,
         archive=archive,

@@ -7,7 +7,9 @@ the seams is a stand-in that raises them.
 from __future__ import annotations
 
 import ast
+import io
 import sys
+import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,6 +33,7 @@ from ssebench.engine import (
     engine_errors,
 )
 from ssebench.errors import BuildCancelled, SSEBenchError
+from ssebench.runtime.contract import PHASE_FILE, Phase, phase_record
 from ssebench.settings import PROJECT_ROOT
 
 # The engine's libraries, and the one package that may import them.
@@ -288,16 +291,23 @@ def test_runs_in_flight_skip_a_container_that_ended_and_raise_on_any_other_engin
         def containers(self, filters: dict[str, Any] | None = None) -> list[dict[str, Any]]:
             return listed
 
-    class Logs:
-        def logs(self, container: str, stream: str = "all", tail: int | None = None) -> str:
+    class PhaseFile:
+        def archive_of_file(self, container: str, path: str, cap: int) -> bytes | None:
             answer = said[0]
             if isinstance(answer, BaseException):
                 raise answer
-            return answer
+            assert path == PHASE_FILE
+            data = answer.encode()
+            out = io.BytesIO()
+            with tarfile.open(fileobj=out, mode="w") as tar:
+                info = tarfile.TarInfo("phase")
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+            return out.getvalue()
 
     monkeypatch.setattr(ssebench.engine, "cleanup", Listing)
-    monkeypatch.setattr(ssebench.engine, "containers", Logs)
-    said[:] = ["[ssebench-entrypoint 12:00:00.000] agent: go\n"]
+    monkeypatch.setattr(ssebench.engine, "containers", PhaseFile)
+    said[:] = [phase_record(Phase.AGENT, 0.0).decode()]
     assert [run.phase for run in inflight.runs_in_flight()] == ["agent"]  # the control
     said[:] = [NotFoundError("gone")]
     assert inflight.runs_in_flight() == []

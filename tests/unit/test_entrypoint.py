@@ -1,135 +1,126 @@
-"""The entrypoint's own machinery, on this host: the MCP server started on demand, the evaluator's hand-over."""
+"""The entrypoint's steps, on this host: the phase each writes, and how a failure is typed and reported."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import socket
-import subprocess
-import sys
-import time
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from ssebench.runtime import entrypoint, listeners
-from ssebench.runtime.settings import RuntimeSettings
+from ssebench.runtime import contract, entrypoint, phase
+from ssebench.runtime.container import RefusedStart
+from ssebench.runtime.contract import AgentEnd, Phase, RuntimeSettings
 
 
-class Started:
-    """What `entrypoint.serve` is asked to start, standing in for it."""
-
-    def __init__(self, fail_first: int = 0) -> None:
-        self.calls: list[dict[str, socket.socket]] = []
-        self.fail_first = fail_first
-
-    def __call__(self, module: str, log: Path, env: dict[str, str], bound: dict[str, socket.socket]) -> Any:
-        self.calls.append(bound)
-        if len(self.calls) <= self.fail_first:
-            for sock in bound.values():
-                sock.close()
-            raise BlockingIOError(11, "Resource temporarily unavailable")
-        return ("served", bound)
+def test_a_phase_is_written_whole_for_root_alone(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(phase, "check_root_path", lambda path: None)  # tmp_path is under /tmp, others' too
+    path = tmp_path / "run" / "phase"
+    phase.write_phase(Phase.AGENT, str(path))
+    phase.write_phase(Phase.GRADING, str(path))
+    assert contract.parse_phase(path.read_bytes()) == Phase.GRADING
+    assert path.stat().st_mode & 0o777 == 0o600 and path.parent.stat().st_mode & 0o777 == 0o700
+    assert os.listdir(path.parent) == ["phase"]  # no temporary file left beside it
 
 
-def _on_demand(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, fail_first: int = 0
-) -> tuple[Started, int, entrypoint.OnDemand]:
-    """An on-demand server on a loopback port whose starts `Started` stands in for: (it, the port, it)."""
-    started = Started(fail_first)
-    monkeypatch.setattr(entrypoint, "serve", started)
-    listener = socket.create_server(("127.0.0.1", 0))
-    port = listener.getsockname()[1]
-    return started, port, entrypoint.OnDemand("m", tmp_path / "mcp.log", {}, listener)
+def test_a_phase_is_not_written_where_others_may_write(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "run" / "phase"  # under /tmp: a directory everyone may write
+    phase.write_phase(Phase.AGENT, str(path))  # said, never raised: the run goes on
+    assert not path.exists()
+    assert "the phase (agent) could not be written" in capsys.readouterr().err
 
 
-def _until(condition: Any, seconds: float = 5.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
+class Steps:
+    """Stands in for the container's steps; records the phases written, in order."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, refuse: bool = False) -> None:
+        self.phases: list[Phase] = []
+        self.errors: list[str] = []
+        monkeypatch.setattr(phase, "write_phase", lambda step, path=contract.PHASE_FILE: self.phases.append(step))
+        monkeypatch.setattr(entrypoint, "write_error", lambda settings, message: self.errors.append(message))
+
+        def prepare_task(settings: RuntimeSettings, model: Any) -> str:
+            if refuse:
+                raise RefusedStart("the runner's area: /var/lib/ssebench-runner must be empty")
+            return str(tmp_path)
+
+        monkeypatch.setattr(entrypoint, "prepare_task", prepare_task)
+        monkeypatch.setattr(entrypoint, "write_limits", lambda settings, name: None)
 
 
-def test_no_client_no_server_and_the_socket_closes(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    started, port, on_demand = _on_demand(monkeypatch, tmp_path)
-    assert on_demand.close() is None and started.calls == []
-    with pytest.raises(ConnectionRefusedError):
-        socket.create_connection(("127.0.0.1", port), timeout=2)
-
-
-def test_the_first_client_starts_the_server_once(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    started, port, on_demand = _on_demand(monkeypatch, tmp_path)
-    first = socket.create_connection(("127.0.0.1", port), timeout=2)
-    _until(lambda: len(started.calls) == 1)
-    [bound] = started.calls
-    assert list(bound) == [listeners.MCP]
-    server_side, _ = bound[listeners.MCP].accept()  # the server's copy of the socket holds the client
-    second = socket.create_connection(("127.0.0.1", port), timeout=2)
-    time.sleep(0.2)
-    assert len(started.calls) == 1  # one start for every client
-    assert on_demand.close() == ("served", bound)
-    for sock in (first, second, server_side, bound[listeners.MCP]):
-        sock.close()
-
-
-def test_a_failed_start_refuses_that_client_and_the_next_one_starts_it(
+def test_a_container_unfit_for_a_run_refuses_it_with_an_error_and_the_phase_failed(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    started, port, on_demand = _on_demand(monkeypatch, tmp_path, fail_first=1)
-    refused = socket.create_connection(("127.0.0.1", port), timeout=2)
-    refused.settimeout(5)
-    with contextlib.suppress(ConnectionResetError):
-        assert refused.recv(1) == b""  # taken off the queue and closed, not left hanging
-    refused.close()
-    assert on_demand.failures == 1
-    again = socket.create_connection(("127.0.0.1", port), timeout=2)
-    _until(lambda: len(started.calls) == 2)
-    served = on_demand.close()
-    assert served is not None and served[0] == "served"
-    again.close()
-    served[1][listeners.MCP].close()
+    steps = Steps(monkeypatch, tmp_path, refuse=True)
+    agent = entrypoint.RunHere(["true"])
+    status = entrypoint.grading_container(RuntimeSettings(results=str(tmp_path)), None, agent)  # type: ignore[arg-type]
+    assert status == 1 and steps.phases == [Phase.STARTING, Phase.FAILED]
+    assert steps.errors == ["the runtime failed to start: the runner's area: /var/lib/ssebench-runner must be empty"]
 
 
-def _evaluator(code: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE)
+def test_a_daemon_that_does_not_start_is_an_infrastructure_failure(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    steps = Steps(monkeypatch, tmp_path)
+
+    def start_daemon(settings: RuntimeSettings, env: dict[str, str]) -> Any:
+        raise entrypoint.ServerError("the daemon exited with status 1 while starting:\nTraceback")
+
+    monkeypatch.setattr(entrypoint, "start_daemon", start_daemon)
+    status = entrypoint.grading_container(RuntimeSettings(results=str(tmp_path)), None, entrypoint.RunHere(["true"]))  # type: ignore[arg-type]
+    assert status == 1 and steps.phases == [Phase.STARTING, Phase.FAILED]
+    assert steps.errors[0].startswith("the runtime failed to start: the daemon exited with status 1")
 
 
-# Reads the figures and grades by writing result.json where the settings say.
-GRADES = """
-import json, os, sys
-figures = json.loads(sys.stdin.readline())
-with open(os.path.join(sys.argv[1], "result.json"), "w") as f:
-    json.dump({"patch_result": {"status": "failed"}, "figures": figures}, f)
-"""
+def test_the_phases_of_a_graded_run_in_order(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    steps = Steps(monkeypatch, tmp_path)
+
+    class Process:
+        returncode = 0
+
+        def poll(self) -> int:
+            return 0
+
+    class Daemon:
+        process = Process()
+
+    class Mcp:
+        failures = 0
+
+        def close(self) -> None:
+            return None
+
+    graded: list[AgentEnd] = []
+    monkeypatch.setattr(entrypoint, "start_daemon", lambda settings, env: Daemon())
+    monkeypatch.setattr(entrypoint, "start_mcp", lambda settings, env, shared_sockets: Mcp())
+    monkeypatch.setattr(entrypoint, "start_evaluator", lambda settings, env, log: Process())
+    monkeypatch.setattr(entrypoint, "admin_post", lambda settings, path: None)
+    monkeypatch.setattr(entrypoint, "end", lambda process: None)
+    monkeypatch.setattr(entrypoint, "finish_archive", lambda settings: None)
+    monkeypatch.setattr(entrypoint, "evaluate", lambda *args: graded.append(args[-1]))
+
+    class Agent(entrypoint.RunHere):
+        def run(self, settings: RuntimeSettings, model: Any, source: str) -> AgentEnd:
+            assert steps.phases[-1] == Phase.AGENT  # written before the agent runs
+            return AgentEnd(3, 1.0, False)
+
+    status = entrypoint.grading_container(RuntimeSettings(results=str(tmp_path)), None, Agent(["x"]))  # type: ignore[arg-type]
+    assert status == 3 and graded == [AgentEnd(3, 1.0, False)] and steps.errors == []
+    assert steps.phases == [Phase.STARTING, Phase.AGENT, Phase.GRADING, Phase.FINISHING]
 
 
-def test_an_evaluator_that_died_with_the_agent_is_replaced(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    settings = RuntimeSettings(results=str(tmp_path))
-    dead = _evaluator("import sys; sys.exit(3)")
-    dead.wait()
-    replacements = []
-
-    def start(settings: RuntimeSettings, env: dict[str, str], log: Any) -> subprocess.Popen[bytes]:
-        process = subprocess.Popen([sys.executable, "-c", GRADES, str(tmp_path)], stdin=subprocess.PIPE)
-        replacements.append(process)
-        return process
-
-    monkeypatch.setattr(entrypoint, "start_evaluator", start)
-    entrypoint.evaluate(settings, {}, dead, None, tmp_path / "evaluator.log", {"AGENT_DURATION": "1.5"})  # type: ignore[arg-type]
-    assert len(replacements) == 1 and dead.stdin is not None and dead.stdin.closed
-    replacements[0].wait()
-    result = json.loads((tmp_path / "result.json").read_text())
-    assert result["figures"] == {"AGENT_DURATION": "1.5"}  # the replacement was told, and graded
+def test_each_role_is_its_own_steps() -> None:
+    assert set(entrypoint.ROLES) == set(contract.ROLES)
+    assert entrypoint.AwaitHost().shares_sockets and not entrypoint.RunHere(["x"]).shares_sockets
 
 
-def test_an_evaluator_that_ends_without_a_grade_leaves_an_error_naming_its_status(tmp_path: Path) -> None:
-    settings = RuntimeSettings(results=str(tmp_path))
-    (tmp_path / "evaluator.log").write_text("Traceback: something broke\n")
-    quits = _evaluator("import sys; sys.stdin.readline(); sys.exit(5)")
-    entrypoint.evaluate(settings, {}, quits, None, tmp_path / "evaluator.log", {})  # type: ignore[arg-type]
-    assert quits.returncode == 5
-    grade = json.loads((tmp_path / "result.json").read_text())["patch_result"]
-    assert grade["status"] == "error"
-    assert grade["error_msg"].startswith("the evaluator exited with status 5 without a grade")
-    assert "something broke" in grade["error_msg"]
+def test_the_task_container_reads_the_hosts_figures_of_the_agents_end(tmp_path: Path) -> None:
+    fifo = phase.make_fifo(str(tmp_path / "run" / "agent-done"))
+    try:
+        phase.tell(AgentEnd(0, 42.0, False).to_figures(), str(tmp_path / "run" / "agent-done"))
+        assert phase.await_agent(RuntimeSettings(), fifo) == AgentEnd(0, 42.0, False)
+        os.write(fifo, json.dumps({"AGENT_EXIT_STATUS": "x"}).encode() + b"\n")
+        assert phase.await_agent(RuntimeSettings(), fifo).timed_out  # unreadable figures: graded as timed out
+    finally:
+        os.close(fifo)

@@ -16,10 +16,10 @@ import pytest
 
 from ssebench.runtime.bencher import crash_report
 from ssebench.runtime.capture import Capture, make_base
+from ssebench.runtime.contract import TaskFile
 from ssebench.runtime.files import prune_tree, remove_tree
 from ssebench.runtime.process import User
 from ssebench.runtime.protection import CODE, PROTECTED, Protection
-from ssebench.runtime.taskfile import parse_taskfile
 
 ME = User(name="me", uid=os.geteuid(), gid=os.getegid(), home="/nonexistent")
 
@@ -122,7 +122,7 @@ def test_no_change_and_a_change_of_protected_files_only(capture: Capture) -> Non
 
 
 def test_a_task_names_its_protection_in_config_yaml() -> None:
-    task = parse_taskfile(
+    task = TaskFile.parse(
         {
             "id": "t",
             "project": "p",
@@ -132,7 +132,7 @@ def test_a_task_names_its_protection_in_config_yaml() -> None:
             "fix_may_change": "go.mod",
         }
     )
-    protection = task.protection()
+    protection = Protection.of_task(task)
     assert protection.code == CODE["go"] and protection.protected == (*PROTECTED["go"], "cmd/**")
     assert protection.fix_may_change == ("go.mod",)
     assert protection.graded()[1] == [":(glob)go.mod"]

@@ -23,7 +23,7 @@ from ssebench.record import RunRecord, finished_run
 from ssebench.result import make_run_dir, name_of, path_component, point_latest, read_result, read_safely
 from ssebench.run import execute
 from ssebench.runspec import REFERENCE_IN_CONTAINER, RESTRICTED_DNS_OPTIONS, RunConfig, container_spec, sidecar_specs
-from ssebench.runtime.layout import SERVING
+from ssebench.runtime.contract import SERVING
 from ssebench.settings import Settings, get_settings
 from ssebench.task import load_task
 from tests.helpers import DEMO
