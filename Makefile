@@ -57,12 +57,14 @@ bench: images
 chromium:
 	$(call need,chromium,chromium,the report test renders report.html)
 
-# mypy --strict over the packages (pyproject.toml's [tool.mypy]), and ruff's lint and format check
-# ([tool.ruff]): `ruff format .` and `ruff check --fix .` repair most of what they find.
+# ruff's lint and format check ([tool.ruff]; `ruff format .` and `ruff check --fix .` repair most of what
+# they find), then mypy --strict over the whole tree ([tool.mypy]): the packages, the tests, the
+# benchmarks, and each agent on its own (every agent is a script named agent.py).
 typecheck: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m mypy
+	for agent in agents/*/agent.py; do $(BIN)/python -m mypy $$agent || exit 1; done
 
 # pytest's exit status 5 means it collected nothing: a failure, said plainly. The slowest
 # tests are listed at the end, against the suite's time limit per test (pyproject.toml).

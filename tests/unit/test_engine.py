@@ -33,7 +33,7 @@ from ssebench.engine import (
     engine_errors,
 )
 from ssebench.errors import BuildCancelled, SSEBenchError
-from ssebench.runtime.contract import PHASE_FILE, Phase, phase_record
+from ssebench.runtime.contract import CONTROLLER_LABEL, HOST_LABEL, OWNER_LABEL, PHASE_FILE, Phase, phase_record
 from ssebench.settings import PROJECT_ROOT
 
 # The engine's libraries, and the one package that may import them.
@@ -368,9 +368,9 @@ def test_the_reaper_removes_only_what_dead_sessions_left_and_counts_what_it_remo
     from ssebench import reaper
 
     here, dead = socket.gethostname(), "999999999"
-    alive = {reaper.HOST: here, reaper.CONTROLLER: str(os.getpid()), reaper.OWNER: str(os.getpid())}
-    orphan = {**alive, reaper.CONTROLLER: dead}
-    elsewhere = {**orphan, reaper.HOST: "another-machine"}
+    alive = {HOST_LABEL: here, CONTROLLER_LABEL: str(os.getpid()), OWNER_LABEL: str(os.getpid())}
+    orphan = {**alive, CONTROLLER_LABEL: dead}
+    elsewhere = {**orphan, HOST_LABEL: "another-machine"}
     fake = FakeCleanup(
         containers=[{"Id": "c-live", "Labels": alive}, {"Id": "c-dead", "Labels": orphan}],
         networks=[{"Id": "n-dead", "Name": "net", "Labels": orphan}, {"Id": "n-far", "Labels": elsewhere}],

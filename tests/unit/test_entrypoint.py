@@ -12,6 +12,7 @@ import pytest
 from ssebench.runtime import contract, entrypoint, phase
 from ssebench.runtime.container import RefusedStart
 from ssebench.runtime.contract import AgentEnd, Phase, RuntimeSettings
+from ssebench.runtime.servers import ServerError
 
 
 def test_a_phase_is_written_whole_for_root_alone(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -65,7 +66,7 @@ def test_a_daemon_that_does_not_start_is_an_infrastructure_failure(
     steps = Steps(monkeypatch, tmp_path)
 
     def start_daemon(settings: RuntimeSettings, env: dict[str, str]) -> Any:
-        raise entrypoint.ServerError("the daemon exited with status 1 while starting:\nTraceback")
+        raise ServerError("the daemon exited with status 1 while starting:\nTraceback")
 
     monkeypatch.setattr(entrypoint, "start_daemon", start_daemon)
     status = entrypoint.grading_container(RuntimeSettings(results=str(tmp_path)), None, entrypoint.RunHere(["true"]))  # type: ignore[arg-type]

@@ -64,7 +64,8 @@ def test_the_first_client_starts_the_server_once(monkeypatch: pytest.MonkeyPatch
     second = socket.create_connection(("127.0.0.1", port), timeout=2)
     time.sleep(0.2)
     assert len(started.calls) == 1  # one start for every client
-    assert on_demand.close() == ("served", bound)
+    closed: Any = on_demand.close()  # what the stand-in for `serve` returned
+    assert closed == ("served", bound)
     for sock in (first, second, server_side, bound[listeners.MCP]):
         sock.close()
 
@@ -81,7 +82,7 @@ def test_a_failed_start_refuses_that_client_and_the_next_one_starts_it(
     assert on_demand.failures == 1
     again = socket.create_connection(("127.0.0.1", port), timeout=2)
     _until(lambda: len(started.calls) == 2)
-    served = on_demand.close()
+    served: Any = on_demand.close()
     assert served is not None and served[0] == "served"
     again.close()
     served[1][listeners.MCP].close()
