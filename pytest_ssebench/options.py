@@ -21,7 +21,17 @@ from typing import Any
 
 import pytest
 
-from ssebench.defaults import AGENT_TIMEOUT, EGRESS, parse_budget, parse_dispatch, parse_modes, parse_registry
+from ssebench.defaults import (
+    AGENT_TIMEOUT,
+    EGRESS,
+    Dispatch,
+    Egress,
+    Mode,
+    parse_budget,
+    parse_dispatch,
+    parse_modes,
+    parse_registry,
+)
 
 DIFFICULTIES = range(0, 5)
 
@@ -277,9 +287,9 @@ class Options:
     agents: tuple[str, ...]
     models: tuple[str, ...]
     difficulties: tuple[int, ...]
-    modes: tuple[str, ...]
+    modes: tuple[Mode, ...]
     timeout: float
-    egress: str
+    egress: Egress
     results: Path
     retries: int
     trials: int
@@ -288,7 +298,7 @@ class Options:
     resume: bool
     limits: dict[str, str]
     budget: dict[str, float] | None
-    dispatch: str = "local"
+    dispatch: Dispatch = "local"
     ray_address: str | None = None
     registry: str | None = None
 

@@ -8,21 +8,26 @@ from __future__ import annotations
 
 import argparse
 import math
+from typing import Literal, cast, get_args
 
 from ssebench.runtime.contract import AGENT_TIMEOUT as AGENT_TIMEOUT
 from ssebench.runtime.contract import GRADING_TIMEOUT as GRADING_TIMEOUT
 
 # sandbox: one container holds the agent and the task; sidecar: the agent in a container of its own,
 # with nothing of the task (docs/integrity.md, "Sidecar mode").
-MODES = ("sandbox", "sidecar")
-EGRESS = ("restricted", "open")
+Mode = Literal["sandbox", "sidecar"]
+MODES: tuple[Mode, ...] = get_args(Mode)
+# restricted: the run's network reaches nothing but the model gateway; open: it reaches out as well.
+Egress = Literal["restricted", "open"]
+EGRESS: tuple[Egress, ...] = get_args(Egress)
 # local: every run on this machine's engine; ray: each run a task of a Ray cluster (ssebench.dispatch).
-DISPATCHES = ("local", "ray")
+Dispatch = Literal["local", "ray"]
+DISPATCHES: tuple[Dispatch, ...] = get_args(Dispatch)
 # The agent's time limit per run, and grading's after it, AGENT_TIMEOUT and GRADING_TIMEOUT, are the
 # contract's (the runtime in the container gets both in its environment).
 
 
-def parse_modes(text: str) -> tuple[str, ...]:
+def parse_modes(text: str) -> tuple[Mode, ...]:
     """Comma-separated modes, each once, in order (an argparse `type=`: bad text says what is accepted)."""
     chosen = tuple(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
     for mode in chosen:
@@ -30,10 +35,10 @@ def parse_modes(text: str) -> tuple[str, ...]:
             raise argparse.ArgumentTypeError(f"{mode!r}: the accepted modes are {', '.join(MODES)}")
     if not chosen:
         raise argparse.ArgumentTypeError(f"{text!r}: give a mode, e.g. sandbox")
-    return chosen
+    return cast("tuple[Mode, ...]", chosen)
 
 
-def parse_dispatch(text: str) -> str:
+def parse_dispatch(text: str) -> Dispatch:
     """`local` or `ray` (an argparse `type=`)."""
     if text not in DISPATCHES:
         raise argparse.ArgumentTypeError(f"{text!r}: use {' or '.join(DISPATCHES)}")

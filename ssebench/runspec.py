@@ -15,6 +15,7 @@ from typing import Any
 
 from ssebench.agent import Agent
 from ssebench.backend import ContainerSpec, Mount, Volume
+from ssebench.defaults import Egress, Mode
 from ssebench.limits import Limits
 from ssebench.reaper import Session
 from ssebench.runtime.contract import (
@@ -66,10 +67,10 @@ class RunConfig:
     agent: Agent
     model: str = "none"
     difficulty: int = 2
-    mode: str = "sandbox"
+    mode: Mode = "sandbox"
     timeout: float = AGENT_TIMEOUT
     grading_timeout: float = GRADING_TIMEOUT
-    egress: str = "restricted"
+    egress: Egress = "restricted"
     keep_container: bool = False
     limits: Limits = field(default_factory=Limits)
     # Which of the repeated trials of the same task x agent x model x difficulty x mode this is (from 1).

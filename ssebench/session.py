@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from sse.result import grade
 
+from ssebench.defaults import Dispatch, Egress
 from ssebench.errors import ConfigError, ConfigErrors, SSEBenchError
 from ssebench.executor import Executor, LocalExecutor
 from ssebench.live import ModelLink
@@ -55,9 +56,9 @@ class Plan:
     needs_model: str | None = None
     models: tuple[str, ...] = ()
     budget: dict[str, float] | None = None
-    dispatch: str = "local"
+    dispatch: Dispatch = "local"
     ray_address: str | None = None
-    egress: str = "restricted"
+    egress: Egress = "restricted"
     workers: int = 0  # pytest-xdist's -n: processes that each run items
     keep: bool = False  # leave containers in place (--keep-containers)
     retries: int = 0  # attempts after the first when a run hits an infrastructure error (never after a grade)

@@ -22,7 +22,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal, get_args
 
 # --- Paths and users in a container ---------------------------------------------------------------------------
 
@@ -179,7 +179,10 @@ class TaskFile:
 # in sidecar mode, the task container (daemon, MCP server, evaluator, the tree,
 # the hidden files and the results: everything that grades) or the agent
 # container (the agent alone; nothing of the task, nothing that grades).
-ROLES = ("sandbox", "task", "agent")
+# A run container's part: sandbox (one container holds everything), or sidecar mode's task container (which
+# grades) and agent container.
+Role = Literal["sandbox", "task", "agent"]
+ROLES: tuple[Role, ...] = get_args(Role)
 
 # The agent's time limit per run, and grading's after it.
 AGENT_TIMEOUT = 3600.0
@@ -225,7 +228,7 @@ class SettingsError(Exception):
 class RuntimeSettings:
     """The runtime's settings, as the environment (`ENV`) carries them into a container."""
 
-    role: str = "sandbox"
+    role: Role = "sandbox"
     # The agent's source tree (agent role: there is no config.yaml to read it from).
     source: str = ""
     difficulty: int = 2

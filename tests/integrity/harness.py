@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ssebench.agent import load_agent
+from ssebench.defaults import Egress, Mode
 from ssebench.engine import DockerBackend, cleanup, client
 from ssebench.image import image_names
 from ssebench.live import LiveRun, ModelLink, running
@@ -172,7 +173,7 @@ class Launcher:
     tasks: list[Task]
     tmp: Path
     stack: ExitStack
-    mode: str = "sandbox"
+    mode: Mode = "sandbox"
     session: Session = field(
         default_factory=lambda: Session(id=f"integrity{uuid.uuid4().hex[:8]}", controller=os.getpid())
     )
@@ -191,7 +192,7 @@ class Launcher:
         command: list[str] | None = None,
         limits: dict[str, str] | None = None,
         timeout: float = 3600,
-        egress: str = "restricted",
+        egress: Egress = "restricted",
         hold: bool = True,
         model: str = "none",
         models: ModelLink | None = None,
@@ -241,7 +242,7 @@ class Launcher:
 
 
 @contextmanager
-def launching(settings: Settings, tasks: list[Task], tmp: Path, mode: str = "sandbox") -> Iterator[Launcher]:
+def launching(settings: Settings, tasks: list[Task], tmp: Path, mode: Mode = "sandbox") -> Iterator[Launcher]:
     with ExitStack() as stack:
         launcher = Launcher(settings=settings, tasks=tasks, tmp=tmp, stack=stack, mode=mode)
         try:

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from ssebench.agent import load_agent
+from ssebench.defaults import Mode
 from ssebench.engine import DockerBackend
 from ssebench.reaper import Session, reap_session
 from ssebench.run import execute
@@ -54,7 +55,7 @@ def _special(root: Path) -> list[str]:
 
 @pytest.mark.parametrize("level", LEVELS, ids=lambda level: f"d{level}")
 def test_archive_keeps_regular_files_only(
-    settings: Settings, integrity_images: list[Task], tmp_path: Path, level: int, mode: str
+    settings: Settings, integrity_images: list[Task], tmp_path: Path, level: int, mode: Mode
 ) -> None:
     task = next(t for t in integrity_images if t.id == "c-demo")
     # A file-size limit above the sparse file's size, so that it exists to be dropped.

@@ -23,6 +23,7 @@ import pytest
 
 from ssebench.agent import load_agent
 from ssebench.backend import RUN_CAPABILITIES
+from ssebench.defaults import Mode
 from ssebench.engine import DockerBackend, client
 from ssebench.reaper import Session, reap_session
 from ssebench.record import RunRecord
@@ -110,7 +111,7 @@ def _execute(
     session: Session,
     command: list[str] | None = None,
     limits: dict[str, str] | None = None,
-    mode: str = "sandbox",
+    mode: Mode = "sandbox",
 ) -> RunRecord:
     config = RunConfig(
         task=task,
@@ -126,7 +127,7 @@ def _execute(
 
 @pytest.mark.parametrize("attack", list(ATTACKS))
 def test_an_attack_on_resources_ends_graded_and_spares_its_neighbour(
-    settings: Settings, integrity_images: list[Task], tmp_path: Path, attack: str, mode: str
+    settings: Settings, integrity_images: list[Task], tmp_path: Path, attack: str, mode: Mode
 ) -> None:
     level, command, limits, said = ATTACKS[attack]
     tasks = {t.id: t for t in integrity_images}
@@ -145,7 +146,7 @@ def _attack(
     tasks: dict[str, Task],
     tmp_path: Path,
     attack: str,
-    mode: str,
+    mode: Mode,
     level: int,
     command: list[str],
     limits: dict[str, str],
@@ -211,7 +212,7 @@ time.sleep(2)
 
 
 def test_an_agent_that_takes_every_pid_from_its_first_instant_is_graded(
-    settings: Settings, integrity_images: list[Task], tmp_path: Path, mode: str
+    settings: Settings, integrity_images: list[Task], tmp_path: Path, mode: Mode
 ) -> None:
     """Nothing the harness needs to grade may depend on a fork, a thread or a process of its own that the
     agent could starve while it runs: an agent that holds every pid from the moment it starts (the
@@ -262,7 +263,7 @@ time.sleep(25)
 
 
 def test_an_agent_that_spreads_its_memory_and_unmarks_itself_is_graded(
-    settings: Settings, integrity_images: list[Task], tmp_path: Path, mode: str
+    settings: Settings, integrity_images: list[Task], tmp_path: Path, mode: Mode
 ) -> None:
     """Whatever the OOM killer ends once the agent took the run's memory, a run whose grade could not be
     completed is the agent's failure, named as the memory limit, never an ungraded error."""
@@ -317,7 +318,7 @@ time.sleep(40)
 
 
 def test_memory_filled_where_the_task_is_leaves_the_run_graded(
-    settings: Settings, integrity_images: list[Task], tmp_path: Path, mode: str
+    settings: Settings, integrity_images: list[Task], tmp_path: Path, mode: Mode
 ) -> None:
     """Before, in sidecar mode, the task container died of it and the host made the run an ungraded error
     (found by review); sandbox mode graded it failed ("Memory limit") already."""

@@ -15,6 +15,7 @@ from sse.result import SCHEMA_VERSION, GradeStatus, RunResult
 
 from ssebench.agent import available_agents, load_agent
 from ssebench.backend import Backend, ContainerSpec, Handle, LogStream, Network, RunTimeoutError, Volume
+from ssebench.defaults import Mode
 from ssebench.errors import SSEBenchError
 from ssebench.limits import Limits
 from ssebench.live import LiveRun
@@ -252,7 +253,7 @@ class _Backend(Backend):
 
 
 @pytest.mark.parametrize("mode", ["sandbox", "sidecar"])
-def test_engine_errors_anywhere_in_a_run_are_recorded_and_cleanup_still_happens(mode: str, tmp_path: Path) -> None:
+def test_engine_errors_anywhere_in_a_run_are_recorded_and_cleanup_still_happens(mode: Mode, tmp_path: Path) -> None:
     task = load_task(DEMO / "c-demo")
     config = RunConfig(task=task, agent=load_agent(get_settings().agents_dir, "dummy"), mode=mode)
     backend = _Backend()
@@ -271,7 +272,7 @@ def test_engine_errors_anywhere_in_a_run_are_recorded_and_cleanup_still_happens(
 
 @pytest.mark.parametrize("mode", ["sandbox", "sidecar"])
 def test_the_container_that_grades_gets_the_tree_and_the_runners_area_as_volumes_of_the_run(
-    mode: str, tmp_path: Path
+    mode: Mode, tmp_path: Path
 ) -> None:
     """The tree is filled from the task's image (the case's tree, kept once in it), the area never is; both
     are the run's own, created before the containers and removed with them."""
