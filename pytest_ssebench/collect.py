@@ -12,12 +12,12 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pytest
 from sse.result import PatchResult
 
-from pytest_ssebench.report import identity, outcome
+from pytest_ssebench.report import RECORD, identity, outcome
 from ssebench.errors import ConfigError, ConfigErrors
 from ssebench.logs import for_terminal, last_lines
 from ssebench.record import RunRecord
@@ -26,11 +26,22 @@ from ssebench.runspec import RunConfig
 from ssebench.task import Task
 
 if TYPE_CHECKING:
-    from pytest_ssebench.sweep import Sweep
     from ssebench.session import RunSession
 
-RECORD = pytest.StashKey[RunRecord]()
 CONFIG = pytest.StashKey[RunConfig]()
+
+
+class TaskSource(Protocol):
+    """What a task folder asks of the sweep it belongs to (`pytest_ssebench.sweep.Sweep`)."""
+
+    lifecycle: RunSession
+
+    def load_task(self, path: Path) -> Task: ...
+
+    def runs_of(self, task: Task) -> list[RunConfig]: ...
+
+    def item_name(self, run: RunConfig) -> str: ...
+
 
 # What error_msg says first -> a sentence about it.
 _SENTENCES = [
@@ -158,13 +169,13 @@ class RunItem(pytest.Item):
 class TaskDirectory(pytest.Directory):
     """A task folder: its runs are its children; nothing inside it is collected as tests."""
 
-    def __init__(self, *, sweep: Sweep, **kwargs: Any) -> None:
+    def __init__(self, *, sweep: TaskSource, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.sweep = sweep
 
     def _task(self) -> Task:
         try:
-            return self.sweep.loader.load(self.path)
+            return self.sweep.load_task(self.path)
         except ConfigErrors as exc:
             raise self.CollectError("\n".join(str(e) for e in exc.errors)) from None
         except ConfigError as exc:

@@ -28,6 +28,8 @@ from ssebench.runspec import RunConfig
 DIALOG_BYTES = 8 << 20
 
 PREFIX = "ssebench."
+# Where a run item keeps its record (set by the item, read here for the HTML report).
+RECORD = pytest.StashKey[RunRecord]()
 
 
 def _prefixed(props: list[tuple[str, object]]) -> list[tuple[str, object]]:
@@ -380,8 +382,6 @@ class ReportHooks:
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
-        from pytest_ssebench.collect import RECORD
-
         report = yield
         if self.html and RECORD in item.stash:
             final = call.when == "call" or (call.when == "setup" and report.failed)

@@ -150,6 +150,10 @@ class Sweep:
 
     # -- collection ---------------------------------------------------------
 
+    def load_task(self, path: Path) -> Task:
+        """The task in folder `path`, loaded with its dataset (once per dataset)."""
+        return self.loader.load(path)
+
     def runs_of(self, task: Task) -> list[RunConfig]:
         marker = dataset_marker(task.dataset)
         if marker not in self._registered_markers:

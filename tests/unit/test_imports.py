@@ -126,3 +126,53 @@ def test_the_walk_fails_the_real_tree_with_one_planted_import(tmp_path: Path, pl
     assert forbidden_imports(tmp_path) == []  # control: the copy is as clean as the tree
     (tmp_path / "ssebench" / "run.py").write_text((tmp_path / "ssebench" / "run.py").read_text() + planted)
     assert forbidden_imports(tmp_path)[0].startswith("ssebench.run imports ssebench.runtime.")
+
+
+def import_cycles(root: Path, package: str) -> list[list[str]]:
+    """The cycles among a package's modules' imports (at the top, in functions, or for type checking alike),
+    each as the modules around it, the first repeated at the end."""
+    modules = {module_name(root, path): path for path in sorted((root / package).rglob("*.py"))}
+    graph = {
+        module: sorted(
+            {
+                name
+                for name in imported_modules(path.read_text(encoding="utf-8"), module, path.name == "__init__.py")
+                if name in modules and name != module and name != package
+            }
+        )
+        for module, path in modules.items()
+    }
+    cycles: list[list[str]] = []
+    done: set[str] = set()
+
+    def visit(module: str, trail: list[str]) -> None:
+        if module in trail:
+            cycles.append([*trail[trail.index(module) :], module])
+            return
+        if module in done:
+            return
+        for name in graph[module]:
+            visit(name, [*trail, module])
+        done.add(module)
+
+    for module in graph:
+        visit(module, [])
+    return cycles
+
+
+def test_the_plugins_modules_import_one_another_one_way() -> None:
+    """Collection, the report and the sweep each have one job: the sweep glues them to pytest's hooks, and none
+    of them imports back a module that imports it."""
+    assert import_cycles(ROOT, "pytest_ssebench") == []
+
+
+def test_a_cycle_planted_among_a_packages_modules_is_found(tmp_path: Path) -> None:
+    package = tmp_path / "plugin"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "sweep.py").write_text("from plugin.collect import Item\nfrom plugin import report\n")
+    (package / "report.py").write_text("def f():\n    from plugin.collect import RECORD\n")
+    (package / "collect.py").write_text("from plugin.report import identity\n")
+    assert import_cycles(tmp_path, "plugin") == [["plugin.collect", "plugin.report", "plugin.collect"]]
+    (package / "report.py").write_text("RECORD = 1\n")
+    assert import_cycles(tmp_path, "plugin") == []
