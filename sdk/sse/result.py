@@ -118,17 +118,6 @@ class PatchResult:
             self.error_log = log
 
 
-def _flag(environ: Mapping[str, str], name: str) -> bool:
-    return environ.get(name, "").lower() in ("1", "true", "yes")
-
-
-def _number(environ: Mapping[str, str], name: str) -> float | None:
-    try:
-        return float(environ[name])
-    except (KeyError, ValueError):
-        return None
-
-
 @dataclass(frozen=True)
 class RuntimeResult:
     """result.json's `runtime_result`: how the agent's phase went."""
@@ -141,18 +130,6 @@ class RuntimeResult:
     @classmethod
     def of(cls, data: object) -> RuntimeResult:
         return typed(cls, data)
-
-    @classmethod
-    def from_figures(cls, figures: Mapping[str, str], evaluator_timeout: bool) -> RuntimeResult:
-        """From the agent phase's figures as the entrypoint gives them (AGENT_DURATION, AGENT_EXIT_STATUS,
-        SSE_METRIC_AGENT_TIMEOUT) and whether grading ran out of time."""
-        status = _number(figures, "AGENT_EXIT_STATUS")
-        return cls(
-            agent_duration=_number(figures, "AGENT_DURATION"),
-            agent_timeout=_flag(figures, "SSE_METRIC_AGENT_TIMEOUT"),
-            evaluator_timeout=evaluator_timeout,
-            agent_exit_code=None if status is None else int(status),
-        )
 
 
 @dataclass(frozen=True)

@@ -386,6 +386,15 @@ class AgentEnd:
         }
 
     @classmethod
+    def read(cls, figures: Mapping[str, Any]) -> AgentEnd | None:
+        """Read back as grading does: None for figures that are missing or not numbers (the result then
+        says it does not know how the agent ended)."""
+        try:
+            return cls.from_figures({k: figures[k] for k in cls.FIGURES}, 0.0)
+        except (KeyError, ValueError, TypeError):
+            return None
+
+    @classmethod
     def from_figures(cls, figures: Mapping[str, Any], duration: float) -> AgentEnd:
         """Read back; a missing status reads as timed out, a missing duration as `duration`. Raises
         ValueError or TypeError for figures that are not numbers."""

@@ -22,7 +22,7 @@ from typing import IO, Any
 
 from sse.result import RunResult, RuntimeResult, Signals
 
-from ssebench.runtime.contract import SettingsError, load_settings
+from ssebench.runtime.contract import AgentEnd, SettingsError, load_settings
 from ssebench.runtime.files import read_no_follow, write_atomic
 
 
@@ -107,6 +107,19 @@ def grading_signals(results: Path | None = None) -> Signals:
     return Signals(set_aside[:SIGNAL_PATHS], len(set_aside), hiding, count)
 
 
+def runtime_result(end: AgentEnd | None, evaluator_timeout: bool) -> RuntimeResult:
+    """result.json's account of the agent phase: how the agent ended (unknown when `end` is None) and whether
+    grading ran out of time."""
+    if end is None:
+        return RuntimeResult(agent_timeout=False, evaluator_timeout=evaluator_timeout)
+    return RuntimeResult(
+        agent_duration=end.duration,
+        agent_timeout=end.timed_out,
+        evaluator_timeout=evaluator_timeout,
+        agent_exit_code=end.status,
+    )
+
+
 def agent_figures(stream: IO[bytes]) -> dict[str, str] | None:
     """The agent phase's figures (AGENT_DURATION, AGENT_EXIT_STATUS, SSE_METRIC_AGENT_TIMEOUT), one JSON
     line the entrypoint writes once the phase is over; None when it closes the pipe with nothing (no
@@ -137,7 +150,7 @@ def main() -> int:
     graded, timed_out = grade_with_limit(settings.grading_timeout, Path(settings.results))
     result = replace(
         graded,
-        runtime_result=RuntimeResult.from_figures(figures, timed_out),
+        runtime_result=runtime_result(AgentEnd.read(figures), timed_out),
         signals=grading_signals(Path(settings.results)) if not timed_out else Signals(),
     )
     path = write_atomic(Path(settings.results), "result.json", json.dumps(result.to_json(), indent=2) + "\n")

@@ -90,6 +90,6 @@ def write_error(settings: RuntimeSettings, message: str) -> None:
     result = RunResult(
         status=verdict.status,
         patch_result=PatchResult(error_msg=verdict.reason),
-        runtime_result=RuntimeResult.from_figures({}, evaluator_timeout=False),
+        runtime_result=RuntimeResult(agent_timeout=False, evaluator_timeout=False),  # no agent phase to tell of
     )
     write_atomic(Path(settings.results), "result.json", json.dumps(result.to_json(), indent=2) + "\n")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -99,6 +100,28 @@ def test_the_agent_phase_figures_read_back() -> None:
     assert AgentEnd.from_figures({}, 3.0) == AgentEnd(contract.TIMED_OUT, 3.0, False)
     with pytest.raises(ValueError):
         AgentEnd.from_figures({"AGENT_EXIT_STATUS": "zero"}, 0.0)
+
+
+def test_grading_reads_the_figures_the_host_or_the_entrypoint_wrote_into_result_json() -> None:
+    from ssebench.runtime.evaluator import runtime_result
+
+    written = AgentEnd(137, 4.25, False).to_figures()  # as sidecar mode's host and the entrypoint write them
+    result = asdict(runtime_result(AgentEnd.read(written), evaluator_timeout=True))
+    assert result == {"agent_duration": 4.25, "agent_timeout": False, "evaluator_timeout": True, "agent_exit_code": 137}
+    # Figures missing or not numbers say nothing of how the agent ended, and are not taken for a timeout.
+    for broken in (
+        {},
+        {**written, "AGENT_EXIT_STATUS": "zero"},
+        {k: v for k, v in written.items() if k != "AGENT_DURATION"},
+    ):
+        assert AgentEnd.read(broken) is None
+    unknown = asdict(runtime_result(None, evaluator_timeout=False))
+    assert unknown == {
+        "agent_duration": None,
+        "agent_timeout": False,
+        "evaluator_timeout": False,
+        "agent_exit_code": None,
+    }
 
 
 @pytest.mark.parametrize("folder", sorted([*DEMO.glob("*/sse/config.yaml"), *PILOT.glob("*/sse/config.yaml")]))
