@@ -85,7 +85,7 @@ class InFlight:
 
 def runs_in_flight() -> list[InFlight]:
     """Every run container on this engine, oldest first (containers removed meanwhile are skipped)."""
-    from ssebench.engine import NotFoundError, cleanup
+    from ssebench.engine import EngineError, NotFoundError, cleanup
 
     found = []
     for container in sorted(cleanup().containers({"label": RUN_LABEL}), key=lambda c: c.get("Created", 0)):
@@ -93,9 +93,11 @@ def runs_in_flight() -> list[InFlight]:
         if labels.get(ROLE_LABEL) == "agent":
             continue  # sidecar mode: its task container grades, stands for the run and writes its phase
         try:
-            archive = phase_archive(container["Id"])
+            phase = phase_of(phase_archive(container["Id"]))
         except NotFoundError:
             continue  # it ended while we looked
+        except EngineError:
+            phase = "?"  # the engine would not say (the container on its way out, say): the others still show
         run = RunLabels.from_labels(labels)
         found.append(
             InFlight(
@@ -106,7 +108,7 @@ def runs_in_flight() -> list[InFlight]:
                 difficulty=run.difficulty,
                 mode=run.mode,
                 trial=run.trial,
-                phase=phase_of(archive),
+                phase=phase,
                 elapsed=max(0.0, time.time() - float(container.get("Created") or time.time())),
                 session=labels.get(SESSION_LABEL, "?"),
                 state=str(container.get("State") or "?"),

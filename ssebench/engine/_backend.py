@@ -7,6 +7,7 @@ disabled: SSEBench reaps by its own session labels (`ssebench.reaper`).
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from contextlib import suppress
 from typing import Any
@@ -32,11 +33,15 @@ class DockerHandle(Handle):
 
     def wait(self, timeout: float) -> int:
         wrapped = self._tc.get_wrapped_container()
+        started = time.monotonic()
         try:
             with engine_errors(f"waiting for container {self.id[:12]}"):
                 outcome = wrapped.wait(timeout=timeout)
         except (EngineTimeoutError, DockerUnavailableError) as exc:
-            # docker-py ends a wait that outlasts its timeout as a read timeout or a dropped connection.
+            # docker-py ends a wait that outlasts its timeout as a read timeout or a dropped connection; an
+            # engine lost before the time was up is that, and not a run still running.
+            if isinstance(exc, DockerUnavailableError) and time.monotonic() - started < timeout:
+                raise
             raise RunTimeoutError(f"container {self.id[:12]} still running after {timeout:.0f} s") from exc
         return int(outcome.get("StatusCode", -1))
 

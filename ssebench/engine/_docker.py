@@ -204,12 +204,15 @@ class DockerContainers(Containers):
     def archive_of_file(self, container: str, path: str, cap: int) -> bytes | None:
         try:
             with engine_errors(f"copying {path} out of container {container[:12]}"):
-                stream, _ = client().api.get_archive(container, path)
+                stream, _ = client().api.get_archive(container, path, chunk_size=cap + 1)
                 data = bytearray()
-                for chunk in stream:
-                    data += chunk
-                    if len(data) > cap:
-                        break
+                try:
+                    for chunk in stream:
+                        data += chunk
+                        if len(data) > cap:
+                            break
+                finally:
+                    stream.close()
                 return bytes(data)
         except NotFoundError:
             self.state(container)  # the container itself gone: NotFoundError again, from its inspection

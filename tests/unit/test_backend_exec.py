@@ -1,8 +1,16 @@
-"""Handle.execute's reading of the engine's multiplexed exec stream, cut into chunks anywhere."""
+"""The Docker handle without an engine: Handle.execute's reading of the engine's multiplexed exec stream, cut
+into chunks anywhere, and what a wait that the engine ends means."""
 
 import random
+import time
+from typing import Any
 
-from ssebench.engine._backend import _Demuxed
+import pytest
+import requests
+
+from ssebench.backend import RunTimeoutError
+from ssebench.engine import DockerUnavailableError
+from ssebench.engine._backend import DockerHandle, _Demuxed
 
 
 def _frame(stream: int, payload: bytes) -> bytes:
@@ -29,3 +37,31 @@ def test_headers_are_never_taken_for_output() -> None:
     for _ in range(100):
         demuxed.feed(_frame(1, b"x" * 1000))
     assert demuxed.text() == "x" * (1 << 16)  # 100 frames of 1,000 bytes: 64 kB of x, no header bytes
+
+
+class _Waiting:
+    """A testcontainers container whose engine ends every wait with `error` after `after` seconds."""
+
+    def __init__(self, error: BaseException, after: float) -> None:
+        self.error, self.after = error, after
+
+    def get_container_id(self) -> str:
+        return "c" * 64
+
+    def get_wrapped_container(self) -> Any:
+        return self
+
+    def wait(self, timeout: float) -> dict[str, int]:
+        time.sleep(self.after)
+        raise self.error
+
+
+def test_a_wait_the_engine_ends_at_its_time_is_a_run_still_running() -> None:
+    for error in (requests.exceptions.ReadTimeout("read timed out"), requests.exceptions.ConnectionError("aborted")):
+        with pytest.raises(RunTimeoutError, match="still running after 0 s"):
+            DockerHandle(_Waiting(error, 0.3)).wait(0.2)
+
+
+def test_an_engine_lost_before_the_time_is_up_is_not_taken_for_a_run_still_running() -> None:
+    with pytest.raises(DockerUnavailableError):
+        DockerHandle(_Waiting(requests.exceptions.ConnectionError("refused"), 0.0)).wait(30)

@@ -311,10 +311,10 @@ def test_runs_in_flight_skip_a_container_that_ended_and_raise_on_any_other_engin
     assert [run.phase for run in inflight.runs_in_flight()] == ["agent"]  # the control
     said[:] = [NotFoundError("gone")]
     assert inflight.runs_in_flight() == []
+    # Any other answer of the engine about one container leaves the listing whole, that run's phase unknown.
     for other in (EngineRefusedError("broken"), DockerUnavailableError("down")):
         said[:] = [other]
-        with pytest.raises(type(other)):
-            inflight.runs_in_flight()
+        assert [run.phase for run in inflight.runs_in_flight()] == ["?"]
 
 
 def test_importing_the_engine_loads_none_of_its_libraries() -> None:
