@@ -240,14 +240,15 @@ def add_options(parser: pytest.Parser) -> None:
         action="append",
         default=[],
         metavar="NAME",
-        help="agent to run on each collected task; repeatable (ini: ssebench_agents)",
+        help="agent to run on each collected task; repeatable or comma-separated (ini: ssebench_agents)",
     )
     group.addoption(
         "--model",
         action="append",
         default=[],
         metavar="NAME",
-        help="model for the agents that need one; repeatable (ini: ssebench_models). dummy and reference record 'none'",
+        help="model for the agents that need one; repeatable or comma-separated (ini: ssebench_models). "
+        "dummy and reference record 'none'",
     )
     parser.addini("ssebench_agents", "default --agent values", type="args", default=[])
     parser.addini("ssebench_models", "default --model values", type="args", default=[])
@@ -303,6 +304,12 @@ class Options:
     registry: str | None = None
 
 
+def _names(given: list[str]) -> tuple[str, ...]:
+    """--agent and --model values, repeated or comma-separated (`--agent a,b` is `--agent a --agent b`), each
+    once and in the order first given: a name given twice makes its runs once."""
+    return tuple(dict.fromkeys(name.strip() for value in given for name in value.split(",") if name.strip()))
+
+
 def parse_options(config: pytest.Config) -> Options:
     """Every option's value; a bad one raises pytest.UsageError naming where it came from."""
     opt = config.option
@@ -313,8 +320,8 @@ def parse_options(config: pytest.Config) -> Options:
     if results.exists() and not results.is_dir():
         raise pytest.UsageError(f"--results {results}: not a directory; give a directory for the run results")
     return Options(
-        agents=tuple(opt.agent or config.getini("ssebench_agents")),
-        models=tuple(opt.model or config.getini("ssebench_models")),
+        agents=_names(opt.agent or config.getini("ssebench_agents")),
+        models=_names(opt.model or config.getini("ssebench_models")),
         difficulties=value["ssebench_difficulty"],
         modes=value["ssebench_mode"],
         timeout=value["ssebench_timeout"],

@@ -7,6 +7,8 @@ so `pytest tests` and other projects' runs pay nothing for it.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from pytest_ssebench import hookspecs
@@ -34,7 +36,43 @@ def pytest_configure(config: pytest.Config) -> None:
     for name, text in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
     if not (config.option.agent or config.getini("ssebench_agents")):
+        _say_how_to_pick_an_agent(config)
         return
     from pytest_ssebench.sweep import Sweep
 
     config.pluginmanager.register(Sweep(config), "ssebench-sweep")
+
+
+def _holds_tasks(path: Path, depth: int = 2) -> bool:
+    """Whether `path` is a task folder, or holds one within `depth` levels (a dataset, a folder of datasets)."""
+    from ssebench.dataset import looks_like_task
+
+    if looks_like_task(path):
+        return True
+    if depth == 0 or not path.is_dir():
+        return False
+    try:
+        children = [child for child in path.iterdir() if child.is_dir() and not child.name.startswith(".")]
+    except OSError:
+        return False
+    return any(_holds_tasks(child, depth - 1) for child in children)
+
+
+def _say_how_to_pick_an_agent(config: pytest.Config) -> None:
+    """Tasks asked for with no agent to run them: a usage error that says how to pick one, rather than a
+    session that collects nothing."""
+    given = [arg.split("::", 1)[0] for arg in config.args]
+    holding = [arg for arg in given if _holds_tasks(config.invocation_params.dir / arg)]
+    if not holding:
+        return
+    from ssebench.agent import available_agents
+    from ssebench.settings import get_settings
+
+    try:
+        agents = ", ".join(available_agents(get_settings().agents_dir)) or "none found"
+    except Exception:  # the settings' own error is said when an agent is given
+        agents = "see the agents/ folder"
+    raise pytest.UsageError(
+        f"{holding[0]} holds tasks, but no agent is given: add --agent NAME (agents: {agents}), "
+        f"e.g. pytest {holding[0]} --agent reference"
+    )

@@ -58,9 +58,34 @@ def test_markers_and_keywords_select(demo: pytest.Pytester) -> None:
     assert dataset == ["datasets/demo/c-demo::dummy[none-d2-sandbox]"]
 
 
-def test_without_agent_nothing_is_collected(demo: pytest.Pytester) -> None:
-    result = demo.runpytest("datasets/demo", "--collect-only", "-q")
-    assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED
+@pytest.mark.parametrize("where", ["datasets/demo", "datasets", "datasets/demo/c-demo", "datasets/demo/c-demo::x"])
+def test_tasks_without_an_agent_say_how_to_pick_one(demo: pytest.Pytester, where: str) -> None:
+    result = demo.runpytest(where, "--collect-only", "-q")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    said = "\n".join(result.errlines)
+    assert "holds tasks, but no agent is given: add --agent NAME (agents: chat-agent, dummy" in said, said
+    assert f"e.g. pytest {where.split('::')[0]} --agent reference" in said
+
+
+def test_without_agent_other_tests_run_as_ever(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_plain="def test_one():\n    assert True\n")
+    result = pytester.runpytest("-q")
+    assert result.ret == pytest.ExitCode.OK and "1 passed" in result.stdout.str()
+
+
+def test_agents_and_models_given_twice_or_comma_separated_make_each_item_once(demo: pytest.Pytester) -> None:
+    once = _ids(
+        demo.runpytest("datasets/demo/c-demo", "--agent", "dummy", "--agent", "reference", "--collect-only", "-q")
+    )
+    assert len(once) == 2
+    for args in (["--agent", "dummy,reference"], ["--agent", "dummy", "--agent", "reference,dummy"]):
+        assert _ids(demo.runpytest("datasets/demo/c-demo", *args, "--collect-only", "-q")) == once
+    models = ["--agent", "chat-agent", "--model", "scripted-fix,scripted-budget", "--model", "scripted-fix"]
+    ids = _ids(demo.runpytest("datasets/demo/c-demo", *models, "--collect-only", "-q"))
+    assert ids == [
+        "datasets/demo/c-demo::chat-agent[scripted-budget-d2-sandbox]",
+        "datasets/demo/c-demo::chat-agent[scripted-fix-d2-sandbox]",
+    ]
 
 
 @pytest.mark.parametrize(
