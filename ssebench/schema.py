@@ -41,6 +41,10 @@ def read_yaml(path: Path) -> Any:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(path, "", "file not found") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            path, "", f"not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start}): save it as UTF-8"
+        ) from None
     except OSError as exc:
         raise ConfigError(path, "", f"cannot be read: {exc.strerror}") from None
     try:

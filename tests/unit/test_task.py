@@ -42,6 +42,14 @@ def test_valid_task_loads_with_its_checks(tmp_path: Path) -> None:
     assert task.config.task_description.issue is None  # 'none' counts as empty
 
 
+def test_a_config_that_is_not_utf8_is_one_line_naming_the_file(tmp_path: Path) -> None:
+    folder = write_task(tmp_path)
+    path = folder / "sse" / "config.yaml"
+    path.write_bytes(path.read_bytes().replace(b"tiny", "tïny".encode("latin-1"), 1))  # an editor's Latin-1
+    [line] = _errors(folder)
+    assert str(path) in line and "not UTF-8 text (byte 0xef at offset" in line and "save it as UTF-8" in line
+
+
 def test_unknown_key_names_file_and_key(tmp_path: Path) -> None:
     folder = write_task(tmp_path)
     _rewrite(folder, colour="blue")
