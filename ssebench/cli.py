@@ -8,7 +8,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ssebench.defaults import AGENT_TIMEOUT, EGRESS, MODES, parse_budget, parse_dispatch, parse_modes, parse_registry
 from ssebench.errors import ConfigError, ConfigErrors, SSEBenchError
@@ -261,6 +261,74 @@ def _report_run(record: RunRecord, require_pass: bool) -> int:
     return 0 if record.infra_error is None else 1
 
 
+def _table(header: list[str], rows: list[list[str]]) -> None:
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
+        print(for_terminal("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()))
+
+
+def cmd_agents_list(args: argparse.Namespace) -> int:
+    from ssebench.agent import available_agents, load_agent
+    from ssebench.settings import get_settings
+
+    folder = get_settings().agents_dir
+    agents = [load_agent(folder, name) for name in available_agents(folder)]
+    rows: list[dict[str, Any]] = [
+        {"name": a.name, "version": a.config.version, "needs_model": a.needs_model, "description": a.config.description}
+        for a in agents
+    ]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    _table(
+        ["AGENT", "VERSION", "MODEL", "DESCRIPTION"],
+        [[r["name"], r["version"], "yes" if r["needs_model"] else "none", r["description"] or ""] for r in rows],
+    )
+    return 0
+
+
+def cmd_models_list(args: argparse.Namespace) -> int:
+    from ssebench.gateway import load_models
+    from ssebench.settings import get_settings
+
+    models = load_models(get_settings().models_dir)
+    rows: list[dict[str, Any]] = [
+        {
+            "name": m.name,
+            "served_by": "script" if m.script else (m.base_url or ""),
+            "upstream_model": m.upstream_model,
+            "price_per_mtok": {"input": m.price.input, "output": m.price.output},
+            "budget": None if m.budget is None else m.budget.model_dump(),
+        }
+        for m in sorted(models.values(), key=lambda m: m.name)
+    ]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+
+    def budget(m: dict[str, Any]) -> str:
+        given = m["budget"] or {}
+        said = [
+            f"{given['tokens']:,} tokens" if given.get("tokens") else "",
+            f"${given['cost']:g}" if given.get("cost") else "",
+        ]
+        return ", ".join(filter(None, said)) or "none"
+
+    _table(
+        ["MODEL", "SERVED BY", "PRICE IN/OUT (USD per Mtok)", "BUDGET PER RUN"],
+        [
+            [
+                m["name"],
+                m["served_by"],
+                f"{m['price_per_mtok']['input']:g} / {m['price_per_mtok']['output']:g}",
+                budget(m),
+            ]
+            for m in rows
+        ],
+    )
+    return 0
+
+
 def cmd_ps(args: argparse.Namespace) -> int:
     from ssebench.inflight import as_json, as_rows, runs_in_flight
 
@@ -420,11 +488,25 @@ def parser() -> argparse.ArgumentParser:
     )
     run.set_defaults(func=cmd_run)
 
+    for noun, what, func in (
+        ("agents", "the agents under agents/ (their agent.yaml)", cmd_agents_list),
+        (
+            "models",
+            "the models the gateway serves (models/*.yaml): who serves each, its price and budget",
+            cmd_models_list,
+        ),
+    ):
+        group = sub.add_parser(noun, help=f"list {noun}", description=f"Look at {what}.")
+        actions = group.add_subparsers(dest="action", required=True, metavar="ACTION")
+        shown = actions.add_parser("list", help=f"list {what}", description=f"List {what}.")
+        shown.add_argument("--json", action="store_true", help="print a JSON array instead of a table")
+        shown.set_defaults(func=func)
+
     ps = sub.add_parser(
         "ps",
         help="list the runs in flight",
         description="List the runs in flight on this Docker engine (task, agent, model, phase, "
-        "elapsed), from their containers' labels and the entrypoint's log lines.",
+        "elapsed), from their containers' labels and the phase their entrypoint writes.",
     )
     ps.add_argument("--json", action="store_true", help="print a JSON array instead of a table")
     ps.set_defaults(func=cmd_ps)

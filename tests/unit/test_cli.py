@@ -20,6 +20,8 @@ COMMANDS = [
     ["images", "bootstrap"],
     ["run"],
     ["doctor"],
+    ["agents", "list"],
+    ["models", "list"],
 ]
 
 
@@ -32,6 +34,52 @@ def test_every_command_explains_itself(command: list[str], capsys: pytest.Captur
     assert text.startswith("usage: ssebench " + " ".join(command))
     # A description sentence beyond the usage line.
     assert len(text.split("\n\n")[1].strip()) > 20
+
+
+def test_agents_list_shows_every_agent_and_whether_it_needs_a_model(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["agents", "list", "--json"]) == 0
+    rows = {row["name"]: row for row in json.loads(capsys.readouterr().out)}
+    assert set(rows) == {"chat-agent", "dummy", "hollow", "reference"}
+    assert rows["chat-agent"]["needs_model"] is True and rows["reference"]["needs_model"] is False
+    assert main(["agents", "list"]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].split() == ["AGENT", "VERSION", "MODEL", "DESCRIPTION"] and len(table) == 5
+    assert table[2].split()[:3] == ["dummy", "1", "none"]
+
+
+def test_models_list_shows_who_serves_each_its_price_and_budget(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from ssebench.settings import get_settings
+
+    (tmp_path / "remote.yaml").write_text(
+        "name: remote\nbase_url: https://api.example.com/v1\nupstream_model: gpt-x\napi_key_env: EXAMPLE_KEY\n"
+        "price: {input: 2.5, output: 10}\nbudget: {tokens: 2000000, cost: 5}\n"
+    )
+    monkeypatch.setenv("SSEBENCH_MODELS_DIR", str(tmp_path))
+    get_settings.cache_clear()
+    try:
+        assert main(["models", "list"]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert lines[0].startswith("MODEL") and len(lines) == 2
+        assert lines[1].split() == [
+            "remote",
+            "https://api.example.com/v1",
+            "2.5",
+            "/",
+            "10",
+            "2,000,000",
+            "tokens,",
+            "$5",
+        ]
+        assert main(["models", "list", "--json"]) == 0
+        [row] = json.loads(capsys.readouterr().out)
+        assert row["budget"] == {"tokens": 2000000, "cost": 5.0} and row["upstream_model"] == "gpt-x"
+        (tmp_path / "broken.yaml").write_text("name: broken\nprice: cheap\n")
+        assert main(["models", "list"]) == 1
+        assert "broken.yaml" in capsys.readouterr().err
+    finally:
+        get_settings.cache_clear()
 
 
 def test_tasks_list_json_lists_the_demo(capsys: pytest.CaptureFixture[str]) -> None:
