@@ -317,8 +317,6 @@ def parse_options(config: pytest.Config) -> Options:
     results = Path(value["ssebench_results"])
     if not results.is_absolute():
         results = config.invocation_params.dir / results
-    if results.exists() and not results.is_dir():
-        raise pytest.UsageError(f"--results {results}: not a directory; give a directory for the run results")
     return Options(
         agents=_names(opt.agent or config.getini("ssebench_agents")),
         models=_names(opt.model or config.getini("ssebench_models")),

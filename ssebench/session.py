@@ -78,6 +78,21 @@ class Plan:
             )
         if self.needs_model and not self.models:
             raise OptionError(f"--model: agent {self.needs_model} needs a model; give --model NAME")
+        check_results(self.results)
+
+
+def check_results(results: Path) -> None:
+    """The results directory is one, or can be made, and can be written; OptionError naming it if not (before
+    anything starts, rather than an error for every run)."""
+    if results.exists() and not results.is_dir():
+        raise OptionError(f"--results {results}: not a directory; give a directory for the run results")
+    there = results
+    while not there.exists() and there != there.parent:
+        there = there.parent
+    if not there.is_dir():
+        raise OptionError(f"--results {results}: {there} is not a directory; give a directory for the run results")
+    if not os.access(there, os.W_OK | os.X_OK):
+        raise OptionError(f"--results {results}: {there} cannot be written by this user; give a directory it can write")
 
 
 def check_models(settings: Settings, names: Iterable[str]) -> None:

@@ -145,6 +145,8 @@ def verify(
     say: Callable[[str], None] = lambda message: print(for_terminal(message)),
 ) -> list[TaskVerdict]:
     """Build every image, run reference and dummy on every task, judge each run."""
+    # The session's checks (the results directory among them) before an hour of building, not after.
+    lifecycle = RunSession(settings, Plan(results=results))
     verdicts = {t.id: TaskVerdict(t) for t in tasks}
     agents = {name: load_agent(settings.agents_dir, name) for name in AGENTS}
     for name, agent in agents.items():
@@ -159,7 +161,6 @@ def verify(
             f"({time.monotonic() - started:.0f} s)"
         )
     lock = threading.Lock()
-    lifecycle = RunSession(settings, Plan(results=results))
 
     def hidden(task: Task) -> None:
         terms = leak_terms(task)

@@ -234,3 +234,19 @@ def test_run_refuses_a_cluster_beyond_loopback_without_token_auth(
     )
     assert status != 0
     assert "start the cluster with token authentication" in capsys.readouterr().err
+
+
+def test_dataset_verify_refuses_results_that_cannot_hold_runs_before_it_builds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ssebench.verify
+
+    def no_build(*args: object, **kwargs: object) -> None:
+        raise AssertionError("images were built before the results directory was checked")
+
+    monkeypatch.setattr(ssebench.verify, "build_images", no_build)
+    a_file = tmp_path / "results.txt"
+    a_file.write_text("a file")
+    assert main(["dataset", "verify", str(DEMO), "--results", str(a_file)]) == 1
+    err = capsys.readouterr().err
+    assert err == f"error: --results {a_file}: not a directory; give a directory for the run results\n"

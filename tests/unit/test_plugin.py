@@ -173,6 +173,17 @@ def test_trials_make_one_item_each(demo: pytest.Pytester) -> None:
     ]
 
 
+@pytest.mark.parametrize("model", [[], ["--agent", "chat-agent", "--model", "scripted-fix"]])
+def test_results_that_cannot_hold_runs_are_one_usage_error(demo: pytest.Pytester, model: list[str]) -> None:
+    (demo.path / "results.txt").write_text("a file")
+    result = demo.runpytest("datasets/demo", "--agent", "dummy", *model, "--results", "results.txt", "--collect-only")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert [line for line in result.errlines if line.startswith("ERROR:")] == [
+        f"ERROR: --results {demo.path / 'results.txt'}: not a directory; give a directory for the run results"
+    ]
+    assert "INTERNALERROR" not in result.stdout.str() + "\n".join(result.errlines)
+
+
 def test_unknown_agent_is_a_usage_error(demo: pytest.Pytester) -> None:
     result = demo.runpytest("datasets/demo", "--agent", "nobody", "--collect-only")
     assert result.ret == pytest.ExitCode.USAGE_ERROR

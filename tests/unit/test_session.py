@@ -8,6 +8,7 @@ both to what a node must be given, and to the same refusals.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
@@ -105,6 +106,23 @@ def test_each_combination_that_cannot_run_is_one_line_naming_its_flags(tmp_path:
             plan.check()
         assert said in str(caught.value) and "\n" not in str(caught.value)
     Plan(results=tmp_path, dispatch="ray", needs_model="chat-agent", models=("m",)).check()  # the control
+
+
+def test_results_that_cannot_hold_runs_are_refused_before_anything_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a_file = tmp_path / "results.txt"
+    a_file.write_text("not a directory")
+    for results, said in (
+        (a_file, f"--results {a_file}: not a directory; give a directory for the run results"),
+        (a_file / "runs", f"--results {a_file / 'runs'}: {a_file} is not a directory"),
+    ):
+        with pytest.raises(OptionError, match=re.escape(said)):
+            Plan(results=results).check()
+        status = main(["run", "--task", str(DEMO / "c-demo"), "--agent", "dummy", "--results", str(results)])
+        err = capsys.readouterr().err
+        assert status == 2 and err.count("\n") == 1 and said in err, err  # one line, no traceback
+    Plan(results=tmp_path / "not" / "yet" / "made").check()  # the control: made when the first run writes
 
 
 def test_a_model_is_declared_and_its_key_exported(models: Path, monkeypatch: pytest.MonkeyPatch) -> None:
