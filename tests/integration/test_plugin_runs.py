@@ -98,10 +98,12 @@ def test_dummy_fails_every_demo_task_naming_the_poc(demo: pytest.Pytester) -> No
 
 
 def _image_ids() -> dict[str, str]:
+    """The id of each tagged layer image (untagged ones, all named <none>:<none>, are no image's current form)."""
     return {
         tag: image["Id"]
         for image in client().api.images(filters={"label": "ssebench.layer"})
         for tag in image.get("RepoTags") or []
+        if tag != "<none>:<none>"
     }
 
 
