@@ -19,7 +19,7 @@ from sse.dialog import parse
 from sse.result import PatchResult, RuntimeResult, typed
 
 from pytest_ssebench.transcript import render_transcript
-from ssebench.logs import for_terminal
+from ssebench.logs import columns, for_terminal
 from ssebench.record import RunRecord
 from ssebench.result import read_safely
 from ssebench.runspec import RunConfig
@@ -350,9 +350,7 @@ class ScoreTable:
         return table
 
     def lines(self) -> list[str]:
-        table = [tuple(for_terminal(cell) for cell in row) for row in self.cells()]
-        widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
-        return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in table]
+        return columns([[for_terminal(cell) for cell in row] for row in self.cells()])
 
     def html(self) -> str:
         header, *rows = self.cells()

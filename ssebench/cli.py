@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from ssebench.defaults import AGENT_TIMEOUT, EGRESS, MODES, parse_budget, parse_dispatch, parse_modes, parse_registry
 from ssebench.errors import ConfigError, ConfigErrors, SSEBenchError
-from ssebench.logs import for_terminal
+from ssebench.logs import columns, for_terminal
 from ssebench.version import __version__
 
 if TYPE_CHECKING:
@@ -262,9 +262,7 @@ def _report_run(record: RunRecord, require_pass: bool) -> int:
 
 
 def _table(header: list[str], rows: list[list[str]]) -> None:
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-    for row in [header, *rows]:
-        print(for_terminal("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()))
+    print(for_terminal("\n".join(columns([header, *rows]))))
 
 
 def cmd_agents_list(args: argparse.Namespace) -> int:

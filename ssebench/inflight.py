@@ -12,6 +12,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from ssebench.logs import columns
 from ssebench.runtime.contract import (
     PHASE_FILE,
     PHASE_FILE_CAP,
@@ -134,8 +135,7 @@ def as_rows(runs: list[InFlight]) -> list[str]:
         )
         for r in runs
     ]
-    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
-    return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in table]
+    return columns(table)
 
 
 def as_json(runs: list[InFlight]) -> list[dict[str, Any]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 # What a terminal acts on instead of showing: the C0 controls but newline and tab (ESC starts every escape
@@ -38,3 +39,9 @@ def file_tail(path: Path, lines: int = 20) -> str:
         return last_lines(path.read_text(encoding="utf-8", errors="replace"), lines)
     except OSError:
         return "(no log)"
+
+
+def columns(rows: Sequence[Sequence[str]]) -> list[str]:
+    """Rows of cells (the header first) as lines of aligned columns, two spaces apart, no trailing blanks."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))] if rows else []
+    return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
