@@ -32,6 +32,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     add_options(parser)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
+    """`TASK_FOLDER::RUN` means the run of that task: the arguments name its file (`sse/config.yaml`, where
+    runs are collected), since pytest refuses `::` after a folder. xdist's workers get the arguments so
+    rewritten."""
+    from ssebench.dataset import looks_like_task
+
+    for index, arg in enumerate(args):
+        folder, sep, rest = arg.partition("::")
+        if sep and not arg.startswith("-") and looks_like_task(early_config.invocation_params.dir / folder):
+            args[index] = f"{folder.rstrip('/')}/sse/config.yaml::{rest}"
+
+
 def pytest_configure(config: pytest.Config) -> None:
     for name, text in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
@@ -61,7 +74,8 @@ def _holds_tasks(path: Path, depth: int = 2) -> bool:
 def _say_how_to_pick_an_agent(config: pytest.Config) -> None:
     """Tasks asked for with no agent to run them: a usage error that says how to pick one, rather than a
     session that collects nothing."""
-    given = [arg.split("::", 1)[0] for arg in config.args]
+    # A task's file (what `TASK::RUN` is rewritten to) stands for its task's folder.
+    given = [arg.split("::", 1)[0].removesuffix("/sse/config.yaml") for arg in config.args]
     holding = [arg for arg in given if _holds_tasks(config.invocation_params.dir / arg)]
     if not holding:
         return

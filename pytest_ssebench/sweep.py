@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from pytest_ssebench.collect import TaskDirectory, dataset_marker
+from pytest_ssebench.collect import CollectError, TaskDirectory, dataset_marker
 from pytest_ssebench.options import Options, parse_options
 from pytest_ssebench.report import ReportHooks
 from pytest_ssebench.schedule import DurationHooks, make_scheduler, read_history
@@ -162,7 +162,7 @@ class Sweep:
         try:
             limits = limits_for(self.settings, task, self.options.limits)
         except SSEBenchError as exc:
-            raise TaskDirectory.CollectError(str(exc)) from None
+            raise CollectError(str(exc)) from None
         runs = []
         for agent in self.agents:
             for model in self.options.models if agent.needs_model else ("none",):
