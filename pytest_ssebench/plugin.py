@@ -37,12 +37,9 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
     """`TASK_FOLDER::RUN` means the run of that task: the arguments name its file (`sse/config.yaml`, where
     runs are collected), since pytest refuses `::` after a folder. xdist's workers get the arguments so
     rewritten."""
-    from ssebench.dataset import looks_like_task
+    from ssebench.dataset import run_argument
 
-    for index, arg in enumerate(args):
-        folder, sep, rest = arg.partition("::")
-        if sep and not arg.startswith("-") and looks_like_task(early_config.invocation_params.dir / folder):
-            args[index] = f"{folder.rstrip('/')}/sse/config.yaml::{rest}"
+    args[:] = [run_argument(arg, early_config.invocation_params.dir) for arg in args]
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -74,8 +71,9 @@ def _holds_tasks(path: Path, depth: int = 2) -> bool:
 def _say_how_to_pick_an_agent(config: pytest.Config) -> None:
     """Tasks asked for with no agent to run them: a usage error that says how to pick one, rather than a
     session that collects nothing."""
-    # A task's file (what `TASK::RUN` is rewritten to) stands for its task's folder.
-    given = [arg.split("::", 1)[0].removesuffix("/sse/config.yaml") for arg in config.args]
+    from ssebench.dataset import argument_path
+
+    given = [argument_path(arg) for arg in config.args]
     holding = [arg for arg in given if _holds_tasks(config.invocation_params.dir / arg)]
     if not holding:
         return

@@ -220,9 +220,9 @@ class Sweep:
 
     def _rebuild(self) -> None:
         from ssebench.build import build_images
-        from ssebench.dataset import load_tasks
+        from ssebench.dataset import argument_path, load_tasks
 
-        paths = [Path(a.split("::")[0]) for a in self.config.args] or [Path("datasets")]
+        paths = [Path(argument_path(a)) for a in self.config.args] or [Path("datasets")]
         tasks = [t for p in paths if p.exists() for t in load_tasks(p)]
         for agent in self.agents:
             outcome = build_images(self.settings, tasks, agent, modes=self.options.modes, force=True)

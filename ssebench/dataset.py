@@ -64,6 +64,24 @@ def looks_like_task(path: Path) -> bool:
     return is_task_dir(path) and (path.parent / DATASET_FILE).is_file()
 
 
+# A task's file, relative to its folder: pytest collects a task's runs as its items.
+TASK_FILE = "sse/config.yaml"
+
+
+def run_argument(arg: str, cwd: Path) -> str:
+    """A pytest argument `TASK_FOLDER::RUN` as the task's file with the run (`pytest` refuses `::` after a
+    folder); any other argument as it is."""
+    folder, sep, rest = arg.partition("::")
+    if sep and not arg.startswith("-") and looks_like_task(cwd / folder):
+        return f"{folder.rstrip('/')}/{TASK_FILE}::{rest}"
+    return arg
+
+
+def argument_path(arg: str) -> str:
+    """The path a pytest argument names without its run: a task's file stands for the task's folder."""
+    return arg.split("::", 1)[0].removesuffix("/" + TASK_FILE)
+
+
 def task_dirs(dataset_dir: Path) -> list[Path]:
     """Task folders of a dataset, sorted by name."""
     return sorted((p for p in dataset_dir.iterdir() if p.is_dir() and is_task_dir(p)), key=lambda p: p.name)
