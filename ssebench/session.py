@@ -34,7 +34,7 @@ from ssebench.executor import Executor, LocalExecutor
 from ssebench.live import ModelLink
 from ssebench.logs import for_terminal
 from ssebench.reaper import Session
-from ssebench.record import RunRecord, finished_run
+from ssebench.record import RunRecord, resumable
 from ssebench.runspec import RunConfig
 from ssebench.settings import Settings
 
@@ -260,10 +260,11 @@ class RunSession:
     ) -> RunRecord:
         """The run's record, after at most `plan.retries` more attempts when one hits an infrastructure error;
         `on_attempt` sees every attempt's (a resumed run makes none)."""
+        rerun: str | None = None
         if self.plan.resume:
-            record = finished_run(config, self.plan.results)
-            if record is not None:
-                return record
+            found, rerun = resumable(config, self.plan.results)
+            if found is not None:
+                return found
         attempts = 1 + self.plan.retries
         attempt = 0
         while True:
@@ -280,6 +281,7 @@ class RunSession:
                     session=self.session.id,
                 )
                 record.judged(grade(infrastructure=str(exc)))
+            record.rerun = rerun
             on_attempt(record)
             attempt += 1
             if record.infra_error is None or attempt == attempts:

@@ -190,7 +190,13 @@ def test_an_interrupted_sweep_resumes_with_what_had_not_finished(demo: pytest.Py
         "no:cacheprovider",
     )
     resumed.assert_outcomes(failed=3)
-    resumed.stdout.fnmatch_lines(["resumed: 1 item(s) reported from finished runs, not run again"])
+    resumed.stdout.fnmatch_lines(
+        [
+            "resumed: 1 item(s) reported from finished runs, not run again; 2 run again",
+            "  ran again: datasets/demo/c-demo/sse/config.yaml::dummy[[]none-d2-sandbox-t2[]]: no earlier run of this trial",
+            "  ran again: datasets/demo/c-demo/sse/config.yaml::dummy[[]none-d2-sandbox-t3[]]: no earlier run of this trial",
+        ]
+    )
     # Two new runs; the finished one was reported from its directory, not run again.
     assert len(run_dirs()) == 3 and done in run_dirs()
     props = [
@@ -214,7 +220,7 @@ def test_an_interrupted_sweep_resumes_with_what_had_not_finished(demo: pytest.Py
         "no:cacheprovider",
     )
     again.assert_outcomes(failed=3)
-    again.stdout.fnmatch_lines(["resumed: 3 item(s) reported from finished runs, not run again"])
+    again.stdout.fnmatch_lines(["resumed: 3 item(s) reported from finished runs, not run again; 0 run again"])
     assert len(run_dirs()) == 3
 
 
