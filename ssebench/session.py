@@ -187,6 +187,18 @@ class RunSession:
         assert self.gateway.control_url is not None
         self.gateway_access = (self.gateway.control_url, self.gateway.admin_token)
 
+    def check_engine(self) -> None:
+        """Stop the session, before anything runs, when no engine answers: one line (DOCKER_HOST's value and
+        the fix) rather than an error per run. Raises OptionError."""
+        from ssebench.engine import DockerUnavailableError, EngineError, version
+
+        try:
+            version()
+        except DockerUnavailableError as exc:
+            raise OptionError(f"ssebench: {exc}") from None
+        except EngineError:
+            pass  # it answered: what it refused is each run's to say
+
     def start(self, *, connect: bool = True) -> None:
         """Remove what dead sessions left, and with Ray connect to the cluster (its nodes get the provider keys
         and the budget; not when `connect` is false: pytest --collect-only runs nothing). The controller's
@@ -194,6 +206,8 @@ class RunSession:
         self._started = True
         if not self.is_controller:
             return
+        if connect and self.plan.dispatch == "local":
+            self.check_engine()
         from ssebench.reaper import reap_orphans
 
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -345,3 +346,32 @@ def test_a_model_that_is_not_declared_is_a_usage_error(demo: pytest.Pytester, na
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"*{message}*"])
     assert not (demo.path / "results").exists()
+
+
+def test_an_engine_that_does_not_answer_is_one_line_before_any_run(
+    demo: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    host = f"unix:///tmp/ssebench-no-engine-{os.getpid()}.sock"  # nothing listens there (and the path is short)
+    monkeypatch.setenv("DOCKER_HOST", host)
+    for workers in ([], ["-n", "2"]):
+        result = demo.runpytest_subprocess(
+            # -W error: as this repository's own settings (pyproject.toml) run it, where a socket left open is an error.
+            "datasets/demo",
+            "--agent",
+            "dummy",
+            "--results",
+            "out",
+            "-p",
+            "no:cacheprovider",
+            "-W",
+            "error",
+            *workers,
+        )
+        said = [line for line in result.outlines + result.errlines if line.strip()]
+        assert result.ret == pytest.ExitCode.USAGE_ERROR, said
+        assert len(said) == 1 and said[0].startswith("ERROR: ssebench: Docker failed while connecting: "), said
+        assert said[0].endswith(
+            f"no engine answers at DOCKER_HOST={host}: start the Docker engine (systemctl start docker) "
+            "or point DOCKER_HOST at one, then run `ssebench doctor`"
+        ), said
+        assert not (demo.path / "out").exists() or not any((demo.path / "out").iterdir())
