@@ -43,10 +43,11 @@ class Sweep:
         self.options: Options = parse_options(config)
         try:
             self.settings: Settings = get_settings()
+        except SSEBenchError as exc:  # names its variable
+            raise pytest.UsageError(for_terminal(str(exc))) from None
+        try:
             self.agents: list[Agent] = [load_agent(self.settings.agents_dir, name) for name in self.options.agents]
-        except (ConfigError, SSEBenchError) as exc:
-            raise pytest.UsageError(f"--agent: {exc}") from None
-        except ConfigErrors as exc:
+        except (ConfigError, ConfigErrors, SSEBenchError) as exc:
             raise pytest.UsageError(f"--agent: {exc}") from None
         if self.options.registry:
             self.settings = self.settings.model_copy(update={"image_registry": self.options.registry})
