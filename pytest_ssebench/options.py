@@ -104,6 +104,8 @@ class Setting:
     env: str | None = None
     ini: str | None = None
     default: str | None = None
+    # Names the variable had before it followed its flag: still read, after `env`.
+    old_env: tuple[str, ...] = ()
 
 
 SETTINGS = (
@@ -131,7 +133,8 @@ SETTINGS = (
         seconds,
         f"the agent's time limit per run (default {AGENT_TIMEOUT:.0f})",
         "SECONDS",
-        env="SSEBENCH_TIMEOUT",
+        env="SSEBENCH_AGENT_TIMEOUT",
+        old_env=("SSEBENCH_TIMEOUT",),
         default=str(AGENT_TIMEOUT),
     ),
     Setting(
@@ -159,7 +162,8 @@ SETTINGS = (
         count(0),
         "retry a run N times after an infrastructure error (never after a failed grade)",
         "N",
-        env="SSEBENCH_RETRIES",
+        env="SSEBENCH_INFRA_RETRIES",
+        old_env=("SSEBENCH_RETRIES",),
         ini="ssebench_retries",
         default="0",
     ),
@@ -206,6 +210,8 @@ SETTINGS = (
         parse_registry,
         "a registry, HOST:PORT, that builds push images to and machines lacking one pull it from",
         "HOST:PORT",
+        # The setting's own name (ssebench.settings): SSEBENCH_REGISTRY is the build argument that names
+        # the image prefix in upstream Dockerfiles.
         env="SSEBENCH_IMAGE_REGISTRY",
         ini="ssebench_registry",
     ),
@@ -273,7 +279,8 @@ def _value(config: pytest.Config, s: Setting) -> Any:
     given = getattr(config.option, s.dest)
     if given is not None:
         return given
-    sources = ((s.env, s.env and os.environ.get(s.env)), (s.ini, s.ini and config.getini(s.ini)))
+    variables = [name for name in (s.env, *s.old_env) if name]
+    sources = (*((name, os.environ.get(name)) for name in variables), (s.ini, s.ini and config.getini(s.ini)))
     source, raw = next(((name, value) for name, value in sources if value), (None, s.default))
     if raw is None or s.parse is None:
         return raw

@@ -162,7 +162,10 @@ def test_bad_options_are_usage_errors(demo: pytest.Pytester, args: list[str], me
             "9",
             "SSEBENCH_DIFFICULTY: '9': give levels 0-4 separated by commas, e.g. 0,2,4 (or give --difficulty)",
         ),
-        ("SSEBENCH_TIMEOUT", "soon", "SSEBENCH_TIMEOUT: 'soon': give a time in seconds above zero"),
+        ("SSEBENCH_AGENT_TIMEOUT", "soon", "SSEBENCH_AGENT_TIMEOUT: 'soon': give a time in seconds above zero"),
+        ("SSEBENCH_TIMEOUT", "soon", "SSEBENCH_TIMEOUT: 'soon': give a time in seconds above zero"),  # its old name
+        ("SSEBENCH_INFRA_RETRIES", "-1", "SSEBENCH_INFRA_RETRIES: '-1': give a whole number of at least 0"),
+        ("SSEBENCH_RETRIES", "-1", "SSEBENCH_RETRIES: '-1': give a whole number of at least 0"),
         ("SSEBENCH_EGRESS", "wide", "SSEBENCH_EGRESS: 'wide': use restricted or open"),
         ("SSEBENCH_TRIALS", "-2", "SSEBENCH_TRIALS: '-2': give a whole number of at least 1"),
     ],
