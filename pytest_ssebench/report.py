@@ -400,7 +400,7 @@ class ReportHooks:
             properties = dict(report.user_properties)
             if properties.get(PREFIX + "resumed") is True:
                 self.resumed += 1
-            elif isinstance(why := properties.get(PREFIX + "rerun"), str):
+            elif isinstance(why := properties.get(PREFIX + "rerun"), str) and why:  # "" stands for None here
                 self.rerun.append((report.nodeid, why))
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:

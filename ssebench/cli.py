@@ -286,10 +286,13 @@ def cmd_agents_list(args: argparse.Namespace) -> int:
 
 
 def cmd_models_list(args: argparse.Namespace) -> int:
-    from ssebench.gateway import load_models
+    from ssebench.gateway import read_models
     from ssebench.settings import get_settings
 
-    models = load_models(get_settings().models_dir)
+    # A broken file is said (and the status is 1), without hiding the models that can be used.
+    models, broken = read_models(get_settings().models_dir)
+    for problem in broken:
+        print(for_terminal(f"ssebench models list: {problem}"), file=sys.stderr)
     rows: list[dict[str, Any]] = [
         {
             "name": m.name,
@@ -302,7 +305,7 @@ def cmd_models_list(args: argparse.Namespace) -> int:
     ]
     if args.json:
         print(json.dumps(rows, indent=2))
-        return 0
+        return 1 if broken else 0
 
     def budget(m: dict[str, Any]) -> str:
         given = m["budget"] or {}
@@ -324,7 +327,7 @@ def cmd_models_list(args: argparse.Namespace) -> int:
             for m in rows
         ],
     )
-    return 0
+    return 1 if broken else 0
 
 
 def cmd_ps(args: argparse.Namespace) -> int:

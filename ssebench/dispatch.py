@@ -81,6 +81,8 @@ class NodeModels:
 
     models_dir: Path
     budget: dict[str, float] | None = None
+    # The session's models: the node's gateway serves (and reads the files of) these only.
+    names: tuple[str, ...] | None = None
 
 
 @dataclass
@@ -178,7 +180,7 @@ def _node_link(models: NodeModels, settings: Settings) -> ModelLink:
 
     if _node_gateway is None:
         state = Path(tempfile.mkdtemp(prefix="ssebench-gateway-"))
-        gateway = GatewayProcess(models.models_dir, state, model_port=settings.gateway_port)
+        gateway = GatewayProcess(models.models_dir, state, model_port=settings.gateway_port, serve=models.names)
         gateway.start()
         _node_gateway = gateway
     budget = Budget.model_validate(models.budget) if models.budget else None

@@ -99,14 +99,15 @@ def check_models(settings: Settings, names: Iterable[str]) -> None:
     """Every model is declared in the models folder and its provider key is exported; OptionError if not."""
     from ssebench.gateway import MODEL_NAME, load_models
 
+    names = list(names)
     try:
-        declared = load_models(settings.models_dir)
+        declared = load_models(settings.models_dir, names)
     except (ConfigError, ConfigErrors) as exc:
         raise OptionError(f"--model: {exc}") from None
     for name in names:
         model = declared.get(name)
         if model is None:
-            known = ", ".join(sorted(declared)) or "none"
+            known = ", ".join(sorted(path.stem for path in settings.models_dir.glob("*.yaml"))) or "none"
             where = (
                 f"no {settings.models_dir}/{name}.yaml"
                 if MODEL_NAME.match(name)
@@ -124,7 +125,8 @@ def provider_env(settings: Settings, names: Iterable[str]) -> dict[str, str]:
     """The provider keys `names` need, from this host's environment: what a Ray node's gateway is sent."""
     from ssebench.gateway import load_models
 
-    declared = load_models(settings.models_dir)
+    names = list(names)
+    declared = load_models(settings.models_dir, names)
     keys = {declared[name].api_key_env for name in names if name in declared}
     return {key: os.environ[key] for key in sorted(k for k in keys if k) if os.environ.get(key)}
 
@@ -178,7 +180,9 @@ class RunSession:
         from ssebench.gateway import GatewayError, GatewayProcess
 
         state = self.plan.results / ".gateway" / self.session.id
-        self.gateway = GatewayProcess(self.settings.models_dir, state, model_port=self.settings.gateway_port)
+        self.gateway = GatewayProcess(
+            self.settings.models_dir, state, model_port=self.settings.gateway_port, serve=self.plan.models
+        )
         try:
             self.gateway.start()
         except (GatewayError, OSError) as exc:
@@ -223,7 +227,9 @@ class RunSession:
                 self.session,
                 self.plan.results,
                 self.plan.ray_address,
-                models=NodeModels(self.settings.models_dir, self.plan.budget) if needs else None,
+                models=NodeModels(self.settings.models_dir, self.plan.budget, tuple(self.plan.models))
+                if needs
+                else None,
                 provider_env=provider_env(self.settings, self.plan.models) if needs else None,
             )
 

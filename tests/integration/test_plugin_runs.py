@@ -174,6 +174,7 @@ def test_an_interrupted_sweep_resumes_with_what_had_not_finished(demo: pytest.Py
         "no:randomly",
     )
     first.assert_outcomes(failed=1)
+    assert "resumed:" not in first.stdout.str() and "ran again" not in first.stdout.str()  # no --resume: no word of it
     [done] = run_dirs()
     resumed = demo.runpytest_subprocess(
         "datasets/demo/c-demo",
