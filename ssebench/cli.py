@@ -76,7 +76,7 @@ def cmd_dataset_validate(args: argparse.Namespace) -> int:
         print(f"{len(problems)} problem(s) found", file=sys.stderr)
         return 1
     print(f"{len(tasks)} task(s): config.yaml and files OK")
-    if args.no_build:
+    if not args.build:
         return 0
     from ssebench.build import build_images
     from ssebench.settings import get_settings
@@ -377,12 +377,14 @@ def parser() -> argparse.ArgumentParser:
     dataset_sub = dataset.add_subparsers(dest="action", required=True, metavar="ACTION")
     validate = dataset_sub.add_parser(
         "validate",
-        help="check every task's config, files and image build",
-        description="Check every task under PATH: config.yaml against the task format, the files it names, "
-        "and that its images build. Prints one line per problem; exits 1 if there is any.",
+        help="check every task's config and files (and, with --build, that its images build)",
+        description="Check every task under PATH: config.yaml against the task format and the files it names; "
+        "with --build, that its images build too. Prints one line per problem; exits 1 if there is any.",
     )
     validate.add_argument("path", nargs="?", type=Path, default=DEFAULT_PATH, help="default: ./datasets")
-    validate.add_argument("--no-build", action="store_true", help="check files only; do not build images")
+    validate.add_argument("--build", action="store_true", help="also build every task's images (can take an hour)")
+    # The old default built the images; --no-build asked it not to, and is still accepted (it is now the default).
+    validate.add_argument("--no-build", action="store_true", help=argparse.SUPPRESS)
     validate.set_defaults(func=cmd_dataset_validate)
 
     check = dataset_sub.add_parser(

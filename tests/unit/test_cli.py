@@ -6,6 +6,7 @@ import io
 import json
 import tarfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -127,16 +128,44 @@ EXPECTED = {
 def test_validate_prints_one_line_per_problem(tmp_path: Path, how: str, capsys: pytest.CaptureFixture[str]) -> None:
     dataset = write_dataset(tmp_path)
     _break(dataset, how)
-    assert main(["dataset", "validate", str(dataset), "--no-build"]) == 1
+    assert main(["dataset", "validate", str(dataset)]) == 1
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 1
     assert lines[0].startswith(str(dataset / "tiny-1" / "sse" / "config.yaml"))
     assert EXPECTED[how] in lines[0]
 
 
-def test_validate_accepts_the_demo_files(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["dataset", "validate", str(DEMO), "--no-build"]) == 0
-    assert "3 task(s): config.yaml and files OK" in capsys.readouterr().out
+def test_a_schema_problem_and_a_missing_file_are_said_together(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dataset = write_dataset(tmp_path)
+    _break(dataset, "unknown key")
+    _break(dataset, "missing file")
+    assert main(["dataset", "validate", str(dataset)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(": ", 1)[1] for line in lines] == [
+        "colour: unknown key (check its spelling against the file format)",
+        "files.poc[0]: 'pocs/crash.bin' does not exist (looked for sse/pocs/crash.bin)",
+    ]
+
+
+def test_validate_checks_files_and_builds_nothing_unless_asked(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ssebench.build
+
+    built: list[object] = []
+
+    def build_images(*args: object, **kwargs: object) -> SimpleNamespace:
+        built.append(args)
+        return SimpleNamespace(failures={})
+
+    monkeypatch.setattr(ssebench.build, "build_images", build_images)
+    for flags in ([], ["--no-build"]):  # the old flag is still accepted: it is the default now
+        assert main(["dataset", "validate", str(DEMO), *flags]) == 0
+        assert capsys.readouterr().out.strip() == "3 task(s): config.yaml and files OK" and not built
+    assert main(["dataset", "validate", str(DEMO), "--build"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "3 task(s): images build" and len(built) == 1
 
 
 def test_unknown_agent_is_one_error_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
