@@ -259,7 +259,7 @@ def bring_home(config: RunConfig, outcome: NodeOutcome, results: Path, submitted
     home, queueing included).
     """
     run_id = str(outcome.summary.get("run_id"))
-    if not RUN_ID.fullmatch(run_id):
+    if not (run_id == config.run_id if config.run_id else RUN_ID.fullmatch(run_id)):
         return lost_run(
             config,
             results,
@@ -314,7 +314,7 @@ def bring_home(config: RunConfig, outcome: NodeOutcome, results: Path, submitted
 
 def lost_run(config: RunConfig, results: Path, session: Session, error: str) -> RunRecord:
     """The record of a run whose node (or worker) was lost: an infrastructure error, with a directory."""
-    run_id = new_run_id(config.difficulty, config.mode)
+    run_id = config.run_id or new_run_id(config.difficulty, config.mode)
     record = RunRecord(
         config=config,
         run_id=run_id,

@@ -474,6 +474,12 @@ def test_ssebench_run_cli(demo: pytest.Pytester) -> None:
             "--results",
             "out",
             "--require-pass",
+            # Upstream's spellings: the run's id names its directory.
+            "--run-id",
+            "first-try",
+            "--timeout",
+            "300",
+            "--local",
         ],
         cwd=demo.path,
         capture_output=True,
@@ -482,6 +488,9 @@ def test_ssebench_run_cli(demo: pytest.Pytester) -> None:
     )
     assert failed.returncode == 1
     assert "grade: failed (PoC failed: /ssebench/pocs/" in failed.stdout
+    run_dir = demo.path / "out" / "go-demo" / "none" / "dummy" / "first-try"
+    assert f"run directory: {run_dir}" in failed.stdout
+    assert json.loads((run_dir / "summary.json").read_text())["run_id"] == "first-try"
 
 
 FLAKY_CONFTEST = """

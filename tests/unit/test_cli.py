@@ -281,3 +281,76 @@ def test_dataset_verify_refuses_results_that_cannot_hold_runs_before_it_builds(
     assert main(["dataset", "verify", str(DEMO), "--results", str(a_file)]) == 1
     err = capsys.readouterr().err
     assert err == f"error: --results {a_file}: not a directory; give a directory for the run results\n"
+
+
+def test_ssebench_run_speaks_upstreams_flags_and_the_plugins_spellings() -> None:
+    from ssebench.cli import parser
+
+    base = ["run", "--task", "t", "--agent", "dummy"]
+    upstream = parser().parse_args(
+        [
+            *base,
+            "--timeout",
+            "60",
+            "--limits",
+            "pids=512",
+            "--keep-container",
+            "--local",
+            "--build",
+            "--backend",
+            "docker",
+        ]
+    )
+    ours = parser().parse_args(
+        [
+            *base,
+            "--agent-timeout",
+            "60",
+            "--run-limits",
+            "pids=512",
+            "--keep-containers",
+            "--dispatch",
+            "local",
+            "--rebuild",
+        ]
+    )
+    for name in ("agent_timeout", "limits", "keep_container", "dispatch", "build", "backend"):
+        assert getattr(upstream, name) == getattr(ours, name), name
+    assert (ours.agent_timeout, ours.limits, ours.keep_container, ours.dispatch) == (
+        60.0,
+        {"pids": "512"},
+        True,
+        "local",
+    )
+    assert parser().parse_args([*base, "--run-id", "my-run.1"]).run_id == "my-run.1"
+
+
+@pytest.mark.parametrize(
+    "args, said",
+    [
+        (["--agent-timeout", "0"], "argument --agent-timeout/--timeout: '0': give a time in seconds above zero"),
+        (["--timeout", "nan"], "argument --agent-timeout/--timeout: 'nan': give a time in seconds above zero"),
+        (["--limits", "disk=1g"], "argument --run-limits/--limits: unknown limit 'disk'"),
+        (["--run-id", "../up"], "argument --run-id: '../up': give letters, digits"),
+        (["--backend", "podman"], "argument --backend: invalid choice: 'podman'"),
+        (["--local", "--dispatch", "ray"], "argument --dispatch: not allowed with argument --local"),
+    ],
+)
+def test_ssebench_run_refuses_a_bad_flag_in_one_line_before_anything_starts(
+    args: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["run", "--task", str(DEMO / "c-demo"), "--agent", "dummy", *args])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and said in err.splitlines()[-1], err
+
+
+def test_ssebench_run_never_reuses_a_run_id(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    taken = tmp_path / "c-demo" / "none" / "dummy" / "mine"
+    taken.mkdir(parents=True)
+    status = main(
+        ["run", "--task", str(DEMO / "c-demo"), "--agent", "dummy", "--results", str(tmp_path), "--run-id", "mine"]
+    )
+    err = capsys.readouterr().err
+    assert status == 2 and err == f"error: --run-id mine: c-demo's run of that id is in {tmp_path}; give another id\n"
+    assert list(taken.iterdir()) == []
