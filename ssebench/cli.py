@@ -10,7 +10,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ssebench.defaults import AGENT_TIMEOUT, EGRESS, MODES, parse_budget, parse_dispatch, parse_modes, parse_registry
+from ssebench.defaults import (
+    AGENT_TIMEOUT,
+    EGRESS,
+    MODES,
+    SKIP_MODEL_CHECK,
+    SKIP_MODEL_CHECK_HELP,
+    parse_budget,
+    parse_dispatch,
+    parse_modes,
+    parse_registry,
+)
 from ssebench.errors import ConfigError, ConfigErrors, SSEBenchError
 from ssebench.logs import columns, for_terminal
 from ssebench.version import __version__
@@ -234,6 +244,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         needs_model=agent.name if agent.needs_model else None,
         models=(model,) if agent.needs_model and model else (),
         budget=args.model_budget,
+        model_check=not args.skip_model_check,
         dispatch=args.dispatch,
         ray_address=args.ray_address,
         egress=args.egress,
@@ -470,6 +481,7 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--datasets", type=Path, default=DEFAULT_PATH, metavar="DIR", help="where to look up a task id")
     run.add_argument("--keep-container", action="store_true", help="leave the container in place afterwards")
     run.add_argument("--require-pass", action="store_true", help="exit 1 unless the grade is passed")
+    run.add_argument(SKIP_MODEL_CHECK, action="store_true", help=SKIP_MODEL_CHECK_HELP)
     run.add_argument(
         "--dispatch",
         type=parse_dispatch,

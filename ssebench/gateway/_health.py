@@ -129,5 +129,7 @@ async def check_upstream(
         # Never the body: providers quote (part of) the key they refused.
         held = f"the key in ${model.api_key_env}" if model.api_key_env else "a call without a key (no api_key_env)"
         fix = "check the key" if model.api_key_env else "name the variable holding the key in api_key_env"
-        return ModelCheck(model=model.name, ok=False, url=url, status=status, cause=f"refused {held} ({status})", fix=fix)
+        return ModelCheck(
+            model=model.name, ok=False, url=url, status=status, cause=f"refused {held} ({status})", fix=fix
+        )
     return ModelCheck(model=model.name, ok=True, url=url, status=status)

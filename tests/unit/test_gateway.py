@@ -26,6 +26,7 @@ def test_exports_are_pinned() -> None:
         "GatewayError",
         "GatewayLink",
         "GatewayProcess",
+        "ModelCheck",
         "ModelConfig",
         "Price",
         "RunKey",

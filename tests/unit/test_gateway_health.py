@@ -9,7 +9,6 @@ tell a broken model from an agent's failure without reading error strings.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -17,10 +16,10 @@ import pytest
 from ssebench.gateway import Usage
 from ssebench.gateway.scripted import Playback, create_app
 from tests.helpers import closed_port
-from tests.unit.test_gateway_server import MODELS, SECRET, TOKEN, _http_model, _setup, chat, run
+from tests.unit.test_gateway_server import MODELS, SECRET, TOKEN, Setup, _http_model, _setup, chat, run
 
 
-def _calls(setup: Any, count: int, model: str = "remote") -> Usage:
+def _calls(setup: Setup, count: int, model: str = "remote") -> Usage:
     """`count` calls of one run of `model`, then its finish: the usage the host gets."""
 
     async def calls() -> Usage:
@@ -137,7 +136,7 @@ def test_a_scripted_model_that_answers_is_not_broken(tmp_path: Path) -> None:
 # -- the preflight check: POST /models/{name}/check ------------------------------------------------
 
 
-def _check(setup: Any, name: str, token: str = TOKEN) -> httpx.Response:
+def _check(setup: Setup, name: str, token: str = TOKEN) -> httpx.Response:
     answers: list[httpx.Response] = []
 
     async def test() -> None:
