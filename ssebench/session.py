@@ -4,9 +4,10 @@ A session is the runs one command asks for. Its life is always the same:
 check that the options make sense together and that every model is declared
 with its provider key exported, remove what dead sessions left, start the
 model gateway (here) and have it call each model once (its server answers
-and takes the key; `--skip-model-check` skips this), or connect to the Ray cluster (whose nodes each start
-one, with the provider keys and budget sent along), run, then stop the
-gateway or the connection and remove everything labelled with the session.
+and takes the key; `--skip-model-check` skips this), or connect to the Ray
+cluster (whose nodes each start one, with the provider keys and budget sent
+along), run, then stop the gateway or the connection and remove everything
+labelled with the session.
 `RunSession` is that life; its `run` is one run with its retries and
 `--resume`, here or through the cluster.
 
