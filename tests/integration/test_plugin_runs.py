@@ -641,7 +641,7 @@ def test_a_run_whose_model_never_answered_is_an_error_not_a_failure(
             "the upstream of model down did not answer: ConnectError*"
         ]
     )
-    [summary_file] = (demo.path / "out").glob("c-demo/down/chat-agent/*/summary.json")
+    [summary_file] = (demo.path / "out").glob("c-demo/down/chat-agent/*-d2-sandbox-*/summary.json")
     summary = json.loads(summary_file.read_text())
     assert summary["grade"] == "error" and summary["error"].startswith("model down: every call failed upstream")
     usage = summary["usage"]

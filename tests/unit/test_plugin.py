@@ -345,3 +345,14 @@ def test_collecting_does_not_check_the_models(demo: pytest.Pytester, down_model:
     assert result.ret == pytest.ExitCode.OK, result.errlines
     assert "datasets/demo/c-demo::chat-agent[down-d2-sandbox]" in result.stdout.str()
     assert "model down: checked" not in "".join(p.read_text() for p in (demo.path / "out").rglob("gateway.log"))
+
+
+def test_under_xdist_the_controller_checks_each_model_once_and_its_workers_never(demo: pytest.Pytester) -> None:
+    # Nothing selected: the session starts (the controller's gateway, two workers) and runs nothing.
+    result = demo.runpytest_subprocess(
+        "datasets/demo", "--agent", "chat-agent", "--model", "scripted-fix", "--results", "out", "-n", "2", "-k", "x-y"
+    )
+    assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED, result.errlines
+    assert "2 workers" in result.stdout.str() or "created: 2/2 workers" in result.stdout.str(), result.stdout.str()
+    [log] = (demo.path / "out" / ".gateway").glob("*/gateway.log")
+    assert log.read_text().count("model scripted-fix: scripted, nothing to check") == 1, log.read_text()
