@@ -71,6 +71,7 @@ class Sweep:
             needs_model=needing,
             models=o.models,
             budget=o.budget,
+            model_check=o.model_check and not config.option.collectonly,  # collecting runs nothing: no call
             dispatch=o.dispatch,
             ray_address=o.ray_address,
             egress=o.egress,

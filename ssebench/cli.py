@@ -14,6 +14,8 @@ from ssebench.defaults import (
     AGENT_TIMEOUT,
     EGRESS,
     MODES,
+    SKIP_MODEL_CHECK,
+    SKIP_MODEL_CHECK_HELP,
     parse_budget,
     parse_dispatch,
     parse_modes,
@@ -255,6 +257,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         needs_model=agent.name if agent.needs_model else None,
         models=(model,) if agent.needs_model and model else (),
         budget=args.model_budget,
+        model_check=not args.skip_model_check,
         dispatch=args.dispatch,
         ray_address=args.ray_address,
         egress=args.egress,
@@ -533,6 +536,7 @@ def parser() -> argparse.ArgumentParser:
         help="leave the container in place afterwards",
     )
     run.add_argument("--require-pass", action="store_true", help="exit 1 unless the grade is passed")
+    run.add_argument(SKIP_MODEL_CHECK, action="store_true", help=SKIP_MODEL_CHECK_HELP)
     run.add_argument(
         "--build",
         "--rebuild",

@@ -25,6 +25,13 @@ EGRESS: tuple[Egress, ...] = get_args(Egress)
 # local: every run on this machine's engine; ray: each run a task of a Ray cluster (ssebench.dispatch).
 Dispatch = Literal["local", "ray"]
 DISPATCHES: tuple[Dispatch, ...] = get_args(Dispatch)
+# The flag that skips the models' preflight (ssebench.session.RunSession.start_models), for the plugin and
+# `ssebench run` alike, and what it says in their help.
+SKIP_MODEL_CHECK = "--skip-model-check"
+SKIP_MODEL_CHECK_HELP = (
+    "do not check before the first run that each model's server answers and takes its key "
+    "(a run whose every model call then fails upstream is an error, not a grade)"
+)
 # The agent's time limit per run, and grading's after it, AGENT_TIMEOUT and GRADING_TIMEOUT, are the
 # contract's (the runtime in the container gets both in its environment).
 

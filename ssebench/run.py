@@ -225,9 +225,21 @@ def live_run(
         no_result += "; limits hit: " + "; ".join(record.limits_hit)
     # The grading container's memory (not sidecar mode's agent container's, which grades nothing): used up,
     # it ended what could have graded (sidecar mode's task container as a whole, killed with its init).
-    verdict = grade(recorded=said, memory_hit=record.limits_hit, no_result=no_result)
+    verdict = grade(
+        infrastructure=_model_broken(usage), recorded=said, memory_hit=record.limits_hit, no_result=no_result
+    )
     if verdict.rule == MEMORY_LIMIT:
         said = RunResult.by_host(verdict, said)
         write_json(record.run_dir / "result.json", said.to_json())
     record.result = said
     record.judged(verdict)
+
+
+def _model_broken(usage: dict[str, Any]) -> str | None:
+    """Why the run's model is the infrastructure that failed (every call failed upstream, by the gateway's
+    account), or None: a run with one answer, or with no call, is graded."""
+    if not usage:
+        return None
+    from ssebench.gateway import Usage
+
+    return Usage.from_summary(usage).upstream_broken()

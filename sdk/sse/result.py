@@ -263,8 +263,10 @@ def grade(
     host sees). The rules, and why each overrides the ones after it:
 
     1. infrastructure (the host's own failure: images, engine, the whole
-       run's time limit, bringing a run home) -> error: nothing can be
-       trusted of a run the harness could not run or keep.
+       run's time limit, bringing a run home; or the run's model, every
+       call of which failed upstream) -> error: nothing can be trusted of a
+       run the harness could not run or keep, and a run whose model never
+       answered measured its model's server, not its agent.
     2. memory_hit (the grading container used up its memory) and no grade
        recorded, or an error -> failed, rule "memory limit": only the
        agent's processes, or its patch's code in a check, can fill a run's

@@ -13,6 +13,7 @@ HTTP client are imported by the modules that serve and call.
 """
 
 from ssebench.gateway._client import GatewayClient, GatewayError, GatewayLink, GatewayProcess, RunKey
+from ssebench.gateway._health import ModelCheck
 from ssebench.gateway._models import MODEL_NAME, Budget, ModelConfig, Price, load_model, load_models, read_models
 from ssebench.gateway._usage import Usage, UsageRecord
 
@@ -23,6 +24,7 @@ __all__ = [
     "GatewayError",
     "GatewayLink",
     "GatewayProcess",
+    "ModelCheck",
     "ModelConfig",
     "Price",
     "RunKey",

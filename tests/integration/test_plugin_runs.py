@@ -626,3 +626,39 @@ def test_sidecar_runs_through_the_plugin_are_graded_where_the_task_is(demo: pyte
     result.stdout.fnmatch_lines(["*A proof of concept still reproduces*"])
     (session,) = {s["session"] for s in summaries.values()}
     assert cleanup().containers({"label": f"ssebench.session={session}"}) == []  # the workers' runs, reaped
+
+
+def test_a_run_whose_model_never_answered_is_an_error_not_a_failure(
+    demo: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past the check (--skip-model-check), a model whose server is down: every call of the run fails upstream,
+    so the run measured nothing of its agent: an infrastructure error naming the model and the cause."""
+    from tests.helpers import closed_port
+
+    (demo.path / "models").mkdir()
+    (demo.path / "models" / "down.yaml").write_text(f"name: down\nbase_url: http://127.0.0.1:{closed_port()}/v1\n")
+    monkeypatch.setenv("SSEBENCH_MODELS_DIR", str(demo.path / "models"))
+    result = demo.runpytest_subprocess(
+        "datasets/demo/c-demo",
+        "--agent",
+        "chat-agent",
+        "--model",
+        "down",
+        "--skip-model-check",
+        "--results",
+        "out",
+        "-p",
+        "no:cacheprovider",
+    )
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*Infrastructure error, not a grade: model down: every call failed upstream (* calls): "
+            "the upstream of model down did not answer: ConnectError*"
+        ]
+    )
+    [summary_file] = (demo.path / "out").glob("c-demo/down/chat-agent/*-d2-sandbox-*/summary.json")
+    summary = json.loads(summary_file.read_text())
+    assert summary["grade"] == "error" and summary["error"].startswith("model down: every call failed upstream")
+    usage = summary["usage"]
+    assert usage["answered"] == 0 and usage["upstream_failed"] == usage["calls"] >= 1

@@ -26,6 +26,7 @@ def test_exports_are_pinned() -> None:
         "GatewayError",
         "GatewayLink",
         "GatewayProcess",
+        "ModelCheck",
         "ModelConfig",
         "Price",
         "RunKey",
@@ -33,6 +34,7 @@ def test_exports_are_pinned() -> None:
         "UsageRecord",
         "load_model",
         "load_models",
+        "read_models",
     ]
 
 

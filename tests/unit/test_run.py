@@ -603,3 +603,54 @@ def test_resume_says_why_a_run_runs_again(tmp_path: Path) -> None:
     )
     # Another trial of the same run is no reason: the trial has none of its own yet.
     assert resumable(replace(config, trial=2), tmp_path) == (None, f"{errored.name} ended in an error")
+
+
+class _Graded(_OutOfMemory):
+    """A sandbox container that wrote `result` within its memory."""
+
+    def memory_exhausted(self) -> bool:
+        return False
+
+
+class _Link:
+    """The gateway stood in for: the run's access, and the usage it returns when the run ends."""
+
+    def __init__(self, usage: dict[str, Any]) -> None:
+        self.usage = usage
+
+    def open(self, run_id: str, model: str, network: Network, ttl: float) -> dict[str, str]:
+        return {"SSE_BASE_URL": "http://gateway/v1", "SSE_API_KEY": "k", "SSE_MODEL_NAME": model}
+
+    def close(self, run_id: str) -> dict[str, Any] | None:
+        return self.usage
+
+
+DOWN = "the upstream of model m1 did not answer: ConnectError"
+# The gateway's account of a run whose three calls all failed upstream (Usage.summary()).
+BROKEN = {"run_id": "r", "model": "m1", "calls": 3, "answered": 0, "upstream_failed": 3, "upstream_failure": DOWN}
+
+
+@pytest.mark.parametrize(
+    "usage, wrote, grade, error",
+    [
+        (BROKEN, "failed", "error", f"model m1: every call failed upstream (3 calls): {DOWN}"),
+        (BROKEN, "passed", "error", f"model m1: every call failed upstream (3 calls): {DOWN}"),
+        ({**BROKEN, "answered": 1, "upstream_failed": 2}, "failed", "failed", None),  # one good answer: graded
+        ({**BROKEN, "calls": 0, "upstream_failed": 0, "upstream_failure": None}, "failed", "failed", None),  # no call
+        ({"calls": 12, "prompt_tokens": 40000, "completion_tokens": 2000, "cost": 0.12}, "failed", "failed", None),
+    ],
+    ids=["all-failed", "all-failed-passed", "one-answer", "no-calls", "version-0-usage"],
+)
+def test_a_run_whose_model_never_answered_is_an_infrastructure_error(
+    tmp_path: Path, usage: dict[str, Any], wrote: GradeStatus, grade: GradeStatus, error: str | None
+) -> None:
+    """Every call failed upstream and none was answered: the run measured its model's server, not its agent."""
+    agent = load_agent(get_settings().agents_dir, "chat-agent")
+    config = RunConfig(task=load_task(DEMO / "c-demo"), agent=agent, model="m1")
+    result = {"patch_result": {"status": wrote, "error_msg": "PoC failed" if wrote == "failed" else None}}
+    backend = _Backend([_Graded(result)])
+    record = execute(config, get_settings(), backend, Session.new(), tmp_path, build=False, models=_Link(usage))
+    assert (record.grade, record.infra_error) == (grade, error)
+    summary = json.loads((record.run_dir / "summary.json").read_text())
+    assert (summary["grade"], summary.get("error"), summary["usage"]) == (grade, error, usage)
+    assert record.result is not None and record.result.status == wrote  # what the container said is kept
