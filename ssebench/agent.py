@@ -16,10 +16,13 @@ class AgentConfig(Strict):
     """`agent.yaml`."""
 
     name: str
+    """The agent's name, `--agent NAME`: its folder's name, in lower case."""
     version: str = "0"
+    """Bump it when the agent changes: results record it, and `--resume` reruns runs of another version."""
     description: str | None = None
-    # An agent that calls no model (dummy, reference) runs once with model "none".
+    """One line for `ssebench agents list`."""
     needs_model: bool = True
+    """Whether the agent calls a model; one that does not (dummy, reference) runs once, with model "none"."""
 
     @field_validator("name")
     @classmethod

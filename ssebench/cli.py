@@ -137,6 +137,27 @@ def cmd_dataset_verify(args: argparse.Namespace) -> int:
     return 0 if valid == len(verdicts) else 1
 
 
+def cmd_dataset_schema(args: argparse.Namespace) -> int:
+    from ssebench.formats import write_schemas
+
+    out: Path = args.out
+    if out.exists() and not out.is_dir():
+        print(for_terminal(f"error: --out {out}: is a file; give a folder to write the schemas into"), file=sys.stderr)
+        return 2
+    try:
+        written = write_schemas(out)
+    except OSError as exc:
+        print(
+            for_terminal(f"error: --out {out}: cannot write there ({exc.strerror}); give a folder you can write"),
+            file=sys.stderr,
+        )
+        return 2
+    for path in written:
+        print(for_terminal(str(path)))
+    print(f"{len(written)} JSON Schema(s) (draft 2020-12) written; the formats are described in docs/formats.md")
+    return 0
+
+
 def _positive(text: str) -> int:
     try:
         value = int(text)
@@ -414,8 +435,8 @@ def parser() -> argparse.ArgumentParser:
     validate = dataset_sub.add_parser(
         "validate",
         help="check every task's config and files (and, with --build, that its images build)",
-        description="Check every task under PATH: config.yaml against the task format and the files it names; "
-        "with --build, that its images build too. Prints one line per problem; exits 1 if there is any.",
+        description="Check every task under PATH: config.yaml against its format (docs/formats.md) and the files "
+        "it names; with --build, that its images build too. Prints one line per problem; exits 1 if there is any.",
     )
     validate.add_argument("path", nargs="?", type=Path, default=DEFAULT_PATH, help="default: ./datasets")
     validate.add_argument("--build", action="store_true", help="also build every task's images (can take an hour)")
@@ -436,6 +457,19 @@ def parser() -> argparse.ArgumentParser:
     check.add_argument("-n", "--jobs", type=_positive, default=1, metavar="N", help="runs at a time (default 1)")
     check.add_argument("--results", type=Path, default=Path("results"), metavar="DIR", help="default ./results")
     check.set_defaults(func=cmd_dataset_verify)
+
+    schema = dataset_sub.add_parser(
+        "schema",
+        help="write JSON Schemas of the file formats, for editors",
+        description="Write JSON Schemas (draft 2020-12) of dataset.yaml, a task's config.yaml, agent.yaml, "
+        "model files and their scripts, result.json and summary.json into DIR, one file each "
+        "(e.g. config.schema.json), made from the models that read them; print each file written. "
+        "docs/formats.md describes the formats.",
+    )
+    schema.add_argument(
+        "--out", type=Path, default=Path("schemas"), metavar="DIR", help="default ./schemas (made if missing)"
+    )
+    schema.set_defaults(func=cmd_dataset_schema)
 
     images = sub.add_parser("images", help="build images", description="Build and bootstrap images.")
     images_sub = images.add_subparsers(dest="action", required=True, metavar="ACTION")

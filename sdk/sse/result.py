@@ -32,6 +32,9 @@ GRADES: tuple[GradeStatus, ...] = get_args(GradeStatus)
 # What one-line summaries of a result (junit-xml properties) leave out: logs.
 BRIEF = {"brief": False}
 
+# The docstrings under the fields of result.json's classes are the descriptions of its JSON Schema and of
+# docs/formats.md (the host's ssebench.formats makes both).
+
 _T = TypeVar("_T", bound="DataclassInstance")
 
 
@@ -74,12 +77,19 @@ class PatchResult:
     """
 
     build_success: bool | None = None
+    """Whether the patched tree built (the build script)."""
     pov_passed: int | None = None
+    """How many proofs of concept no longer trigger the bug."""
     pov_total: int | None = None
+    """How many proofs of concept ran."""
     func_test_success: bool | None = None
+    """Whether the project's tests passed (the test script): the function test."""
     intent_test_success: bool | None = None
+    """Whether the project's tests passed with the fix's hidden tests applied: the intent test."""
     error_msg: str | None = None
+    """The first failure, in one line: a check that failed, a patch that did not apply, why grading stopped."""
     error_log: str | None = field(default=None, metadata=BRIEF)
+    """The first failure's log (its tail)."""
 
     def checks_ran(self) -> bool:
         """Return True when at least one check ran."""
@@ -123,9 +133,13 @@ class RuntimeResult:
     """result.json's `runtime_result`: how the agent's phase went."""
 
     agent_duration: float | None = None
+    """Seconds the agent ran."""
     agent_timeout: bool | None = None
+    """Whether the agent was stopped at its time limit."""
     evaluator_timeout: bool | None = None
+    """Whether grading was stopped at its time limit."""
     agent_exit_code: int | None = None
+    """The agent's exit status."""
 
     @classmethod
     def of(cls, data: object) -> RuntimeResult:
@@ -143,9 +157,13 @@ class Signals:
     """
 
     protected_files: list[str] = field(default_factory=list)
+    """Changed files grading set aside: outside the code under repair (build files, tests, harnesses)."""
     protected_files_count: int = 0
+    """How many changed files were set aside."""
     hiding_code: list[dict[str, str]] = field(default_factory=list)
+    """Graded lines that can hide a bug from the checks rather than fix it, each as {path, line}."""
     hiding_code_count: int = 0
+    """How many such lines there were."""
 
     @classmethod
     def of(cls, data: object) -> Signals:
@@ -180,11 +198,18 @@ class RunResult:
     the agent phase, the signals, and who graded when not the evaluator (`graded_by`)."""
 
     status: GradeStatus
+    """The container's grade of the run: passed, failed, or error (nothing was graded, so the score leaves it
+    out)."""
     patch_result: PatchResult = field(default_factory=PatchResult)
+    """The checks of the agent's patch, and the grade as `status`."""
     runtime_result: RuntimeResult = field(default_factory=RuntimeResult)
+    """How the agent's phase went."""
     signals: Signals = field(default_factory=Signals)
+    """What grading noticed of the change beyond the checks; never a grade."""
     graded_by: str | None = None
+    """Who graded, when not the evaluator: `host: RULE` when an override of the host's decided."""
     schema_version: int = SCHEMA_VERSION
+    """The format's version; a file without it is version 0."""
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {

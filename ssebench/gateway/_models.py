@@ -23,6 +23,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic.json_schema import SkipJsonSchema
 
 from ssebench.errors import ConfigError, ConfigErrors
 from ssebench.schema import Strict, load
@@ -45,7 +46,9 @@ class Price(_StrictModel):
     """USD per million tokens."""
 
     input: float = Field(default=0.0, ge=0)
+    """USD per million prompt tokens."""
     output: float = Field(default=0.0, ge=0)
+    """USD per million completion tokens."""
 
     def cost(self, prompt_tokens: int, completion_tokens: int) -> float:
         return (prompt_tokens * self.input + completion_tokens * self.output) / 1_000_000
@@ -55,7 +58,9 @@ class Budget(_StrictModel):
     """What one run may spend; a limit left out is no limit."""
 
     tokens: int | None = Field(default=None, gt=0)
+    """Tokens (prompt and completion) one run may use."""
     cost: float | None = Field(default=None, gt=0)
+    """USD one run may spend, at `price`."""
 
     def exhausted(self, tokens: int, cost: float) -> str | None:
         """Why a run that has used `tokens` and `cost` may not call again, or None."""
@@ -70,15 +75,26 @@ class ModelConfig(_StrictModel):
     """One model the gateway serves (see the module's docstring for the file)."""
 
     name: str
+    """The model's name, `--model NAME`: the file's name without .yaml."""
     base_url: str | None = None
+    """An OpenAI-compatible server: the URL /chat/completions is under (e.g. https://api.openai.com/v1). Give
+    this or script."""
     script: str | None = None
+    """A scripted playback file, relative to the model file (e.g. scripted/fix.yaml), for tests and demos.
+    Give this or base_url."""
     upstream_model: str | None = None
+    """The model id sent upstream (default: name)."""
     api_key_env: str | None = None
+    """The name of the host's environment variable that holds the provider key; never the key itself."""
     price: Price = Price()
+    """USD per million tokens, for the cost the gateway counts."""
     budget: Budget | None = None
+    """What one run may use; the gateway refuses further calls (429 budget_exhausted) once either limit is
+    reached. `--model-budget` overrides it."""
     max_output_tokens: int | None = Field(default=None, gt=0)
-    # Where the file was read from; scripts are relative to its folder.
-    source: Path | None = Field(default=None, exclude=True)
+    """A cap on each answer: the max_tokens sent upstream."""
+    # Where the file was read from; scripts are relative to its folder. Set by load_model, never in the file.
+    source: SkipJsonSchema[Path | None] = Field(default=None, exclude=True)
 
     @model_validator(mode="before")
     @classmethod

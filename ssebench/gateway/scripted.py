@@ -60,30 +60,44 @@ class _Strict(Strict):
 
 class TokenUsage(_Strict):
     prompt_tokens: int = Field(default=0, ge=0)
+    """The prompt tokens the answer reports (and the gateway counts)."""
     completion_tokens: int = Field(default=0, ge=0)
+    """The completion tokens the answer reports (and the gateway counts)."""
 
 
 class ToolCall(_Strict):
     name: str = Field(min_length=1)
+    """The tool's name."""
     arguments: dict[str, Any] = Field(default_factory=dict)
+    """The tool's arguments, sent as JSON."""
 
 
 class ErrorReply(_Strict):
     status: int = Field(ge=400, le=599)
+    """The HTTP status served (400 to 599)."""
     body: str = ""
+    """The body served (JSON or text)."""
 
 
 class Step(_Strict):
     """One step: an answer (content, tool_calls, reasoning, usage) or a fault (error, garbage, malformed_tool_call)."""
 
     content: str | None = None
+    """An answer's text."""
     reasoning: str | None = None
+    """An answer's reasoning (served as reasoning_content)."""
     tool_calls: list[ToolCall] = Field(default_factory=list)
+    """An answer's tool calls."""
     usage: TokenUsage = TokenUsage()
+    """The tokens the answer reports."""
     error: ErrorReply | None = None
+    """A fault: an HTTP error."""
     garbage: str | None = None
+    """A fault: a 200 whose body is this text, not JSON."""
     malformed_tool_call: bool = False
+    """A fault the agent keeps in its history: a tool call whose arguments are not JSON."""
     times: int = Field(default=1, ge=1)
+    """How many times a fault is served (faults only)."""
 
     @model_validator(mode="after")
     def _one_kind(self) -> Step:
@@ -116,11 +130,14 @@ class Step(_Strict):
 
 class Conversation(_Strict):
     match: str
+    """Plays when this is a substring of the request's first user message (the first match wins)."""
     steps: list[Step] = Field(min_length=1)
+    """The replies, in order (see the module's docstring for how a request's position is counted)."""
 
 
 class Script(_Strict):
     conversations: list[Conversation] = Field(min_length=1)
+    """The conversations the script can play."""
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from tests.helpers import DEMO, write_dataset
 COMMANDS = [
     ["tasks", "list"],
     ["dataset", "validate"],
+    ["dataset", "schema"],
     ["images", "build"],
     ["images", "bootstrap"],
     ["run"],
@@ -144,7 +145,7 @@ def test_a_schema_problem_and_a_missing_file_are_said_together(
     assert main(["dataset", "validate", str(dataset)]) == 1
     lines = capsys.readouterr().out.splitlines()
     assert [line.split(": ", 1)[1] for line in lines] == [
-        "colour: unknown key (check its spelling against the file format)",
+        "colour: unknown key (check its spelling against the file format: docs/formats.md)",
         "files.poc[0]: 'pocs/crash.bin' does not exist (looked for sse/pocs/crash.bin)",
     ]
 
