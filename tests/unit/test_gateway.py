@@ -180,7 +180,12 @@ def test_the_answer_follows_the_number_of_assistant_messages(tmp_path: Path) -> 
         {"id": "call_0_0", "type": "function", "function": {"name": "bash", "arguments": '{"command": "ls"}'}}
     ]
     assert first.json()["choices"][0]["finish_reason"] == "tool_calls"
-    assert first.json()["usage"] == {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12, "prompt_tokens_details": {"cached_tokens": 0}}
+    assert first.json()["usage"] == {
+        "prompt_tokens": 10,
+        "completion_tokens": 2,
+        "total_tokens": 12,
+        "prompt_tokens_details": {"cached_tokens": 0},
+    }
     # The same request again is the same answer: no state for answers.
     assert playback.respond(_request("# Task: alpha (C)", 0), "k").json()["choices"] == first.json()["choices"]
 
