@@ -586,6 +586,14 @@ def test_messages_go_upstream_as_the_allow_list_says_within_the_cap() -> None:
         "max_tokens": 4096,
     }
     assert MESSAGES.upstream_body({"messages": []}, model="c", max_output_tokens=64)["max_tokens"] == 64
+    # Claude Code's thinking budget follows max_tokens down to the cap, or is left off below Anthropic's minimum.
+    thinking = {"messages": [], "max_tokens": 32000, "thinking": {"type": "enabled", "budget_tokens": 31999}}
+    assert MESSAGES.upstream_body(thinking, model="c", max_output_tokens=4096)["thinking"] == {
+        "type": "enabled",
+        "budget_tokens": 4095,
+    }
+    assert "thinking" not in MESSAGES.upstream_body(thinking, model="c", max_output_tokens=1000)
+    assert MESSAGES.upstream_body(thinking, model="c", max_output_tokens=None)["thinking"] == thinking["thinking"]
     with pytest.raises(BadCall, match="messages list"):
         MESSAGES.upstream_body({"messages": {}}, model="c", max_output_tokens=None)
 
