@@ -125,6 +125,14 @@ def test_load_models_reports_every_bad_file_and_ignores_the_rest(tmp_path: Path)
     assert load_models(tmp_path / "absent") == {}
 
 
+def test_the_anthropic_example_is_a_valid_model_once_copied(tmp_path: Path) -> None:
+    target = tmp_path / "claude-sonnet-4-5.yaml"
+    target.write_text((MODELS / "example-anthropic.yaml.example").read_text())
+    model = load_model(target)
+    assert model.protocols == {"anthropic-messages"} and model.api_key_env == "ANTHROPIC_API_KEY"
+    assert model.price == Price(input=3.0, output=15.0, cache_read=0.30, cache_write=3.75)
+
+
 def test_a_model_serves_its_upstreams_protocol_and_a_script_every_one(tmp_path: Path) -> None:
     claude = _write(
         tmp_path,

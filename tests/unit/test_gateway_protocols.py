@@ -9,6 +9,7 @@ drifts from the real wire format fails here and not in an agent's run.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -483,30 +484,41 @@ def test_a_stream_without_usage_is_recorded_as_such(tmp_path: Path) -> None:
     run(test)
 
 
+@contextlib.asynccontextmanager
+async def _sockets(tmp_path: Path, upstream_app: Starlette) -> AsyncIterator[tuple[Setup, str]]:
+    """The gateway's model app and an upstream on real loopback sockets: (setup, the model listener's URL)."""
+    upstream_sock = listen("127.0.0.1", 0)
+    upstream = server(upstream_app)
+    model = _http("anthropic-messages", base_url=f"http://127.0.0.1:{upstream_sock.getsockname()[1]}/v1")
+    setup = _setup(tmp_path, {"remote": model}, {"TEST_PROVIDER_KEY": SECRET})
+    gateway_sock = listen("127.0.0.1", 0)
+    listener = server(setup.gateway.model_app("127.0.0.1"))
+    tasks = [
+        asyncio.create_task(upstream.serve(sockets=[upstream_sock])),
+        asyncio.create_task(listener.serve(sockets=[gateway_sock])),
+    ]
+    try:
+        yield setup, f"http://127.0.0.1:{gateway_sock.getsockname()[1]}/v1"
+    finally:
+        upstream.should_exit = listener.should_exit = True
+        await setup.gateway.close()
+        await asyncio.gather(*tasks)
+
+
+STREAMED_CALL = {"model": "remote", "stream": True, **ASKS["anthropic-messages"][1]}
+
+
 def test_a_stream_reaches_the_agent_as_it_comes_and_is_recorded_whole_when_the_agent_leaves(tmp_path: Path) -> None:
     """Real sockets on both sides: the agent reads the first event while the upstream holds the rest back."""
     events = _anthropic_events()
 
     async def test() -> None:
         gate = asyncio.Event()
-        upstream_sock = listen("127.0.0.1", 0)
-        upstream = server(_stream_app(events, gate))
-        model = _http("anthropic-messages", base_url=f"http://127.0.0.1:{upstream_sock.getsockname()[1]}/v1")
-        setup = _setup(tmp_path, {"remote": model}, {"TEST_PROVIDER_KEY": SECRET})
-        setup.gateway.upstream_transport = None
-        gateway_sock = listen("127.0.0.1", 0)
-        listener = server(setup.gateway.model_app("127.0.0.1"))
-        tasks = [
-            asyncio.create_task(upstream.serve(sockets=[upstream_sock])),
-            asyncio.create_task(listener.serve(sockets=[gateway_sock])),
-        ]
-        try:
+        async with _sockets(tmp_path, _stream_app(events, gate)) as (setup, url):
             key = (await setup.register(model="remote", host="127.0.0.1"))["key"]
-            url = f"http://127.0.0.1:{gateway_sock.getsockname()[1]}/v1/messages"
-            body = {"model": "remote", "stream": True, **ASKS["anthropic-messages"][1]}
             async with (
                 httpx.AsyncClient() as agent,
-                agent.stream("POST", url, json=body, headers={"x-api-key": key}) as answer,
+                agent.stream("POST", f"{url}/messages", json=STREAMED_CALL, headers={"x-api-key": key}) as answer,
             ):
                 first = await asyncio.wait_for(answer.aiter_raw().__anext__(), 10)
                 assert b"message_start" in first and not gate.is_set()
@@ -519,10 +531,28 @@ def test_a_stream_reaches_the_agent_as_it_comes_and_is_recorded_whole_when_the_a
                 (200, 1000, 50, None)
             ]
             assert setup.gateway.runs["run-1"].active == 0
-        finally:
-            upstream.should_exit = listener.should_exit = True
-            await asyncio.gather(*tasks)
-            await setup.gateway.close()
+
+    run(test)
+
+
+def test_finishing_a_run_mid_stream_records_the_call_with_the_tokens_it_reported(tmp_path: Path) -> None:
+    events = _anthropic_events()
+
+    async def test() -> None:
+        gate = asyncio.Event()  # never set: the upstream holds the stream open
+        async with _sockets(tmp_path, _stream_app(events, gate)) as (setup, url):
+            key = (await setup.register(model="remote", host="127.0.0.1"))["key"]
+            async with (
+                httpx.AsyncClient() as agent,
+                agent.stream("POST", f"{url}/messages", json=STREAMED_CALL, headers={"x-api-key": key}) as answer,
+            ):
+                chunks = answer.aiter_raw()
+                received = [await asyncio.wait_for(chunks.__anext__(), 10)]
+                usage = await setup.gateway.finish("run-1", wait=0.2)
+                received += [chunk async for chunk in chunks]  # the stream ends: cut short
+            assert b"message_start" in received[0] and b"message_stop" not in b"".join(received)
+            assert [(r.status, r.prompt_tokens, r.cache_read_tokens) for r in usage.records] == [(503, 1000, 600)]
+            assert usage.records[0].error is not None and usage.records[0].error.startswith("cancelled")
 
     run(test)
 
