@@ -213,6 +213,8 @@ def test_side_calls_count_tokens_and_the_bearer_form_of_the_key(tmp_path: Path) 
             model="scripted-proto", messages=[{"role": "user", "content": TASK * 50}]
         )
         assert counted.input_tokens == again.input_tokens > 0 and longer.input_tokens > counted.input_tokens
+        listed = [m.id async for m in client.models.list()]
+        assert listed == [m.id async for m in _openai(setup, key).models.list()] == ["scripted-proto"]
         # Counting is no model call: one call recorded (the side call), nothing counted for the budget.
         usage = setup.gateway.runs["run-1"].usage()
         assert usage.calls == 1 and usage.prompt_tokens == 40
@@ -652,5 +654,64 @@ def test_the_agents_headers_cannot_smuggle_lines_or_keys_upstream(tmp_path: Path
         assert long.json()["type"] == "error"
         assert own.status_code == 200 and upstream.state.headers[-1]["x-api-key"] == SECRET
         assert len(upstream.state.received) == 1
+
+    run(test)
+
+
+def test_the_x_api_key_form_is_bound_like_the_bearer_form(tmp_path: Path) -> None:
+    setup = _setup(tmp_path, {"scripted-proto": _scripted(tmp_path)})
+
+    async def test() -> None:
+        mine = (await setup.register(model="scripted-proto"))["key"]
+        other = (await setup.register("run-2", model="scripted-proto", host="172.19.0.1"))["key"]
+        body = {"model": "scripted-proto", "max_tokens": 5, "messages": [{"role": "user", "content": TASK}]}
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=setup.gateway.model_app(RUN_HOST)), base_url="http://gw"
+        ) as client:
+            answers = [
+                await client.post("/v1/messages", json=body, headers=headers)
+                for headers in (
+                    {"x-api-key": other},  # another run's key, on this run's listener
+                    {"x-api-key": mine[:-1]},
+                    {"x-api-key": ""},
+                    {"authorization": "Basic " + mine, "x-api-key": "nope"},
+                    {"x-api-key": mine},
+                )
+            ]
+        assert [a.status_code for a in answers] == [401, 401, 401, 401, 200]
+        assert answers[0].json() == {
+            "type": "error",
+            "error": {"type": "authentication_error", "message": "invalid key: not a key of a run served here"},
+        }
+        assert answers[0].headers["connection"] == "close"
+        await setup.gateway.finish("run-1")
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=setup.gateway.model_app(RUN_HOST)), base_url="http://gw"
+        ) as client:
+            revoked = await client.post("/v1/messages", json=body, headers={"x-api-key": mine})
+        assert revoked.status_code == 401 and "invalid key" in revoked.text
+
+    run(test)
+
+
+def test_token_counts_are_answered_by_the_gateway_never_upstream(tmp_path: Path) -> None:
+    upstream = create_app(Playback(load_script(_write(tmp_path))), api_key=SECRET, model="provider-id")
+    model = _http("anthropic-messages", budget={"tokens": 1})
+    setup = _setup(tmp_path, {"remote": model}, {"TEST_PROVIDER_KEY": SECRET}, upstream)
+
+    async def test() -> None:
+        key = (await setup.register(model="remote"))["key"]
+        body = {"model": "remote", "messages": [{"role": "user", "content": TASK}]}
+        async with setup.model(key) as client:
+            counted = await client.post("/v1/messages/count_tokens", json=body)
+            nested = json.loads("[" * 70 + "]" * 70)
+            deep = await client.post("/v1/messages/count_tokens", json={"model": "remote", "messages": nested})
+            other = await client.post("/v1/messages/count_tokens", json={**body, "model": "scripted-fix"})
+        assert counted.status_code == 200 and counted.json() == {"input_tokens": len(counted.request.content) // 4}
+        assert deep.status_code == 400 and "nested deeper" in deep.json()["error"]["message"]
+        assert other.status_code == 403 and other.json()["type"] == "error"
+        assert upstream.state.received == []
+        usage = setup.gateway.runs["run-1"].usage()
+        assert usage.calls == 0 and usage.total_tokens == 0 and usage.rejected == 2
 
     run(test)
