@@ -354,6 +354,7 @@ def cmd_models_list(args: argparse.Namespace) -> int:
         {
             "name": m.name,
             "served_by": "script" if m.script else (m.base_url or ""),
+            "protocols": sorted(m.protocols),
             "upstream_model": m.upstream_model,
             "price_per_mtok": {"input": m.price.input, "output": m.price.output},
             "budget": None if m.budget is None else m.budget.model_dump(),
@@ -373,11 +374,12 @@ def cmd_models_list(args: argparse.Namespace) -> int:
         return ", ".join(filter(None, said)) or "none"
 
     _table(
-        ["MODEL", "SERVED BY", "PRICE IN/OUT (USD per Mtok)", "BUDGET PER RUN"],
+        ["MODEL", "SERVED BY", "PROTOCOL", "PRICE IN/OUT (USD per Mtok)", "BUDGET PER RUN"],
         [
             [
                 m["name"],
                 m["served_by"],
+                "any" if len(m["protocols"]) > 1 else m["protocols"][0],
                 f"{m['price_per_mtok']['input']:g} / {m['price_per_mtok']['output']:g}",
                 budget(m),
             ]

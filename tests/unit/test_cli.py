@@ -67,6 +67,7 @@ def test_models_list_shows_who_serves_each_its_price_and_budget(
         assert lines[1].split() == [
             "remote",
             "https://api.example.com/v1",
+            "openai-chat",
             "2.5",
             "/",
             "10",
@@ -77,6 +78,7 @@ def test_models_list_shows_who_serves_each_its_price_and_budget(
         assert main(["models", "list", "--json"]) == 0
         [row] = json.loads(capsys.readouterr().out)
         assert row["budget"] == {"tokens": 2000000, "cost": 5.0} and row["upstream_model"] == "gpt-x"
+        assert row["protocols"] == ["openai-chat"]
         (tmp_path / "broken.yaml").write_text("name: broken\nprice: cheap\n")
         assert main(["models", "list"]) == 1
         said = capsys.readouterr()
