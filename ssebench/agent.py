@@ -8,6 +8,7 @@ from pathlib import Path
 from pydantic import field_validator
 
 from ssebench.errors import ConfigError
+from ssebench.runtime import contract
 from ssebench.schema import Strict, load
 from ssebench.task import TASK_ID_PATTERN
 
@@ -48,7 +49,7 @@ class Agent:
     @property
     def gets_reference_patch(self) -> bool:
         """Only the reference agent ever sees the answer."""
-        return self.name == "reference"
+        return self.name == contract.REFERENCE_AGENT
 
 
 def available_agents(agents_dir: Path) -> list[str]:

@@ -12,8 +12,10 @@ grade decided (`sse.result.grade`) and the record written
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from contextlib import suppress
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -29,6 +31,7 @@ from ssebench.logs import last_lines
 from ssebench.reaper import Session
 from ssebench.record import RunRecord
 from ssebench.result import (
+    REFERENCE_PATCH_FILE,
     make_run_dir,
     new_run_id,
     point_latest,
@@ -48,6 +51,7 @@ from ssebench.runspec import (
     network_name,
 )
 from ssebench.settings import Settings
+from ssebench.task import Task, task_file
 
 
 def collect(handle: Handle, run_dir: Path) -> dict[str, Any]:
@@ -228,11 +232,28 @@ def live_run(
     verdict = grade(
         infrastructure=_model_broken(usage), recorded=said, memory_hit=record.limits_hit, no_result=no_result
     )
-    if verdict.rule == MEMORY_LIMIT:
+    if verdict.rule == MEMORY_LIMIT or said is None:
+        # An override of the host's graded, or the container wrote no result (upstream's "No result" text):
+        # result.json says so, as the run's consumers read it.
         said = RunResult.by_host(verdict, said)
-        write_json(record.run_dir / "result.json", said.to_json())
+    # The run's settings, as the host ran it: added here, never the container's to write.
+    said = replace(said, config=config.describe())
+    write_json(record.run_dir / "result.json", said.to_json())
+    save_reference_patch(config.task, record.run_dir)
     record.result = said
     record.judged(verdict)
+
+
+def save_reference_patch(task: Task, run_dir: Path) -> None:
+    """The task's reference patch (the upstream fix) as `reference.patch` in the run's directory, once the run
+    is over: what reports and viewers show beside the agent's patch, read from the task folder on the host
+    (inside the container only root's daemon serves it)."""
+    inside = task.config.files.patch
+    if not inside:
+        return
+    source = task_file(task.path, inside)
+    if source.is_file() and not source.is_symlink():
+        shutil.copyfile(source, run_dir / REFERENCE_PATCH_FILE)
 
 
 def _model_broken(usage: dict[str, Any]) -> str | None:

@@ -208,6 +208,9 @@ class RunResult:
     """What grading noticed of the change beyond the checks; never a grade."""
     graded_by: str | None = None
     """Who graded, when not the evaluator: `host: RULE` when an override of the host's decided."""
+    config: dict[str, Any] | None = None
+    """The run's settings (agent, model, difficulty, mode, time limits, egress, reference_run, limits), added
+    by the host once the run is over; never the container's to write."""
     schema_version: int = SCHEMA_VERSION
     """The format's version; a file without it is version 0."""
 
@@ -220,6 +223,8 @@ class RunResult:
         }
         if self.graded_by is not None:
             data["graded_by"] = self.graded_by
+        if self.config is not None:
+            data["config"] = self.config
         return data
 
     @classmethod
@@ -240,6 +245,7 @@ class RunResult:
             runtime_result=RuntimeResult.of(data.get("runtime_result")),
             signals=Signals.of(data.get("signals")),
             graded_by=data["graded_by"] if isinstance(data.get("graded_by"), str) else None,
+            config=data["config"] if isinstance(data.get("config"), dict) else None,
         )
 
     @classmethod
@@ -262,6 +268,10 @@ INFRASTRUCTURE = "infrastructure"
 MEMORY_LIMIT = "memory limit"
 RECORDED = "recorded"
 GRADING_RAISED = "grading raised"
+# Upstream's words, which its consumers look for: a run whose container wrote no result, and grading that raised
+# (`EXCEPTION_TEXT` + the exception's type and message).
+NO_RESULT_TEXT = "No result: evaluator did not produce output"
+EXCEPTION_TEXT = "Exception: "
 GRADING_TIME_LIMIT = "grading time limit"
 NO_RESULT = "no result"
 CHECKS = "checks"
@@ -336,9 +346,9 @@ def grade(
             "error", GRADING_TIME_LIMIT, f"grading did not finish within its time limit of {grading_time_limit:.0f} s"
         )
     if checks is None:
-        return Verdict("error", NO_RESULT, no_result or "the run recorded no result")
+        return Verdict("error", NO_RESULT, NO_RESULT_TEXT + (f" ({no_result})" if no_result else ""))
     if checks.is_fully_successful():
         return Verdict("passed", CHECKS)
     if checks.checks_ran():
         return Verdict("failed", CHECKS, checks.error_msg)
-    return Verdict("error", CHECKS, f"no check ran: {checks.error_msg}" if checks.error_msg else "no check ran")
+    return Verdict("error", CHECKS, f"No check ran: {checks.error_msg}" if checks.error_msg else "No check ran")

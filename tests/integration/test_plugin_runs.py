@@ -459,6 +459,12 @@ def test_ssebench_run_cli(demo: pytest.Pytester) -> None:
     )
     assert passed.returncode == 0, passed.stdout + passed.stderr
     assert "grade: passed" in passed.stdout and "run directory: " in passed.stdout
+    [reference_dir] = (demo.path / "out" / "go-demo" / "none" / "reference").glob("*-d2-sandbox-*")
+    # What the run's consumers read: the known fix beside the agent's patch, and the run's settings in result.json.
+    task_patch = demo.path / "datasets" / "demo" / "go-demo" / "sse" / "diffs" / "patch.diff"
+    assert (reference_dir / "reference.patch").read_bytes() == task_patch.read_bytes()
+    config = json.loads((reference_dir / "result.json").read_text())["config"]
+    assert config["reference_run"] is True and config["egress"] == "restricted" and config["agent"] == "reference"
     failed = subprocess.run(
         [
             sys.executable,
@@ -491,6 +497,7 @@ def test_ssebench_run_cli(demo: pytest.Pytester) -> None:
     run_dir = demo.path / "out" / "go-demo" / "none" / "dummy" / "first-try"
     assert f"run directory: {run_dir}" in failed.stdout
     assert json.loads((run_dir / "summary.json").read_text())["run_id"] == "first-try"
+    assert json.loads((run_dir / "result.json").read_text())["config"]["reference_run"] is False
 
 
 FLAKY_CONFTEST = """

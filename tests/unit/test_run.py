@@ -345,7 +345,9 @@ def test_a_sidecar_run_whose_task_container_dies_is_an_error_with_its_log_tail(t
     backend = _Backend([_Container("task", 137, ends=0), _Container("agent", 0, ends=1000)])
     record = execute(config, get_settings(), backend, Session.new(), tmp_path, build=False)
     assert record.grade == "error" and record.infra_error is not None
-    assert record.infra_error.startswith("the task container exited (status 137) during the run")
+    assert record.infra_error.startswith(
+        "No result: evaluator did not produce output (the task container exited (status 137) during the run"
+    )
     assert "task: the last line" in record.infra_error
     # The task container grades: its log is the run's container.log; the agent's container's is its own.
     assert (record.run_dir / "container.log").read_text().endswith("task: the last line\n")
