@@ -583,6 +583,9 @@ def test_chat_agent_fixes_the_demo_through_the_gateway_and_the_report_shows_it(d
         assert (usage["prompt_tokens"], usage["completion_tokens"]) == expected, run_dir
         assert usage["calls"] == len(steps) and usage["stopped"] is None
         assert usage["cost"] == pytest.approx((expected[0] * 3.0 + expected[1] * 15.0) / 1e6)
+        # Each test_patch report the agent was told is in the run's directory (mcp.log).
+        asked = sum(1 for s in steps for call in s.get("tool_calls") or [] if call["name"] == "test_patch")
+        assert (run_dir / "mcp.log").read_text().count("[test_patch] end") == asked, run_dir
     text = rendered_text(demo.path / "report.html")
     # What a person sees: the runs, the vulnerability column, and each transcript with its tool calls.
     assert "3 Passed" in text and "Vulnerability" in text
