@@ -278,6 +278,14 @@ def parse_options(config: pytest.Config) -> Options:
     """Every option's value; a bad one raises pytest.UsageError naming where it came from."""
     opt = config.option
     value = {s.dest: _value(config, s) for s in SETTINGS}
+    if value["ssebench_limits"] and value["ssebench_dispatch"] == "local":
+        # Runs here: this machine's CPUs bound them, said once rather than for every task.
+        from ssebench.limits import Limits, LimitsError
+
+        try:
+            Limits().merged(value["ssebench_limits"], "--run-limits")
+        except LimitsError as exc:
+            raise pytest.UsageError(f"argument {exc}") from None
     results = Path(value["ssebench_results"])
     if not results.is_absolute():
         results = config.invocation_params.dir / results

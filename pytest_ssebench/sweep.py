@@ -162,7 +162,7 @@ class Sweep:
             self.config.addinivalue_line("markers", f"{marker}: a task of the {task.dataset} dataset")
             self._registered_markers.add(marker)
         try:
-            limits = limits_for(self.settings, task, self.options.limits)
+            limits = limits_for(self.settings, task, self.options.limits, here=self.options.dispatch == "local")
         except SSEBenchError as exc:
             raise CollectError(str(exc)) from None
         runs = []

@@ -253,7 +253,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     task = load_task(_find_task(args.task, args.datasets))
     agent = load_agent(settings.agents_dir, args.agent)
     model = (args.model or "") if agent.needs_model else "none"
-    limits = limits_for(settings, task, args.limits)
+    limits = limits_for(settings, task, args.limits, here=args.dispatch == "local")
     results = args.results.resolve()
     if args.run_id and (runs_parent(results, task.id, model, agent.name) / path_component(args.run_id)).exists():
         print(

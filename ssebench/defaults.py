@@ -147,8 +147,8 @@ def parse_run_limits(text: str) -> dict[str, str]:
 
     try:
         parsed = parse_limits(text, "--run-limits")
-        if parsed:
-            Limits().merged(parsed, "--run-limits")
+        if parsed:  # this machine's CPUs bound them only for runs here: the session checks that, knowing where
+            Limits().merged(parsed, "--run-limits", here=False)
     except LimitsError as exc:
         raise argparse.ArgumentTypeError(str(exc).removeprefix("--run-limits: ")) from None
     return parsed

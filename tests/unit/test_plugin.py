@@ -143,7 +143,10 @@ def test_a_run_is_taken_back_by_the_node_id_pytest_printed(demo: pytest.Pytester
             ["--run-limits", "disk=1g"],
             "argument --run-limits/--limits: unknown limit 'disk'; use pids, memory, cpus, file_size",
         ),
-        (["--run-limits", "cpus=999"], "argument --run-limits/--limits: cpus=999: give 0.01 to"),
+        (
+            ["--run-limits", "cpus=999"],
+            "argument --run-limits: cpus=999: give 0.01 to",
+        ),  # this machine bounds runs here
         (["--dispatch", "k8s"], "argument --dispatch: 'k8s': use local or ray"),
         (["--registry", "http://x"], "argument --registry: 'http://x': give the registry as HOST:PORT"),
         (["--registry", "127.0.0.1:99999"], "argument --registry: '127.0.0.1:99999': give the registry as HOST:PORT"),
