@@ -11,6 +11,7 @@ grade decided (`sse.result.grade`) and the record written
 
 from __future__ import annotations
 
+import gzip
 import json
 import shutil
 import time
@@ -32,6 +33,8 @@ from ssebench.reaper import Session
 from ssebench.record import RunRecord
 from ssebench.result import (
     REFERENCE_PATCH_FILE,
+    SOURCE_CAP,
+    SOURCE_FILE,
     make_run_dir,
     new_run_id,
     point_latest,
@@ -54,9 +57,44 @@ from ssebench.settings import Settings
 from ssebench.task import Task, task_file
 
 
-def collect(handle: Handle, run_dir: Path) -> dict[str, Any]:
-    """Copy the run's results and the agent's archive out of its container; say what was dropped."""
+def save_source(handle: Handle, source: str, run_dir: Path) -> dict[str, Any]:
+    """The agent's final tree, `source` in the container that grades, as `source.tar.gz` in the run's directory;
+    what happened to it.
+
+    The engine writes the tar (no link in the tree is followed) and the host only compresses it, never
+    unpacks it; a tree over SOURCE_CAP as a tar is not kept (an agent's build output can be gigabytes).
+    """
+    final = run_dir / SOURCE_FILE
+    partial = run_dir / f".{SOURCE_FILE}.partial"
+    size = 0
+    chunks = handle.export(source)
+    try:
+        with gzip.open(partial, "wb", compresslevel=6) as out:
+            for chunk in chunks:
+                size += len(chunk)
+                if size > SOURCE_CAP:
+                    break
+                out.write(chunk)
+        if size > SOURCE_CAP:
+            partial.unlink()
+            return {"dropped": f"over {SOURCE_CAP >> 20} MiB as a tar"}
+        partial.replace(final)
+        return {"tar_bytes": size, "bytes": final.stat().st_size}
+    except (SSEBenchError, OSError) as exc:
+        partial.unlink(missing_ok=True)
+        return {"error": str(exc)}
+    finally:
+        close = getattr(chunks, "close", None)
+        if close is not None:
+            close()  # the engine's stream, when the tree was over the cap
+
+
+def collect(handle: Handle, run_dir: Path, source: str | None = None) -> dict[str, Any]:
+    """Copy the run's results and the agent's archive out of its container, and its final tree when `source`
+    (the tree's path) is given; say what was dropped."""
     report: dict[str, Any] = {}
+    if source is not None:
+        report["source"] = save_source(handle, source, run_dir)
     for name, path, dest, file_cap, total_cap in (
         ("results", RESULTS_IN_CONTAINER, run_dir, RESULTS_FILE_CAP, RESULTS_CAP),
         ("archive", ARCHIVE_IN_CONTAINER, run_dir / "archive", ARCHIVE_FILE_CAP, ARCHIVE_CAP),
@@ -117,7 +155,8 @@ def salvage(live: LiveRun, run_dir: Path, record: RunRecord) -> None:
                 write_text_atomic(run_dir / f"{name}.log", handle.logs())
         except SSEBenchError as exc:
             error = error or exc
-    record.files = collect(live.grader, run_dir)  # each of these records its own engine errors
+    # Each of these records its own engine errors.
+    record.files = collect(live.grader, run_dir, record.config.task.config.source)
     record.limits_hit = _limits_hit(run_dir, live, record.config)
     if error is not None:
         raise error

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import tarfile
 import os
 import shutil
 import signal
@@ -465,6 +466,10 @@ def test_ssebench_run_cli(demo: pytest.Pytester) -> None:
     assert (reference_dir / "reference.patch").read_bytes() == task_patch.read_bytes()
     config = json.loads((reference_dir / "result.json").read_text())["config"]
     assert config["reference_run"] is True and config["egress"] == "restricted" and config["agent"] == "reference"
+    # The agent's final tree, as the engine tarred it: the fix the reference agent applied is in it.
+    with tarfile.open(reference_dir / "source.tar.gz") as tar:
+        fixed = tar.extractfile(next(n for n in tar.getnames() if n.endswith("/kvrec.go")))
+        assert fixed is not None and b"value length: %w" in fixed.read()  # a line the fix adds
     failed = subprocess.run(
         [
             sys.executable,

@@ -656,3 +656,50 @@ def test_a_run_whose_model_never_answered_is_an_infrastructure_error(
     summary = json.loads((record.run_dir / "summary.json").read_text())
     assert (summary["grade"], summary.get("error"), summary["usage"]) == (grade, error, usage)
     assert record.result is not None and record.result.status == wrote  # what the container said is kept
+
+
+class _Tree:
+    """A container's export of the source tree: the chunks given, or an engine error."""
+
+    def __init__(self, chunks: list[bytes] | None) -> None:
+        self.chunks = chunks
+        self.closed = False
+
+    def export(self, path: str) -> Iterator[bytes]:
+        if self.chunks is None:
+            raise SSEBenchError(f"copying {path} out of container c: gone")
+        try:
+            yield from self.chunks
+        finally:
+            self.closed = True
+
+
+def test_the_agents_final_tree_is_kept_as_source_tar_gz_within_its_cap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import gzip
+    import io
+    import tarfile
+
+    import ssebench.run
+    from ssebench.run import save_source
+
+    made = io.BytesIO()
+    with tarfile.open(fileobj=made, mode="w") as tar:
+        info = tarfile.TarInfo("src/fixed.c")
+        info.size = 5
+        tar.addfile(info, io.BytesIO(b"fixed"))
+    tree = _Tree([made.getvalue()[:1000], made.getvalue()[1000:]])
+    said = save_source(tree, "/src", tmp_path)  # type: ignore[arg-type]
+    assert said["tar_bytes"] == len(made.getvalue())
+    with tarfile.open(fileobj=io.BytesIO(gzip.decompress((tmp_path / "source.tar.gz").read_bytes()))) as tar:
+        member = tar.extractfile("src/fixed.c")
+        assert member is not None and member.read() == b"fixed"
+    # Over the cap: not kept, nothing half-written, and the engine's stream closed.
+    monkeypatch.setattr(ssebench.run, "SOURCE_CAP", 1500)
+    (tmp_path / "source.tar.gz").unlink()
+    big = _Tree([b"x" * 1000] * 5)
+    assert save_source(big, "/src", tmp_path) == {"dropped": "over 0 MiB as a tar"}  # type: ignore[arg-type]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [] and big.closed
+    assert "gone" in save_source(_Tree(None), "/src", tmp_path)["error"]  # type: ignore[arg-type]
+    assert list(tmp_path.iterdir()) == []
