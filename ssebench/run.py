@@ -15,6 +15,7 @@ import gzip
 import json
 import shutil
 import time
+from collections.abc import Iterator
 from contextlib import suppress
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -67,8 +68,9 @@ def save_source(handle: Handle, source: str, run_dir: Path) -> dict[str, Any]:
     final = run_dir / SOURCE_FILE
     partial = run_dir / f".{SOURCE_FILE}.partial"
     size = 0
-    chunks = handle.export(source)
+    chunks: Iterator[bytes] = iter(())
     try:
+        chunks = handle.export(source)
         with gzip.open(partial, "wb", compresslevel=6) as out:
             for chunk in chunks:
                 size += len(chunk)

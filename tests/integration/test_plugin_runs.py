@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import json
-import tarfile
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import tarfile
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path

@@ -703,3 +703,17 @@ def test_the_agents_final_tree_is_kept_as_source_tar_gz_within_its_cap(
     assert sorted(p.name for p in tmp_path.iterdir()) == [] and big.closed
     assert "gone" in save_source(_Tree(None), "/src", tmp_path)["error"]  # type: ignore[arg-type]
     assert list(tmp_path.iterdir()) == []
+
+
+class _Refused:
+    """An engine that refuses the copy at once (the call raises, before any chunk)."""
+
+    def export(self, path: str) -> Iterator[bytes]:
+        raise SSEBenchError("Docker refused copying: engine hiccup")
+
+
+def test_an_engine_that_refuses_the_tree_says_so_and_leaves_nothing(tmp_path: Path) -> None:
+    from ssebench.run import save_source
+
+    assert save_source(_Refused(), "/src", tmp_path) == {"error": "Docker refused copying: engine hiccup"}  # type: ignore[arg-type]
+    assert list(tmp_path.iterdir()) == []
