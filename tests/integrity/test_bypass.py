@@ -353,7 +353,8 @@ class Report:
             return
         level, what = self.checks[report.nodeid]
         if report.skipped:
-            outcome, detail = "skip", [str(report.longrepr[-1]) if isinstance(report.longrepr, tuple) else ""]
+            reason = str(report.longrepr[-1]) if isinstance(report.longrepr, tuple) else ""
+            outcome, detail = "skip", [reason.removeprefix("Skipped: ")]
         elif report.failed:
             crash = getattr(report.longrepr, "reprcrash", None)
             outcome = "FAIL" if report.when == "call" else "ERROR"
@@ -411,7 +412,7 @@ def main(argv: list[str] | None = None) -> int:
     attacked = f"{target.agent}" + (f" with {target.tool}" if target.tool != target.agent else "") if target else ""
     print(f"attacking {attacked or 'the demo images (c-demo)'} in {args.mode} mode at levels {levels}", flush=True)
     report = Report(args.mode, levels)
-    return int(pytest.main([__file__, "-p", "no:cacheprovider", "--tb=short", "-q"], plugins=[report]))
+    return int(pytest.main([__file__, "-p", "no:cacheprovider", "--tb=short", "-q", "-rfE"], plugins=[report]))
 
 
 if __name__ == "__main__":
