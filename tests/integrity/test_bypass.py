@@ -200,7 +200,10 @@ def test_hidden_material_cannot_be_read_directly_or_through_the_bash_tool(run: A
     assert [p for p in secrets if run.status("root", f"test -s {p} && head -c1 {p} >/dev/null", task=True)] == []
     for path in secrets:
         code, out = sh(run, "1000", f"cat {path}")
-        record_property("saw", f"cat {path}: exit {code}: {out.strip()[:100]}")
+        lines = out.strip().splitlines() or [""]
+        record_property(
+            "saw", f"cat {path}: exit {code}: {lines[0][:100]}" + f" (+{len(lines) - 1} lines)" * (len(lines) > 1)
+        )
         assert code != 0, (path, out)
     out = as_model(
         run,
@@ -211,7 +214,8 @@ def test_hidden_material_cannot_be_read_directly_or_through_the_bash_tool(run: A
     """,
     )
     record_property("saw", f"the bash tool's cat of each: exit {out}")
-    assert all(code != 0 for code in out)
+    read = [path for path, code in zip(secrets, out, strict=True) if code == 0]
+    assert read == [], f"the bash tool read {read}"
 
 
 def test_the_reference_fix_is_mounted_for_the_reference_agent_alone(
