@@ -434,11 +434,13 @@ class StreamFile:
             inner = event.get("event")
             if isinstance(inner, dict) and inner.get("type") in DELTAS:
                 return
+        if self.cut:
+            return
         data = line if line.endswith("\n") else line + "\n"
         if len(data) > self.left:
-            if not self.cut:
-                self.out.write(json.dumps({"type": "ssebench_cut", "reason": "the transcript reached its cap"}) + "\n")
-                self.cut = True
+            # Nothing after the first line that does not fit: a transcript with a hole would mislead.
+            self.out.write(json.dumps({"type": "ssebench_cut", "reason": "the transcript reached its cap"}) + "\n")
+            self.cut = True
             return
         self.left -= len(data)
         self.out.write(data)
