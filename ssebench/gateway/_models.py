@@ -8,6 +8,7 @@
     price: {input: 0.15, output: 0.60}        # USD per million tokens (default 0)
     budget: {tokens: 2000000, cost: 5.0}      # per run (optional)
     max_output_tokens: 4096                   # cap on each answer (optional)
+    protocol: openai-chat                     # what the upstream speaks (default; a script serves all three)
 
 Only `*.yaml` files at the top of the folder are models (so a
 `*.yaml.example` or a `scripted/` subfolder is not). A bad file is a
@@ -23,6 +24,7 @@ from urllib.parse import urlsplit
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
+from ssebench.defaults import MODEL_PROTOCOLS, ModelProtocol
 from ssebench.errors import ConfigError, ConfigErrors
 from ssebench.schema import Strict, load
 
@@ -76,6 +78,8 @@ class ModelConfig(_StrictModel):
     price: Price = Price()
     budget: Budget | None = None
     max_output_tokens: int | None = Field(default=None, gt=0)
+    # The protocol the upstream speaks, which an agent must speak too (`protocols`).
+    protocol: ModelProtocol = "openai-chat"
     # Where the file was read from; scripts are relative to its folder.
     source: Path | None = Field(default=None, exclude=True)
 
@@ -137,6 +141,11 @@ class ModelConfig(_StrictModel):
                 "give exactly one of base_url (an OpenAI-compatible server) and script (a scripted playback file)"
             )
         return self
+
+    @property
+    def protocols(self) -> frozenset[ModelProtocol]:
+        """The protocols an agent may speak to it: a scripted playback answers in each, an upstream in its own."""
+        return frozenset(MODEL_PROTOCOLS) if self.script is not None else frozenset({self.protocol})
 
     @property
     def upstream_id(self) -> str:
