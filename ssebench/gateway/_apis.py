@@ -22,7 +22,7 @@ from typing import Any
 
 # A model API as its wire format (what an upstream speaks and what an agent calls) has one home, with
 # the other names an agent's and a model's files share.
-from ssebench.defaults import MODEL_PROTOCOLS, ModelProtocol
+from ssebench.defaults import ModelProtocol
 
 
 class BadCall(ValueError):

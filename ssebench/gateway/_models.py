@@ -26,8 +26,8 @@ from urllib.parse import urlsplit
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
+from ssebench.defaults import MODEL_PROTOCOLS, ModelProtocol
 from ssebench.errors import ConfigError, ConfigErrors
-from ssebench.gateway._apis import MODEL_PROTOCOLS, ModelProtocol
 from ssebench.schema import Strict, load
 
 # The model listeners' port, the same on every run network (each has its own IP). Not 4000,

@@ -222,9 +222,9 @@ ENV = {"SSE_BASE_URL": "http://192.168.16.1:4080/v1", "SSE_API_KEY": "sse-run-k"
 
 
 def test_settings_name_what_is_missing_or_bad() -> None:
-    with pytest.raises(ValueError, match="^SSE_API_KEY, SSE_MODEL_NAME not set"):
+    with pytest.raises(ValueError, match=r"^SSE_API_KEY, SSE_MODEL_NAME not set"):
         agent.Settings.from_env({"SSE_BASE_URL": "http://x/v1"})
-    with pytest.raises(ValueError, match="^CLAUDE_LAUNCHER_MAX_TURNS='many' is not a number"):
+    with pytest.raises(ValueError, match=r"^CLAUDE_LAUNCHER_MAX_TURNS='many' is not a number"):
         agent.Settings.from_env({**ENV, "CLAUDE_LAUNCHER_MAX_TURNS": "many"})
     settings = agent.Settings.from_env({**ENV, "TIMEOUT": "600"})
     assert settings.anthropic_base_url == "http://192.168.16.1:4080"
