@@ -232,6 +232,7 @@ class Reply:
     content_type: str = "application/json"
     usage: Tokens | None = None
     chunks: tuple[bytes, ...] = ()
+    headers: tuple[tuple[str, str], ...] = ()
 
     def json(self) -> Any:
         return json.loads(self.body)
