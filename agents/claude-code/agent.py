@@ -113,11 +113,13 @@ class Translator:
     """Claude Code's stream-json events, one at a time, into dialog records.
 
     A turn (one API message) is written when it ends: at its message_delta
-    (with --include-partial-messages), at the next message, a tool result or
-    the result. Its thinking blocks become thinking records, its text one
-    message record carrying the call's tokens, its tool_use blocks tool_call
-    records; tool_result blocks of the user events that follow answer them.
-    Lines that are not JSON objects are counted and skipped.
+    (with --include-partial-messages), at the next message or at the result.
+    Its thinking blocks become thinking records, its text one message record
+    carrying the call's tokens, its tool_use blocks tool_call records. The
+    CLI runs a tool as soon as its block is complete, so tool results may
+    come while their message still streams: those are written after the
+    turn, so that every result follows its call. Lines that are not JSON
+    objects are counted and skipped.
     """
 
     def __init__(self, dialog: Dialog, output_cap: int = 12_000) -> None:
@@ -127,6 +129,9 @@ class Translator:
         self.turn: _Turn | None = None
         self.open_calls: dict[str, str] = {}
         self.answered: set[str] = set()
+        # Tool results that came while their turn was still streaming (the CLI runs a tool as soon as its
+        # block is complete, before the message ends): written after the turn, so each follows its call.
+        self.pending: list[dict[str, Any]] = []
 
     def feed_line(self, line: str) -> dict[str, Any] | None:
         """Translate one line of the transcript; return its event (None for a blank or malformed line)."""
@@ -149,7 +154,6 @@ class Translator:
         elif kind == "assistant":
             self._assistant(event)
         elif kind == "user":
-            self.flush()
             self._user(event)
         elif kind == "result":
             self.flush()
@@ -210,6 +214,9 @@ class Translator:
         for block in turn.blocks:
             if block.get("type") in ("tool_use", "server_tool_use", "mcp_tool_use"):
                 self._call(str(block.get("id") or ""), str(block.get("name") or "(none)"), block.get("input"))
+        pending, self.pending = self.pending, []
+        for block in pending:
+            self._answer(block)
 
     def _call(self, raw_id: str, name: str, args: object) -> str:
         tool_id = raw_id or f"tool-{self.dialog.tool_calls}"
@@ -226,19 +233,26 @@ class Translator:
         for block in content:
             if not isinstance(block, dict) or block.get("type") != "tool_result":
                 continue
-            raw_id = str(block.get("tool_use_id") or "")
-            tool_id = self.open_calls.pop(raw_id, None)
-            if tool_id is None:
-                if raw_id in self.answered:
-                    continue  # a second answer to one call: the first stands
-                tool_id = self._call(raw_id, "(unknown)", None)
-                self.open_calls.pop(raw_id, None)
-            self.answered.add(raw_id)
-            output = cap(_result_text(block.get("content")), self.output_cap)
-            if block.get("is_error"):
-                self.dialog.tool_result(tool_id, "", error=output or "the tool failed")
+            if self.turn is not None:
+                self.pending.append(block)
             else:
-                self.dialog.tool_result(tool_id, output)
+                self._answer(block)
+
+    def _answer(self, block: dict[str, Any]) -> None:
+        """Write the tool_result of one tool_result block (its call's placeholder first if it has none)."""
+        raw_id = str(block.get("tool_use_id") or "")
+        tool_id = self.open_calls.pop(raw_id, None)
+        if tool_id is None:
+            if raw_id in self.answered:
+                return  # a second answer to one call: the first stands
+            tool_id = self._call(raw_id, "(unknown)", None)
+            self.open_calls.pop(raw_id, None)
+        self.answered.add(raw_id)
+        output = cap(_result_text(block.get("content")), self.output_cap)
+        if block.get("is_error"):
+            self.dialog.tool_result(tool_id, "", error=output or "the tool failed")
+        else:
+            self.dialog.tool_result(tool_id, output)
 
     def close(self, *, exit_code: int | None, timed_out: bool, stderr_tail: str = "") -> tuple[str, str]:
         """End the dialog: answer calls left open, then write complete. Return (status, reason)."""

@@ -3,10 +3,12 @@ command and environment it runs the CLI with.
 
 The transcripts in tests/fixtures/claude-code were recorded from the real CLI
 (2.1.332, from claude-agent-sdk 0.2.189) against a local logging server that
-played a short scripted fix: fix.jsonl a whole session, budget.jsonl one
+played a short scripted fix: fix.jsonl a whole session, interleaved.jsonl
+the same with the server pausing after each content block, budget.jsonl one
 whose third call was refused 429 budget_exhausted (with x-should-retry:
-false), max-turns.jsonl one cut by --max-turns 2. Content deltas, status
-events and the init event's long lists were trimmed.
+false), max-turns.jsonl one cut by --max-turns 2; scripted-tlvkit.jsonl is
+the CLI against the gateway's scripted playback of models/scripted/fix.yaml.
+Content deltas, status events and the init event's long lists were trimmed.
 """
 
 from __future__ import annotations
@@ -307,3 +309,51 @@ def test_the_raw_transcript_drops_deltas_and_stops_at_its_cap(tmp_path: Path) ->
     stream.close()
     kept = [json.loads(line) for line in path.read_text().splitlines()]
     assert kept == [start, {"type": "ssebench_cut", "reason": "the transcript reached its cap"}]
+
+
+def test_results_that_come_while_their_message_streams_follow_their_calls(tmp_path: Path) -> None:
+    # interleaved.jsonl: fix.jsonl's session with the server pausing 0.5 s after each content block.
+    # The CLI ran each tool as soon as its block was complete: the Bash call's result came before the
+    # message's next block (a Read), and both before its message_delta.
+    lines = _lines("interleaved.jsonl")
+    kinds = [json.loads(line)["type"] for line in lines]
+    start = next(i for i, line in enumerate(lines) if "message_start" in line and '"msg_11"' in line)
+    delta = next(i for i, line in enumerate(lines) if "message_delta" in line and i > start)
+    assert kinds[start:delta] == ["stream_event", "assistant", "assistant", "user", "assistant", "user"]
+    status, records = _translate(tmp_path, lines)
+    assert status == "done"
+    messages = _of(records, "message")
+    assert len(messages) == 6
+    assert {m["tokens"]["output"] for m in messages} == {20}
+    fourth = records.index(messages[3])
+    assert [(r["type"], r.get("name") or r.get("error")) for r in records[fourth : fourth + 5]] == [
+        ("message", None),
+        ("tool_call", "Bash"),
+        ("tool_call", "Read"),
+        ("tool_result", "Exit code 1\n1"),
+        ("tool_result", "File does not exist. Note: your current working directory is /tmp/claude-study/src."),
+    ]
+
+
+def test_the_scripted_fix_of_tlvkit_is_one_message_per_call_with_the_scripts_usage(tmp_path: Path) -> None:
+    # scripted-tlvkit.jsonl: the CLI against `python -m ssebench.gateway.scripted` playing
+    # models/scripted/fix.yaml's Claude Code conversation for tlvkit (on the host, where /src/tlvkit
+    # does not exist, so the reads and edits fail).
+    status, records = _translate(tmp_path, _lines("scripted-tlvkit.jsonl"))
+    assert status == "done"
+    assert [m["tokens"] for m in _of(records, "message")] == [
+        {"input": 1850, "output": 74},
+        {"input": 3120, "output": 61},
+        {"input": 3890, "output": 212},
+        {"input": 4420, "output": 18},
+        {"input": 4630, "output": 83},
+    ]
+    assert [r["name"] for r in _of(records, "tool_call")] == [
+        "Read",
+        "Read",
+        "Edit",
+        "Edit",
+        "Edit",
+        "mcp__ssebench__test_patch",
+    ]
+    assert records[-1]["totals"] == {"input_tokens": 17910, "output_tokens": 448, "turns": 5, "tool_calls": 6}
