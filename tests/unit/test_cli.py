@@ -44,7 +44,9 @@ def test_agents_list_shows_every_agent_and_whether_it_needs_a_model(capsys: pyte
     assert main(["agents", "list"]) == 0
     table = capsys.readouterr().out.splitlines()
     assert table[0].split() == ["AGENT", "VERSION", "MODEL", "SOFTWARE", "DESCRIPTION"] and len(table) == 1 + len(rows)
-    assert table[2].split()[:3] == ["dummy", "1", "none"]
+    rows_by_name = {line.split()[0]: line.split() for line in table[1:]}
+    assert rows_by_name["dummy"][:3] == ["dummy", "1", "none"]
+    assert rows_by_name["claude-code"][:4] == ["claude-code", "1", "anthropic-messages", "claude-agent-sdk==0.2.189"]
 
 
 def test_models_list_shows_who_serves_each_its_price_and_budget(
