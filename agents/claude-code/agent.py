@@ -451,12 +451,13 @@ class StreamFile:
         if self.cut:
             return
         data = line if line.endswith("\n") else line + "\n"
-        if len(data) > self.left:
+        size = len(data.encode("utf-8", errors="replace"))
+        if size > self.left:
             # Nothing after the first line that does not fit: a transcript with a hole would mislead.
             self.out.write(json.dumps({"type": "ssebench_cut", "reason": "the transcript reached its cap"}) + "\n")
             self.cut = True
             return
-        self.left -= len(data)
+        self.left -= size
         self.out.write(data)
         self.out.flush()
 
@@ -481,15 +482,16 @@ def _drain(stream: IO[str], path: Path) -> None:
 
 
 def _stop(process: subprocess.Popen[str]) -> None:
-    """TERM the CLI's process group, then KILL it if it lingers."""
-    for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+    """End the CLI's process group: TERM then KILL while the CLI runs; KILL for what it left behind."""
+    if process.poll() is None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, sig)
-        try:
-            process.wait(timeout=wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+            os.killpg(process.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=5)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=5)
 
 
 def _version(binary: Path) -> str:
@@ -528,21 +530,27 @@ def run(settings: Settings, dialog: Dialog, started: float) -> str:
     deadline = started + settings.timeout - settings.margin
     translator = Translator(dialog)
     stream = StreamFile(archive / "claude-stream.jsonl", settings.stream_cap)
-    process = subprocess.Popen(
-        command(binary, settings, prompt),
-        cwd=str(project.source),
-        env=environment(settings, os.environ, deadline - time.monotonic()),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        encoding="utf-8",
-        errors="replace",
-        start_new_session=True,
-    )
+    try:
+        process = subprocess.Popen(
+            command(binary, settings, prompt),
+            cwd=str(project.source),
+            env=environment(settings, os.environ, deadline - time.monotonic()),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            encoding="utf-8",
+            errors="replace",
+            start_new_session=True,
+        )
+    except OSError as exc:
+        stream.close()
+        dialog.complete("error", f"cannot start Claude Code ({binary}): {exc}")
+        return "error"
     assert process.stdout is not None and process.stderr is not None
     lines: queue.Queue[str | None] = queue.Queue()
-    threading.Thread(target=_pump, args=(process.stdout, lines), daemon=True).start()
+    pump = threading.Thread(target=_pump, args=(process.stdout, lines), daemon=True)
+    pump.start()
     err = threading.Thread(target=_drain, args=(process.stderr, archive / "claude-stderr.log"), daemon=True)
     err.start()
     timed_out = False
@@ -560,11 +568,17 @@ def run(settings: Settings, dialog: Dialog, started: float) -> str:
                 break
             stream.write(line, translator.feed_line(line))
     finally:
-        if timed_out or process.poll() is None:
-            _stop(process)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=10)
-        err.join(timeout=5)
+        if not timed_out:  # its output ended: it is exiting
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=10)
+        # Always, so that nothing it started (a background Bash command) outlives the session.
+        _stop(process)
+        # The pipes close once their readers are done; a reader still blocked (a process that left the
+        # group holds the pipe) is a daemon thread, left to the end of the launcher.
+        for reader, pipe in ((pump, process.stdout), (err, process.stderr)):
+            reader.join(timeout=5)
+            if not reader.is_alive():
+                pipe.close()
         stream.close()
     tail = ""
     with contextlib.suppress(OSError):

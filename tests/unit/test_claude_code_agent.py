@@ -357,3 +357,92 @@ def test_the_scripted_fix_of_tlvkit_is_one_message_per_call_with_the_scripts_usa
         "mcp__ssebench__test_patch",
     ]
     assert records[-1]["totals"] == {"input_tokens": 17910, "output_tokens": 448, "turns": 5, "tool_calls": 6}
+
+
+# -- the launcher around a stand-in CLI -----------------------------------------------------------
+
+
+FAKE_CLI = """#!/bin/sh
+if [ "$1" = --version ]; then echo "2.1.332 (Claude Code)"; exit 0; fi
+echo "$@" > "{root}/argv"
+echo "starting" >&2
+head -n {lines} "{transcript}"
+if [ -n "{hang}" ]; then
+    sleep 600 &
+    echo $! > "{root}/child"
+    sleep 600
+fi
+"""
+
+
+def _software(tmp_path: Path, lines: int, hang: bool) -> Path:
+    """A software volume whose `claude` plays the first `lines` of fix.jsonl (then hangs, with a child)."""
+    root = tmp_path / "opt"
+    site = root / "lib" / "python3.11" / "site-packages"
+    binary = site / "claude_agent_sdk" / "_bundled" / "claude"
+    binary.parent.mkdir(parents=True)
+    (site / "claude_agent_sdk-0.2.189.dist-info").mkdir()
+    text = FAKE_CLI.format(root=tmp_path, lines=lines, transcript=FIXTURES / "fix.jsonl", hang="1" if hang else "")
+    binary.write_text(text)
+    binary.chmod(0o755)
+    return root
+
+
+@pytest.fixture
+def task(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The task container's side: a prompt and a source tree, without a daemon."""
+    import sse.prompt
+
+    source = tmp_path / "src"
+    source.mkdir()
+    monkeypatch.setattr(sse.prompt, "task_prompt", lambda: "# Task: tlvkit (C)\n")
+    monkeypatch.setitem(sys.modules, "sse.project", ModuleType("sse.project"))
+    monkeypatch.setattr(sys.modules["sse.project"], "source", str(source), raising=False)
+    import sse
+
+    monkeypatch.setattr(sse, "project", sys.modules["sse.project"], raising=False)
+    return source
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    return "State:\tZ" not in state
+
+
+def test_the_launcher_translates_a_whole_session_and_keeps_its_transcript(
+    tmp_path: Path, task: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(agent, "SOFTWARE", _software(tmp_path, 1000, hang=False))
+    dialog = Dialog(tmp_path / "dialog.jsonl")
+    status = agent.run(agent.Settings.from_env({**ENV, "TIMEOUT": "600"}), dialog, agent.time.monotonic())
+    assert status == "done"
+    records = read(dialog.path)
+    assert validate(records) == []
+    assert records[0]["cli_version"] == "2.1.332 (Claude Code)" and records[0]["sdk"] == "claude-agent-sdk 0.2.189"
+    assert records[1]["text"] == "# Task: tlvkit (C)\n"
+    assert len(_of(records, "tool_call")) == 6
+    assert "--permission-mode=bypassPermissions" in (tmp_path / "argv").read_text()
+    kept = (tmp_path / "claude-stream.jsonl").read_text().splitlines()
+    assert kept == _lines("fix.jsonl")  # the fixture has no content deltas to leave out
+    assert (tmp_path / "claude-stderr.log").read_text() == "starting\n"
+
+
+def test_the_launcher_stops_the_cli_and_what_it_started_before_timeout(
+    tmp_path: Path, task: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(agent, "SOFTWARE", _software(tmp_path, 13, hang=True))
+    settings = agent.Settings.from_env({**ENV, "TIMEOUT": "100"})  # a 5 s margin
+    # Started 93 s ago: the margin is reached 2 s from now.
+    dialog = Dialog(tmp_path / "dialog.jsonl")
+    began = agent.time.monotonic()
+    status = agent.run(settings, dialog, began - 93)
+    assert agent.time.monotonic() - began < 30
+    assert status == "timeout"
+    records = read(dialog.path)
+    assert validate(records) == []
+    assert records[-1]["status"] == "timeout"
+    assert [r["name"] for r in _of(records, "tool_call")] == ["Read", "Grep", "Edit"]
+    assert not _alive(int((tmp_path / "child").read_text()))
