@@ -248,8 +248,16 @@ def test_a_bad_step_is_refused(tmp_path: Path, step: dict[str, Any], words: str)
 
 def test_the_shipped_scripts_have_a_conversation_per_demo_project() -> None:
     fix = load_script(MODELS / "scripted" / "fix.yaml")
-    assert [c.match for c in fix.conversations] == ["# Task: tlvkit", "# Task: kvrec", "# Task: pakfile"]
-    for conversation in fix.conversations:
+    projects = ["# Task: tlvkit", "# Task: kvrec", "# Task: pakfile"]
+    # Claude Code's first (chosen by its tools), then chat-agent's (which ask for none).
+    assert [c.match for c in fix.conversations] == projects * 2
+    for conversation in fix.conversations[:3]:
+        assert set(conversation.tools) == {"Read", "Edit", "Bash"}
+        names = [c.name for s in conversation.steps for c in s.tool_calls]
+        assert names[-1] == "mcp__ssebench__test_patch" and "Edit" in names
+        assert not conversation.steps[-1].tool_calls  # an answer without a tool ends Claude Code's session
+    for conversation in fix.conversations[3:]:
+        assert not conversation.tools
         names = [c.name for s in conversation.steps for c in s.tool_calls]
         assert names[-2:] == ["test_patch", "finish"] and "edit_file" in names
     for name in ("wander", "garbage"):
