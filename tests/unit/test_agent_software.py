@@ -193,7 +193,7 @@ def test_a_run_mounts_the_agent_s_software_read_only_and_in_sidecar_mode_only_th
     task = load_task(DEMO / "c-demo")
     session = Session.new()
     for mode in ("sandbox", "sidecar"):
-        config = RunConfig(task=task, agent=agent, model="m", mode=mode)  # type: ignore[arg-type]
+        config = RunConfig(task=task, agent=agent, model="m", mode=mode)
         spec = container_spec(config, "img", session, "r1", "net", runtime="rt", software="sw")
         software = Volume("sw", "/opt/agents/mini", fill=False, read_only=True)
         assert spec.volumes == [Volume("rt", "/opt/ssebench", read_only=True), software]
