@@ -13,7 +13,7 @@ HTTP client are imported by the modules that serve and call.
 """
 
 from ssebench.gateway._client import GatewayClient, GatewayError, GatewayLink, GatewayProcess, RunKey
-from ssebench.gateway._models import MODEL_NAME, Budget, ModelConfig, Price, load_model, load_models
+from ssebench.gateway._models import MODEL_NAME, Budget, ModelConfig, Price, load_model, load_models, read_models
 from ssebench.gateway._usage import Usage, UsageRecord
 
 __all__ = [
@@ -30,4 +30,5 @@ __all__ = [
     "UsageRecord",
     "load_model",
     "load_models",
+    "read_models",
 ]
