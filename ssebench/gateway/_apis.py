@@ -24,7 +24,6 @@ from typing import Any
 # the other names an agent's and a model's files share.
 from ssebench.defaults import ModelProtocol
 
-
 # Anthropic's smallest extended-thinking budget.
 MIN_THINKING_BUDGET = 1024
 

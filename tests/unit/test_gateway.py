@@ -35,6 +35,7 @@ def test_exports_are_pinned() -> None:
         "UsageRecord",
         "load_model",
         "load_models",
+        "read_models",
     ]
 
 
@@ -334,14 +335,18 @@ def test_old_usage_files_and_summaries_still_load() -> None:
 def test_the_shipped_scripts_have_a_conversation_per_demo_project() -> None:
     fix = load_script(MODELS / "scripted" / "fix.yaml")
     projects = ["# Task: tlvkit", "# Task: kvrec", "# Task: pakfile"]
-    # Claude Code's first (chosen by its tools), then chat-agent's (which ask for none).
-    assert [c.match for c in fix.conversations] == projects * 2
-    for conversation in fix.conversations[:3]:
+    # mini-swe-agent's (its task message wraps the prompt), Claude Code's (chosen by its tools), then
+    # chat-agent's (which ask for none): the first that applies plays.
+    assert [c.match for c in fix.conversations] == [f"Please solve this issue: {p}" for p in projects] + projects * 2
+    mini, claude, chat = fix.conversations[:3], fix.conversations[3:6], fix.conversations[6:]
+    for conversation in mini:
+        assert {c.name for s in conversation.steps for c in s.tool_calls} == {"bash"}
+    for conversation in claude:
         assert set(conversation.tools) == {"Read", "Edit", "Bash"}
         names = [c.name for s in conversation.steps for c in s.tool_calls]
         assert names[-1] == "mcp__ssebench__test_patch" and "Edit" in names
         assert not conversation.steps[-1].tool_calls  # an answer without a tool ends Claude Code's session
-    for conversation in fix.conversations[3:]:
+    for conversation in chat:
         assert not conversation.tools
         names = [c.name for s in conversation.steps for c in s.tool_calls]
         assert names[-2:] == ["test_patch", "finish"] and "edit_file" in names
