@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from sse.dialog import Dialog
+from sse.dialog import Dialog, cap
 
 AGENT = "claude-code"
 VERSION = "1"
@@ -46,15 +46,6 @@ TEST_PATCH = f"mcp__{MCP_SERVER}__test_patch"
 # Stream events the raw transcript leaves out: each is repeated whole by the assistant event that follows.
 DELTAS = frozenset({"content_block_start", "content_block_delta", "content_block_stop", "message_stop"})
 STDERR_CAP = 1 << 20
-
-
-def cap(text: str, limit: int) -> str:
-    """At most about `limit` characters: the head and the (longer) tail, with what was cut in between."""
-    if len(text) <= limit:
-        return text
-    head = limit // 4
-    tail = limit - head
-    return f"{text[:head]}\n[... {len(text) - head - tail} characters cut ...]\n{text[-tail:]}"
 
 
 # -- the translation ----------------------------------------------------------------

@@ -446,3 +446,16 @@ def test_the_launcher_stops_the_cli_and_what_it_started_before_timeout(
     assert records[-1]["status"] == "timeout"
     assert [r["name"] for r in _of(records, "tool_call")] == ["Read", "Grep", "Edit"]
     assert not _alive(int((tmp_path / "child").read_text()))
+
+
+def test_a_long_tool_output_keeps_its_head_and_tail(tmp_path: Path) -> None:
+    output = "head " + "x" * 50_000 + " tail"
+    result = {
+        "type": "user",
+        "message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": output}]},
+    }
+    _, records = _translate(tmp_path, [json.dumps(result)])
+    [recorded] = _of(records, "tool_result")
+    assert len(recorded["output"]) < 12_100
+    assert recorded["output"].startswith("head ") and recorded["output"].endswith(" tail")
+    assert "characters cut" in recorded["output"]
