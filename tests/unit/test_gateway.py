@@ -241,9 +241,16 @@ def test_a_bad_step_is_refused(tmp_path: Path, step: dict[str, Any], words: str)
 
 def test_the_shipped_scripts_have_a_conversation_per_demo_project() -> None:
     fix = load_script(MODELS / "scripted" / "fix.yaml")
-    assert [c.match for c in fix.conversations] == ["# Task: tlvkit", "# Task: kvrec", "# Task: pakfile"]
-    for conversation in fix.conversations:
+    projects = ["# Task: tlvkit", "# Task: kvrec", "# Task: pakfile"]
+    # mini-swe-agent's first (its task message holds chat-agent's match), then chat-agent's.
+    assert [c.match for c in fix.conversations] == [f"Please solve this issue: {p}" for p in projects] + projects
+    for conversation in fix.conversations[3:]:
         names = [c.name for s in conversation.steps for c in s.tool_calls]
         assert names[-2:] == ["test_patch", "finish"] and "edit_file" in names
+    for conversation in fix.conversations[:3]:
+        commands = [c.arguments["command"] for s in conversation.steps for c in s.tool_calls]
+        assert {c.name for s in conversation.steps for c in s.tool_calls} == {"bash"}
+        assert commands[1].startswith("patch -p1 <<'EOF'\ndiff --git ")
+        assert commands[-1] == "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
     for name in ("wander", "garbage"):
         assert isinstance(load_script(MODELS / "scripted" / f"{name}.yaml"), Script)
