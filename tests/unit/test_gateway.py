@@ -338,9 +338,7 @@ def test_the_shipped_scripts_have_a_conversation_per_demo_project() -> None:
     # mini-swe-agent's (its task message wraps the prompt), Claude Code's (chosen by its tools), then
     # chat-agent's (which ask for none): the first that applies plays.
     assert [c.match for c in fix.conversations] == [f"Please solve this issue: {p}" for p in projects] + projects * 2
-    mini, claude, chat = fix.conversations[:3], fix.conversations[3:6], fix.conversations[6:]
-    for conversation in mini:
-        assert {c.name for s in conversation.steps for c in s.tool_calls} == {"bash"}
+    claude, chat = fix.conversations[3:6], fix.conversations[6:]
     for conversation in claude:
         assert set(conversation.tools) == {"Read", "Edit", "Bash"}
         names = [c.name for s in conversation.steps for c in s.tool_calls]
@@ -350,5 +348,10 @@ def test_the_shipped_scripts_have_a_conversation_per_demo_project() -> None:
         assert not conversation.tools
         names = [c.name for s in conversation.steps for c in s.tool_calls]
         assert names[-2:] == ["test_patch", "finish"] and "edit_file" in names
+    for conversation in fix.conversations[:3]:
+        commands = [c.arguments["command"] for s in conversation.steps for c in s.tool_calls]
+        assert {c.name for s in conversation.steps for c in s.tool_calls} == {"bash"}
+        assert commands[1].startswith("patch -p1 <<'EOF'\ndiff --git ")
+        assert commands[-1] == "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
     for name in ("wander", "garbage"):
         assert isinstance(load_script(MODELS / "scripted" / f"{name}.yaml"), Script)
