@@ -70,6 +70,7 @@ class Sweep:
             results=o.results,
             needs_model=needing,
             models=o.models,
+            agents=tuple(self.agents),
             budget=o.budget,
             model_check=o.model_check and not config.option.collectonly,  # collecting runs nothing: no call
             dispatch=o.dispatch,

@@ -32,6 +32,11 @@ SKIP_MODEL_CHECK_HELP = (
     "do not check before the first run that each model's server answers and takes its key "
     "(a run whose every model call then fails upstream is an error, not a grade)"
 )
+
+# The wire protocol an agent speaks to its model, and a model serves (agent.yaml `protocol`, a model file's
+# `protocol`): OpenAI's Chat Completions and Responses, Anthropic's Messages.
+ModelProtocol = Literal["openai-chat", "openai-responses", "anthropic-messages"]
+MODEL_PROTOCOLS: tuple[ModelProtocol, ...] = get_args(ModelProtocol)
 # The agent's time limit per run, and grading's after it, AGENT_TIMEOUT and GRADING_TIMEOUT, are the
 # contract's (the runtime in the container gets both in its environment).
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 import json
+import os
 import re
 import shutil
 import socket
@@ -92,9 +93,12 @@ def scripted_upstream(script: Path, key_variable: str, key: str, model: str | No
         key_variable,
         *(["--model", model] if model else []),
     ]
-    process = subprocess.Popen(
-        command, env={"PATH": "/usr/bin:/bin", key_variable: key}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
+    # PYTHONPATH passes: a checkout run with PYTHONPATH=<checkout> serves its own scripted model, not the
+    # one the venv's editable install points at.
+    env = {"PATH": "/usr/bin:/bin", key_variable: key}
+    if os.environ.get("PYTHONPATH"):
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 20
         while True:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import httpx
-from sse.dialog import Dialog
+from sse.dialog import Dialog, cap
 
 AGENT = "chat-agent"
 VERSION = "1"
@@ -106,15 +106,6 @@ TOOLS: list[dict[str, Any]] = [
 TOOL_NAMES = [t["function"]["name"] for t in TOOLS]
 VIEW_MAX_LINES = 400
 LIST_MAX_ENTRIES = 500
-
-
-def cap(text: str, limit: int) -> str:
-    """At most about `limit` characters: the head and the (longer) tail, with what was cut in between."""
-    if len(text) <= limit:
-        return text
-    head = limit // 4
-    tail = limit - head
-    return f"{text[:head]}\n[... {len(text) - head - tail} characters cut ...]\n{text[-tail:]}"
 
 
 # -- settings -------------------------------------------------------------------

@@ -116,6 +116,18 @@ class Dialog:
         return self._write("complete", {"status": status, "reason": reason, "totals": totals})
 
 
+def cap(text: str, limit: int) -> str:
+    """At most about `limit` characters: the head and the (longer) tail, with what was cut in between.
+
+    For tool outputs an agent writes to its dialog (and shows its model): a long log's end says most.
+    """
+    if len(text) <= limit:
+        return text
+    head = limit // 4
+    tail = limit - head
+    return f"{text[:head]}\n[... {len(text) - head - tail} characters cut ...]\n{text[-tail:]}"
+
+
 def read(path: Path | str) -> list[Any]:
     """The records of a dialog file; a line that is not JSON becomes the string it was."""
     return parse(Path(path).read_text(encoding="utf-8", errors="replace"))

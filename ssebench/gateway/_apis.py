@@ -18,13 +18,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Any
 
-ModelProtocol = Literal["openai-chat", "openai-responses", "anthropic-messages"]
-"""A model API as its wire format: what an upstream speaks and what an agent calls."""
-
-MODEL_PROTOCOLS: tuple[ModelProtocol, ...] = get_args(ModelProtocol)
-
+# A model API as its wire format (what an upstream speaks and what an agent calls) has one home, with
+# the other names an agent's and a model's files share.
+from ssebench.defaults import ModelProtocol
 
 # Anthropic's smallest extended-thinking budget.
 MIN_THINKING_BUDGET = 1024

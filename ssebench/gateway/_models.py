@@ -27,8 +27,8 @@ from urllib.parse import urlsplit
 from pydantic import ConfigDict, Field, field_validator, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
+from ssebench.defaults import MODEL_PROTOCOLS, ModelProtocol
 from ssebench.errors import ConfigError, ConfigErrors
-from ssebench.gateway._apis import MODEL_PROTOCOLS, ModelProtocol
 from ssebench.schema import Strict, load
 
 # The model listeners' port, the same on every run network (each has its own IP). Not 4000,

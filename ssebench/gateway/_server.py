@@ -41,7 +41,7 @@ import re
 import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -53,7 +53,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from ssebench.gateway._apis import ANTHROPIC_VERSION, APIS, MESSAGES, Api, BadCall, ModelProtocol, counted_tokens
+from ssebench.defaults import ModelProtocol
+from ssebench.gateway._apis import ANTHROPIC_VERSION, APIS, MESSAGES, Api, BadCall, counted_tokens
 from ssebench.gateway._health import check_upstream, failed_upstream
 from ssebench.gateway._limits import (
     KEPT_REFUSALS,
@@ -579,12 +580,15 @@ class Gateway:
                 if why is not None:
                     run.stopped = run.stopped or f"budget exhausted: {why}"
                     self.refuse(run, 429, "budget exhausted", budget=True)
-                    return error_reply(
+                    refused = error_reply(
                         429,
                         "budget_exhausted",
                         f"the run's budget is exhausted ({why}); no more calls are forwarded",
                         protocol,
                     )
+                    # A 429 is retried by the providers' SDKs (Claude Code: 10 times, over minutes) unless
+                    # the answer says not to; this one will not change, so the agent should stop at once.
+                    return replace(refused, headers=(("x-should-retry", "false"),))
                 return await self._forward(run, call, pipe)
         except asyncio.CancelledError:  # the run finished while this call waited for its turn
             return self._finished_before(run, protocol)
@@ -704,7 +708,9 @@ class Gateway:
                 finally:
                     if not streaming:
                         run.active -= 1
-                return Response(outcome.body, outcome.status, media_type=outcome.content_type)
+                return Response(
+                    outcome.body, outcome.status, headers=dict(outcome.headers), media_type=outcome.content_type
+                )
 
             return answer
 

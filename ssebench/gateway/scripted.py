@@ -69,8 +69,9 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ConfigDict, Field, model_validator
 
+from ssebench.defaults import ModelProtocol
 from ssebench.errors import SSEBenchError
-from ssebench.gateway._apis import APIS, ModelProtocol, counted_tokens
+from ssebench.gateway._apis import APIS, counted_tokens
 from ssebench.gateway._usage import Tokens
 from ssebench.schema import Strict, load
 
@@ -256,6 +257,7 @@ class Reply:
     content_type: str = "application/json"
     usage: Tokens | None = None
     chunks: tuple[bytes, ...] = ()
+    headers: tuple[tuple[str, str], ...] = ()
 
     def json(self) -> Any:
         return json.loads(self.body)

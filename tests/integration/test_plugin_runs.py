@@ -579,7 +579,8 @@ def test_chat_agent_fixes_the_demo_through_the_gateway_and_the_report_shows_it(d
         dialog = read(run_dir / "archive" / "dialog.jsonl")
         assert validate(dialog) == [], run_dir
         prompt = next(r["text"] for r in dialog if r["type"] == "prompt")
-        [steps] = [c["steps"] for c in script["conversations"] if c["match"] in prompt]
+        # chat-agent's conversation: the one that asks for no tools (Claude Code's ask for theirs).
+        [steps] = [c["steps"] for c in script["conversations"] if c["match"] in prompt and not c.get("tools")]
         usage = json.loads((run_dir / "summary.json").read_text())["usage"]
         expected = (
             sum(s["usage"]["prompt_tokens"] for s in steps),
@@ -677,3 +678,80 @@ def test_a_run_whose_model_never_answered_is_an_error_not_a_failure(
     assert summary["grade"] == "error" and summary["error"].startswith("model down: every call failed upstream")
     usage = summary["usage"]
     assert usage["answered"] == 0 and usage["upstream_failed"] == usage["calls"] >= 1
+
+
+def test_claude_code_fixes_the_demo_through_the_gateway(demo: pytest.Pytester) -> None:
+    """The real Claude Code CLI (agents/claude-code, its software volume) plays fix.yaml's Claude Code steps."""
+    import yaml
+    from sse.dialog import read, validate
+
+    models = Path(__file__).resolve().parents[2] / "models"
+    result = demo.runpytest_subprocess(
+        "datasets/demo",
+        "--agent",
+        "claude-code",
+        "--model",
+        "scripted-fix",
+        "--results",
+        "out",
+        "-p",
+        "no:cacheprovider",
+    )
+    result.assert_outcomes(passed=3)
+    script = yaml.safe_load((models / "scripted" / "fix.yaml").read_text())
+    runs = sorted((demo.path / "out").glob("*/scripted-fix/claude-code/*-d2-sandbox-*"))
+    assert len(runs) == 3
+    for run_dir in runs:
+        dialog = read(run_dir / "archive" / "dialog.jsonl")
+        assert validate(dialog) == [], run_dir
+        assert dialog[0]["cli_version"] == "2.1.332 (Claude Code)" and dialog[0]["sdk"] == "claude-agent-sdk 0.2.189"
+        prompt = dialog[1]["text"]
+        [steps] = [c["steps"] for c in script["conversations"] if c["match"] in prompt and "Edit" in c.get("tools", [])]
+        calls = [r for r in dialog if r["type"] == "tool_call"]
+        assert [c["name"] for c in calls] == [t["name"] for s in steps for t in s.get("tool_calls", [])], run_dir
+        results = {r["tool_id"]: r for r in dialog if r["type"] == "tool_result"}
+        assert all(results[c["tool_id"]]["error"] is None for c in calls), run_dir
+        test_patch = next(c for c in calls if c["name"] == "mcp__ssebench__test_patch")
+        assert "passed" in results[test_patch["tool_id"]]["output"]
+        expected = (
+            sum(s["usage"]["prompt_tokens"] for s in steps),
+            sum(s["usage"]["completion_tokens"] for s in steps),
+        )
+        complete = dialog[-1]
+        assert complete["status"] == "done", complete
+        assert (complete["totals"]["input_tokens"], complete["totals"]["output_tokens"]) == expected
+        usage = json.loads((run_dir / "summary.json").read_text())["usage"]
+        # The gateway's account: every call the CLI made was a scripted step, and nothing else.
+        assert (usage["prompt_tokens"], usage["completion_tokens"]) == expected, run_dir
+        assert usage["calls"] == len(steps) and usage["refused"] == 0 and usage["stopped"] is None
+        assert (run_dir / "archive" / "claude-stream.jsonl").stat().st_size > 0
+
+
+def test_claude_code_stops_at_the_budget_and_a_wandering_model_fixes_nothing(demo: pytest.Pytester) -> None:
+    from sse.dialog import read, validate
+
+    result = demo.runpytest_subprocess(
+        "datasets/demo/c-demo",
+        "--agent",
+        "claude-code",
+        "--model",
+        "scripted-budget,scripted-wander",
+        "--results",
+        "out",
+        "-p",
+        "no:cacheprovider",
+    )
+    result.assert_outcomes(failed=2)
+    [budget_run] = (demo.path / "out").glob("c-demo/scripted-budget/claude-code/*-d2-sandbox-*")
+    dialog = read(budget_run / "archive" / "dialog.jsonl")
+    assert validate(dialog) == []
+    assert dialog[-1]["status"] == "budget" and "budget is exhausted" in dialog[-1]["reason"], dialog[-1]
+    usage = json.loads((budget_run / "summary.json").read_text())["usage"]
+    # Two calls (1850 + 3120 prompt tokens) cross the 5,000 tokens; the refusal is not retried.
+    assert usage["calls"] == 2 and usage["refused"] == 1 and usage["stopped"].startswith("budget exhausted")
+    [wander_run] = (demo.path / "out").glob("c-demo/scripted-wander/claude-code/*-d2-sandbox-*")
+    dialog = read(wander_run / "archive" / "dialog.jsonl")
+    assert validate(dialog) == []
+    assert [r["name"] for r in dialog if r["type"] == "tool_call"] == ["Bash", "Bash", "Glob"]
+    assert dialog[-1]["status"] == "done"
+    assert json.loads((wander_run / "summary.json").read_text())["usage"]["calls"] == 4

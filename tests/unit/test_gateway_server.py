@@ -221,6 +221,8 @@ def test_the_budget_stops_the_run_before_forwarding(tmp_path: Path) -> None:
                 statuses.append(reply.status_code)
         assert statuses == [200, 200, 429, 429]
         assert reply.json()["error"]["type"] == "budget_exhausted"
+        # The providers' SDKs retry a 429 unless told not to: this one never clears.
+        assert reply.headers["x-should-retry"] == "false"
         usage = setup.gateway.runs["run-1"].usage()
         assert usage.stopped == "budget exhausted: 5105 of 5000 tokens used"
         assert usage.calls == 2 and usage.refused == 2 and usage.total_tokens == 5105
