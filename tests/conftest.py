@@ -8,6 +8,12 @@ from collections.abc import Iterator
 # run imported when it ends, and a docker imported half inside one run (its
 # `requests` kept, `requests.exceptions` dropped) broke the next run's import.
 import docker  # noqa: F401
+
+# The same for httpcore: httpx fills its map of httpcore's errors on first use, so a first use inside a
+# pytester run kept the classes of an httpcore the run's end dropped, and later connection errors escaped as
+# httpcore's own (sse.ai's OpenCodeAgent saw them after test_agent_software's in-process run).
+import httpcore  # noqa: F401
+import httpx  # noqa: F401
 import pytest
 
 from ssebench.agent import load_agent
