@@ -1,14 +1,15 @@
 """Model declarations: one `models/<name>.yaml` per model the gateway serves.
 
     name: gpt-4o-mini                         # = the file's stem
-    base_url: https://api.openai.com/v1       # an OpenAI-compatible upstream ...
+    base_url: https://api.openai.com/v1       # an upstream ...
+    protocol: openai-chat                     # ... and the API it speaks (default openai-chat)
     # script: scripted/fix.yaml               # ... or a scripted playback (path relative to this file)
     upstream_model: gpt-4o-mini               # the id sent upstream (default: name)
     api_key_env: OPENAI_API_KEY               # the HOST variable that holds the provider key
     price: {input: 0.15, output: 0.60}        # USD per million tokens (default 0)
+    # price: {input: 3, output: 15, cache_read: 0.3, cache_write: 3.75}   # cached input (default: input)
     budget: {tokens: 2000000, cost: 5.0}      # per run (optional)
     max_output_tokens: 4096                   # cap on each answer (optional)
-    protocol: openai-chat                     # what the upstream speaks (default; a script serves all three)
 
 Only `*.yaml` files at the top of the folder are models (so a
 `*.yaml.example` or a `scripted/` subfolder is not). A bad file is a
@@ -24,9 +25,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic.json_schema import SkipJsonSchema
 
-from ssebench.defaults import MODEL_PROTOCOLS, ModelProtocol
 from ssebench.errors import ConfigError, ConfigErrors
+from ssebench.gateway._apis import MODEL_PROTOCOLS, ModelProtocol
 from ssebench.schema import Strict, load
 
 # The model listeners' port, the same on every run network (each has its own IP). Not 4000,
@@ -44,20 +46,40 @@ class _StrictModel(Strict):
 
 
 class Price(_StrictModel):
-    """USD per million tokens."""
+    """USD per million tokens: input tokens, output tokens, and input read from or written to the provider's cache.
+
+    A cache price left out is the input price: a provider that bills cached
+    input otherwise is written down, not guessed.
+    """
 
     input: float = Field(default=0.0, ge=0)
+    """USD per million prompt tokens."""
     output: float = Field(default=0.0, ge=0)
+    """USD per million completion tokens."""
+    cache_read: float | None = Field(default=None, ge=0)
+    """USD per million input tokens read from the provider's cache (default: the input price)."""
+    cache_write: float | None = Field(default=None, ge=0)
+    """USD per million input tokens written to the provider's cache (default: the input price)."""
 
-    def cost(self, prompt_tokens: int, completion_tokens: int) -> float:
-        return (prompt_tokens * self.input + completion_tokens * self.output) / 1_000_000
+    def cost(
+        self, prompt_tokens: int, completion_tokens: int, cache_read_tokens: int = 0, cache_write_tokens: int = 0
+    ) -> float:
+        """The cost of a call; `prompt_tokens` is all its input, the cache tokens among them."""
+        read = self.input if self.cache_read is None else self.cache_read
+        write = self.input if self.cache_write is None else self.cache_write
+        plain = max(0, prompt_tokens - cache_read_tokens - cache_write_tokens)
+        return (
+            plain * self.input + cache_read_tokens * read + cache_write_tokens * write + completion_tokens * self.output
+        ) / 1_000_000
 
 
 class Budget(_StrictModel):
     """What one run may spend; a limit left out is no limit."""
 
     tokens: int | None = Field(default=None, gt=0)
+    """Tokens (prompt and completion) one run may use."""
     cost: float | None = Field(default=None, gt=0)
+    """USD one run may spend, at `price`."""
 
     def exhausted(self, tokens: int, cost: float) -> str | None:
         """Why a run that has used `tokens` and `cost` may not call again, or None."""
@@ -72,17 +94,29 @@ class ModelConfig(_StrictModel):
     """One model the gateway serves (see the module's docstring for the file)."""
 
     name: str
+    """The model's name, `--model NAME`: the file's name without .yaml."""
     base_url: str | None = None
-    script: str | None = None
-    upstream_model: str | None = None
-    api_key_env: str | None = None
-    price: Price = Price()
-    budget: Budget | None = None
-    max_output_tokens: int | None = Field(default=None, gt=0)
-    # The protocol the upstream speaks, which an agent must speak too (`protocols`).
+    """An OpenAI-compatible server: the URL /chat/completions is under (e.g. https://api.openai.com/v1). Give
+    this or script."""
     protocol: ModelProtocol = "openai-chat"
-    # Where the file was read from; scripts are relative to its folder.
-    source: Path | None = Field(default=None, exclude=True)
+    """The protocol the upstream at base_url speaks: openai-chat, openai-responses or anthropic-messages (a
+    scripted model serves all three; it takes no protocol)."""
+    script: str | None = None
+    """A scripted playback file, relative to the model file (e.g. scripted/fix.yaml), for tests and demos.
+    Give this or base_url."""
+    upstream_model: str | None = None
+    """The model id sent upstream (default: name)."""
+    api_key_env: str | None = None
+    """The name of the host's environment variable that holds the provider key; never the key itself."""
+    price: Price = Price()
+    """USD per million tokens, for the cost the gateway counts."""
+    budget: Budget | None = None
+    """What one run may use; the gateway refuses further calls (429 budget_exhausted) once either limit is
+    reached. `--model-budget` overrides it."""
+    max_output_tokens: int | None = Field(default=None, gt=0)
+    """A cap on each answer: the max_tokens sent upstream."""
+    # Where the file was read from; scripts are relative to its folder. Set by load_model, never in the file.
+    source: SkipJsonSchema[Path | None] = Field(default=None, exclude=True)
 
     @model_validator(mode="before")
     @classmethod
@@ -113,8 +147,8 @@ class ModelConfig(_StrictModel):
             raise ValueError(f"'{value}' must be an http(s) URL such as https://api.openai.com/v1")
         if parts.query or parts.fragment:
             raise ValueError(
-                f"'{value}' must not carry a query or fragment; give the URL that "
-                "/chat/completions is under, such as https://api.openai.com/v1"
+                f"'{value}' must not carry a query or fragment; give the URL that the API's path "
+                "(/chat/completions, /responses, /messages) is under, such as https://api.openai.com/v1"
             )
         return value.rstrip("/")
 
@@ -138,14 +172,17 @@ class ModelConfig(_StrictModel):
     @model_validator(mode="after")
     def _one_upstream(self) -> ModelConfig:
         if (self.base_url is None) == (self.script is None):
-            raise ValueError(
-                "give exactly one of base_url (an OpenAI-compatible server) and script (a scripted playback file)"
-            )
+            raise ValueError("give exactly one of base_url (an upstream server) and script (a scripted playback file)")
+        if self.script is not None and "protocol" in self.model_fields_set:
+            raise ValueError("protocol is the upstream's (base_url's): a scripted playback speaks every protocol")
         return self
 
     @property
     def protocols(self) -> frozenset[ModelProtocol]:
-        """The protocols an agent may speak to it: a scripted playback answers in each, an upstream in its own."""
+        """The protocols an agent may call this model in: the upstream's, or all for a scripted playback.
+
+        The gateway forwards a call only in the upstream's own protocol; it translates none.
+        """
         return frozenset(MODEL_PROTOCOLS) if self.script is not None else frozenset({self.protocol})
 
     @property
