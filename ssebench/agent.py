@@ -45,8 +45,8 @@ class Software(Strict):
     """`software:`: what the agent runs, pinned; installed on the host's download into the agent's volume."""
 
     python: tuple[str, ...] = ()
-    """The Python packages the agent is, each pinned `name==version` (their dependencies are pinned in the
-    agent's requirements.txt)."""
+    """The Python packages the agent is, each name==version; their whole closure is pinned in requirements.txt
+    beside agent.yaml (`ssebench agents lock NAME` makes it)."""
 
     @field_validator("python")
     @classmethod
@@ -69,10 +69,11 @@ class AgentConfig(Strict):
     needs_model: bool = True
     """Whether the agent calls a model; one that does not (dummy, reference) runs once, with model "none"."""
     protocol: ModelProtocol = "openai-chat"
-    """The protocol it speaks to its model (openai-chat, openai-responses or anthropic-messages): a model must
-    serve it (`ssebench.session.check_models`)."""
+    """The protocol it speaks to its model: openai-chat, openai-responses or anthropic-messages. A session
+    refuses a model that does not serve it (a scripted model serves all three)."""
     software: Software | None = None
-    """Its own pinned packages, installed offline into a read-only volume mounted in every run of it."""
+    """What it runs, pinned: installed once per agent version into a volume every run of it mounts read-only
+    at /opt/agents/<name> (docs/agents.md)."""
 
     @field_validator("name")
     @classmethod

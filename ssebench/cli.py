@@ -25,7 +25,7 @@ from ssebench.defaults import (
     parse_seconds,
 )
 from ssebench.errors import ConfigError, ConfigErrors, SSEBenchError
-from ssebench.logs import columns, for_terminal
+from ssebench.logs import columns, for_terminal, shown_path
 from ssebench.version import __version__
 
 if TYPE_CHECKING:
@@ -382,7 +382,7 @@ def cmd_agents_lock(args: argparse.Namespace) -> int:
     )
     (agent.path / PYTHON_CLOSURE).write_text(header + "".join(f"{pin}\n" for pin in pins), encoding="utf-8")
     load_agent(settings.agents_dir, args.name)  # the closure now bears agent.yaml's pins out
-    print(f"{agent.path / PYTHON_CLOSURE}: {len(pins)} packages")
+    print(f"{shown_path(agent.path / PYTHON_CLOSURE)}: {len(pins)} packages")
     return 0
 
 

@@ -34,7 +34,7 @@ from ssebench.defaults import SKIP_MODEL_CHECK, Dispatch, Egress
 from ssebench.errors import ConfigError, ConfigErrors, SSEBenchError
 from ssebench.executor import Executor, LocalExecutor
 from ssebench.live import ModelLink
-from ssebench.logs import for_terminal
+from ssebench.logs import for_terminal, shown_path
 from ssebench.reaper import Session
 from ssebench.record import RunRecord, resumable
 from ssebench.runspec import RunConfig
@@ -130,19 +130,9 @@ def check_models(settings: Settings, names: Iterable[str], agents: Iterable[Agen
             if agent.needs_model and agent.protocol not in model.protocols:
                 serves = " and ".join(sorted(model.protocols))
                 raise OptionError(
-                    f"--agent {agent.name} speaks {agent.protocol}; model {name} ({_shown(model.source)}) serves "
+                    f"--agent {agent.name} speaks {agent.protocol}; model {name} ({shown_path(model.source)}) serves "
                     f"{serves} only: pick a model that serves {agent.protocol}"
                 )
-
-
-def _shown(path: Path | None) -> str:
-    """A file as a person finds it from here: relative to the working directory when under it."""
-    if path is None:
-        return "?"
-    try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(path)
 
 
 def check_upstreams(client: GatewayClient, names: Iterable[str]) -> None:
