@@ -6,7 +6,7 @@ paths and users in a container, the environment a run starts with
 session starts (`RunLabels`), the task as the runtime reads it
 (`TaskFile`) and the checks it supports, the difficulty levels, and the
 phase a run is in (`Phase`, written by the entrypoint, read by
-`ssebench ps`).
+`ssebench ps` and by the host's wait for a kept run).
 
 It lives in the runtime package because the runtime volume holds that
 package and nothing else of `ssebench`; it imports nothing but the standard
@@ -415,6 +415,9 @@ OWNER_LABEL = "ssebench.owner"
 # A run's, on its containers; ROLE_LABEL in sidecar mode only.
 RUN_LABEL = "ssebench.run"
 ROLE_LABEL = "ssebench.role"
+# A kept run's (--keep-containers), on its containers, network and volumes: the reaper leaves them to
+# `ssebench rm`.
+KEPT_LABEL = "ssebench.kept"
 
 
 @dataclass(frozen=True)
@@ -449,21 +452,30 @@ class Phase(StrEnum):
     GRADING = "grading"
     FINISHING = "finishing"
     FAILED = "failed"
+    # Keep-alive (SSE_KEEP_ALIVE=1): everything the host brings home is final, and the container stays up; the
+    # record names the status it would have exited with (`kept_status`). Sidecar mode's agent container
+    # writes it too, once the agent has ended and model's processes with it.
+    KEPT = "kept"
 
 
 # The most a phase file may hold; the host reads no more.
 PHASE_FILE_CAP = 256
 
 
-def phase_record(phase: Phase, at: float) -> bytes:
-    """The phase file's text: one JSON line, the phase and when (seconds since the epoch) it began."""
-    return json.dumps({"phase": phase.value, "since": round(at, 3)}).encode() + b"\n"
+def phase_record(phase: Phase, at: float, status: int | None = None) -> bytes:
+    """The phase file's text: one JSON line, the phase and when (seconds since the epoch) it began, and for
+    a kept container the status it would have exited with."""
+    record: dict[str, object] = {"phase": phase.value, "since": round(at, 3)}
+    if status is not None:
+        record["status"] = status
+    return json.dumps(record).encode() + b"\n"
 
 
 def parse_phase(data: bytes) -> Phase | None:
     """The phase a phase file's text names; None for anything else (too long, not JSON, another word).
 
-    The host acts on nothing but these words: a phase only says what `ssebench ps` prints.
+    The host acts on nothing but these words: a phase says what `ssebench ps` prints, and a kept run's ends
+    the host's wait for it (`kept_status`) as its container's exit would.
     """
     if len(data) > PHASE_FILE_CAP:
         return None
@@ -473,3 +485,12 @@ def parse_phase(data: bytes) -> Phase | None:
         return None
     word = record.get("phase") if isinstance(record, dict) else None
     return Phase(word) if isinstance(word, str) and word in Phase._value2member_map_ else None
+
+
+def kept_status(data: bytes) -> int | None:
+    """The status a kept container's phase file names (`Phase.KEPT`): the host's run of it is over, as if it
+    had exited with that status; None for any other text (the run goes on, or is not kept)."""
+    if parse_phase(data) is not Phase.KEPT:
+        return None
+    status = json.loads(data).get("status")
+    return status if type(status) is int else None
