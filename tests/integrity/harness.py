@@ -32,7 +32,7 @@ from ssebench.defaults import Egress, Mode
 from ssebench.engine import DockerBackend, cleanup, client
 from ssebench.image import image_names
 from ssebench.live import LiveRun, ModelLink, running
-from ssebench.reaper import Session, reap_session
+from ssebench.reaper import Session, reap_session, remove_kept
 from ssebench.result import make_run_dir, new_run_id, read_json_object, read_result, read_safely
 from ssebench.run import collect
 from ssebench.runspec import SIDECAR_AGENT_SOCKET, RunConfig, limits_for
@@ -200,8 +200,10 @@ class Launcher:
         grading_timeout: float = 3600,
         backend: DockerBackend | None = None,
         image: str | None = None,
+        keep: bool = False,
     ) -> HeldRun:
-        """A run of `task_id`, held in its agent phase unless `hold` is false; `image` stands for the agent's."""
+        """A run of `task_id`, held in its agent phase unless `hold` is false; `image` stands for the agent's;
+        `keep`: its containers stay up once it is over (--keep-containers), removed as `ssebench rm` does."""
         task = self.task(task_id)
         config = RunConfig(
             task=task,
@@ -213,12 +215,15 @@ class Launcher:
             limits=limits_for(self.settings, task, limits),
             grading_timeout=grading_timeout,
             mode=self.mode,
+            keep_container=keep,
         )
         run_id = new_run_id(level, config.mode)
         run_dir = make_run_dir(self.tmp / "results", task.id, config.model, agent, run_id)
         names = image_names(self.settings, task, agent, config.mode)
         own = ExitStack()
         self.stack.callback(own.close)
+        if keep:  # the last step: once the run's block has ended (and left its containers up)
+            own.callback(remove_kept, [run_id])
         backend = backend or DockerBackend()
         live = own.enter_context(
             running(
