@@ -73,6 +73,7 @@ def test_a_kept_run_is_graded_as_without_keep_stays_up_and_only_ssebench_rm_remo
 
         # Up after the session's end, and the reapers' (a kept run's session is over once it is home), each of
         # its containers running (none left frozen) and entered with `docker exec`.
+        assert kept.session  # (an empty one would name every session's)
         reap_session(kept.session)
         reap_orphans()
         found = _of_run(kept.run_id)
