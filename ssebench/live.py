@@ -13,6 +13,7 @@ as from an exited one, and leaves them (`ssebench rm` removes them).
 from __future__ import annotations
 
 import json
+import secrets
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -33,6 +34,7 @@ from ssebench.runtime.contract import (
     SERVING,
     TIMED_OUT,
     AgentEnd,
+    RuntimeSettings,
     kept_status,
 )
 
@@ -89,6 +91,7 @@ class LiveRun:
     task: Handle | None = None  # sidecar mode's task container
     config: RunConfig | None = None
     paused: list[Handle] = field(default_factory=list)  # a kept run's, until its files are home (`release`)
+    kept_token: str = ""  # a kept run's, given to its containers (SSE_KEEP_TOKEN): its `kept` phase names it
 
     @property
     def kept(self) -> bool:
@@ -110,7 +113,7 @@ class LiveRun:
             if status is None:
                 archive = handle.phase_file()
                 text = phase_text(archive) if archive is not None else None
-                status = kept_status(text) if text is not None else None
+                status = kept_status(text, self.kept_token) if text is not None else None
             if status is not None:
                 return status
             left = deadline - time.monotonic()
@@ -240,6 +243,9 @@ def running(
             opened = True
         spec = container_spec(config, image, session, run_id, network.name, model_env, command, runtime=runtime)
         spec.env.update(env or {})
+        # A kept run's own token, in each of its containers' environment (sidecar_specs passes it to both).
+        token = secrets.token_hex(16) if config.keep_container else ""
+        spec.env.update(RuntimeSettings(keep_token=token).to_env("keep_token") if token else {})
         # Where grading builds is a volume of the run's own in the container that grades (sandbox mode's one,
         # sidecar mode's task container): the task's scripts write to the host's file system, not through the
         # image's storage driver (fuse-overlayfs ran them up to 2.9x slower; docs/performance.md). Nothing of
@@ -260,7 +266,7 @@ def running(
             backend.create_volume(name, labels=labels)
         if config.mode != "sidecar":
             handles.append(backend.start(spec))
-            live = LiveRun(handle=handles[0], network=network, run_id=run_id, config=config)
+            live = LiveRun(handle=handles[0], network=network, run_id=run_id, config=config, kept_token=token)
             yield live
         else:
             handles.append(backend.start(task_spec))  # first: it fills the source volume from its image
@@ -269,7 +275,9 @@ def running(
             # prepares them, and an agent's own image may run anything as root from its first instant.
             await_ready(handles[0], READY_TIMEOUT)
             handles.append(backend.start(agent_spec))
-            live = LiveRun(handle=handles[1], network=network, run_id=run_id, task=handles[0], config=config)
+            live = LiveRun(
+                handle=handles[1], network=network, run_id=run_id, task=handles[0], config=config, kept_token=token
+            )
             yield live
         failed = False
     finally:

@@ -208,6 +208,7 @@ ENV = {
     "grading_timeout": "SSE_GRADING_TIMEOUT",
     "output_cap": "SSE_OUTPUT_CAP",
     "keep_alive": "SSE_KEEP_ALIVE",
+    "keep_token": "SSE_KEEP_TOKEN",
     "file_size": "SSE_FILE_SIZE_LIMIT",
     "copy_limit": "SSE_COPY_LIMIT",
     "patch_limit": "SSE_PATCH_LIMIT",
@@ -244,6 +245,9 @@ class RuntimeSettings:
     grading_timeout: float = GRADING_TIMEOUT
     output_cap: int = 256 * 1024
     keep_alive: bool = False
+    # A kept run's own (random, made when it starts): its `kept` phase names it, so that no file an image
+    # brought to the phase file's place can pass for the run's end (`kept_status`).
+    keep_token: str = ""
     # The largest file a process of model or sse-runner may write (RLIMIT_FSIZE).
     file_size: int = 4 << 30
     # The most a check copies of a tree; the largest patch a capture makes.
@@ -462,12 +466,14 @@ class Phase(StrEnum):
 PHASE_FILE_CAP = 256
 
 
-def phase_record(phase: Phase, at: float, status: int | None = None) -> bytes:
+def phase_record(phase: Phase, at: float, status: int | None = None, token: str | None = None) -> bytes:
     """The phase file's text: one JSON line, the phase and when (seconds since the epoch) it began, and for
-    a kept container the status it would have exited with."""
+    a kept container the status it would have exited with and its run's token (SSE_KEEP_TOKEN)."""
     record: dict[str, object] = {"phase": phase.value, "since": round(at, 3)}
     if status is not None:
         record["status"] = status
+    if token is not None:
+        record["token"] = token
     return json.dumps(record).encode() + b"\n"
 
 
@@ -487,10 +493,14 @@ def parse_phase(data: bytes) -> Phase | None:
     return Phase(word) if isinstance(word, str) and word in Phase._value2member_map_ else None
 
 
-def kept_status(data: bytes) -> int | None:
-    """The status a kept container's phase file names (`Phase.KEPT`): the host's run of it is over, as if it
-    had exited with that status; None for any other text (the run goes on, or is not kept)."""
-    if parse_phase(data) is not Phase.KEPT:
+def kept_status(data: bytes, token: str) -> int | None:
+    """The status a kept container's phase file names (`Phase.KEPT`, with the run's `token`): the host's run
+    of it is over, as if it had exited with that status; None for any other text (the run goes on).
+
+    The token is made when the run starts and given to its containers alone: a phase file an image brought
+    (read before the entrypoint replaced it) cannot know it."""
+    if not token or parse_phase(data) is not Phase.KEPT:
         return None
-    status = json.loads(data).get("status")
-    return status if type(status) is int else None
+    record = json.loads(data)
+    status = record.get("status")
+    return status if type(status) is int and record.get("token") == token else None

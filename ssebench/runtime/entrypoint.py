@@ -250,16 +250,17 @@ def grading_container(settings: RuntimeSettings, model: User, agent: AgentPhase)
     finish(settings, confirmed)
 
     if settings.keep_alive:
-        stay_up(ended.status, "graded; the daemon still answers")
+        stay_up(settings, ended.status, "graded; the daemon still answers")
     end(daemon.process)
     return ended.status
 
 
-def stay_up(status: int, what: str) -> None:
-    """Keep-alive (--keep-containers): say the run is over, with the status this container would exit with,
-    and wait for the container's stop. The host reads that phase (`contract.kept_status`), brings the run's
-    files home and leaves the container to `docker exec` and `ssebench rm`."""
-    phase.write_phase(Phase.KEPT, status=status)
+def stay_up(settings: RuntimeSettings, status: int, what: str) -> None:
+    """Keep-alive (--keep-containers): say the run is over, with the status this container would exit with
+    and the run's token, and wait for the container's stop. The host reads that phase
+    (`contract.kept_status`), brings the run's files home and leaves the container to `docker exec` and
+    `ssebench rm`."""
+    phase.write_phase(Phase.KEPT, status=status, token=settings.keep_token)
     say(f"SSE_KEEP_ALIVE=1: the container stays up ({what}); its status would be {status}")
     wait_for_stop()
 
@@ -313,7 +314,7 @@ def agent_container(settings: RuntimeSettings, model: User, command: list[str]) 
     for line in limits_report()["hit"]:  # type: ignore[attr-defined]
         say(f"limit hit: {line}")  # on this stream of the container's log, which the agent's output is not on
     if settings.keep_alive:  # the host freezes this container before the task container captures and grades
-        stay_up(ended.status, "the agent has ended")
+        stay_up(settings, ended.status, "the agent has ended")
     return ended.status
 
 

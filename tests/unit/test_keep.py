@@ -19,6 +19,7 @@ from ssebench.backend import Network, RunTimeoutError
 from ssebench.cli import main
 from ssebench.live import LiveRun
 from ssebench.reaper import Session
+from ssebench.run import execute
 from ssebench.runspec import RunConfig, container_spec, sidecar_specs
 from ssebench.runtime import contract, entrypoint, phase
 from ssebench.runtime.contract import (
@@ -38,7 +39,7 @@ from ssebench.task import load_task
 from tests.helpers import DEMO
 from tests.unit.test_engine import FakeCleanup
 from tests.unit.test_entrypoint import Steps
-from tests.unit.test_run import _Container
+from tests.unit.test_run import _Backend, _Container
 
 
 def _config(**changes: Any) -> RunConfig:
@@ -61,15 +62,37 @@ def test_a_kept_run_asks_every_container_to_stay_up_and_labels_it_kept(mode: str
             assert made.labels[RUN_LABEL] == "r1"
 
 
+@pytest.mark.parametrize("mode", ["sandbox", "sidecar"])
+def test_each_kept_run_gives_its_containers_a_token_of_its_own(mode: str, tmp_path: Path) -> None:
+    """What names a kept run's end must be written in the run (no file of an image can know it)."""
+    config = _config(mode=mode, keep_container=True)
+    tokens = []
+    for _ in range(2):
+        backend = _Backend()
+        execute(config, get_settings(), backend, Session.new(), tmp_path, build=False)
+        said = {load_settings(spec.env).keep_token for spec in backend.specs}
+        assert len(said) == 1 and len(next(iter(said))) >= 32, said  # (sidecar mode: once the task's is started)
+        tokens.append(said.pop())
+    assert tokens[0] != tokens[1]
+    backend = _Backend()
+    execute(_config(mode=mode), get_settings(), backend, Session.new(), tmp_path, build=False)
+    assert [load_settings(spec.env).keep_token for spec in backend.specs] == [""]
+
+
 def test_the_entrypoint_of_a_kept_run_says_kept_with_its_status_once_it_has_finished(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     steps = Steps(monkeypatch, tmp_path)
     statuses: list[int | None] = []
 
-    def write_phase(step: Phase, path: str = contract.PHASE_FILE, status: int | None = None) -> None:
+    tokens: list[str | None] = []
+
+    def write_phase(
+        step: Phase, path: str = contract.PHASE_FILE, status: int | None = None, token: str | None = None
+    ) -> None:
         steps.phases.append(step)
         statuses.append(status)
+        tokens.append(token)
 
     monkeypatch.setattr(phase, "write_phase", write_phase)
     finished: list[Phase] = []
@@ -103,30 +126,33 @@ def test_the_entrypoint_of_a_kept_run_says_kept_with_its_status_once_it_has_fini
         def run(self, settings: RuntimeSettings, model: Any, source: str) -> AgentEnd:
             return AgentEnd(3, 1.0, False)
 
-    settings = RuntimeSettings(results=str(tmp_path), keep_alive=True)
+    settings = RuntimeSettings(results=str(tmp_path), keep_alive=True, keep_token="t0k3n")
     assert entrypoint.grading_container(settings, None, Agent(["x"])) == 3  # type: ignore[arg-type]
     # Kept only once everything the host brings home is final (the archive pruned, limits.json written).
     assert finished == [Phase.FINISHING] and stopped == [Phase.KEPT]
-    assert steps.phases[-2:] == [Phase.FINISHING, Phase.KEPT] and statuses[-1] == 3
+    assert steps.phases[-2:] == [Phase.FINISHING, Phase.KEPT] and statuses[-1] == 3 and tokens[-1] == "t0k3n"
     # The control: without keep-alive, no kept phase and no wait.
     steps.phases.clear()
     assert entrypoint.grading_container(RuntimeSettings(results=str(tmp_path)), None, Agent(["x"])) == 3  # type: ignore[arg-type]
     assert Phase.KEPT not in steps.phases and stopped == [Phase.KEPT]
 
 
-def test_a_kept_record_carries_its_status_and_nothing_else_reads_as_one() -> None:
-    assert contract.kept_status(phase_record(Phase.KEPT, 1.0, status=3)) == 3
-    assert contract.parse_phase(phase_record(Phase.KEPT, 1.0, status=3)) == Phase.KEPT
+def test_a_kept_record_carries_its_status_and_the_runs_token_and_nothing_else_reads_as_one() -> None:
+    assert contract.kept_status(phase_record(Phase.KEPT, 1.0, status=3, token="t0k3n"), "t0k3n") == 3
+    assert contract.parse_phase(phase_record(Phase.KEPT, 1.0, status=3, token="t0k3n")) == Phase.KEPT
     for other in (
-        phase_record(Phase.FINISHING, 1.0),
-        phase_record(Phase.FINISHING, 1.0, status=0),  # only the kept phase says the run is over
-        phase_record(Phase.KEPT, 1.0),  # no status
-        b'{"phase": "kept", "status": "0"}',
-        b'{"phase": "kept", "status": true}',
-        b'{"phase": "kept", "status": 0' + b" " * 300 + b"}",
+        phase_record(Phase.FINISHING, 1.0, token="t0k3n"),
+        phase_record(Phase.FINISHING, 1.0, status=0, token="t0k3n"),  # only the kept phase says the run is over
+        phase_record(Phase.KEPT, 1.0, token="t0k3n"),  # no status
+        phase_record(Phase.KEPT, 1.0, status=0),  # no token: a file an image brought, say
+        phase_record(Phase.KEPT, 1.0, status=0, token="another run's"),
+        b'{"phase": "kept", "status": "0", "token": "t0k3n"}',
+        b'{"phase": "kept", "status": true, "token": "t0k3n"}',
+        b'{"phase": "kept", "status": 0, "token": "t0k3n"' + b" " * 300 + b"}",
         b"not json",
     ):
-        assert contract.kept_status(other) is None, other
+        assert contract.kept_status(other, "t0k3n") is None, other
+    assert contract.kept_status(phase_record(Phase.KEPT, 1.0, status=0, token=""), "") is None  # never no token
 
 
 # -- how the host knows a kept run is over --------------------------------------------------------------------
@@ -141,12 +167,21 @@ def _archive(data: bytes) -> bytes:
     return out.getvalue()
 
 
+TOKEN = "f" * 32
+
+
+def _live(handle: _Container, **more: Any) -> LiveRun:
+    """A kept run's, of token TOKEN."""
+    config = _config(keep_container=True, mode="sidecar" if "task" in more else "sandbox")
+    return LiveRun(handle=handle, network=Network(name="n", gateway=None), run_id="r", config=config, **more)
+
+
 class _Kept(_Container):
     """A container that keeps running; after `kept_after` polls its phase file says kept, with `status`."""
 
-    def __init__(self, name: str, status: int, kept_after: int, exits: int = 10**9) -> None:
+    def __init__(self, name: str, status: int, kept_after: int, exits: int = 10**9, token: str = TOKEN) -> None:
         super().__init__(name, status, ends=exits)
-        self.kept_after, self.exits = kept_after, exits
+        self.kept_after, self.exits, self.token = kept_after, exits, token
         self.paused: list[bool] = []
 
     def poll(self) -> int | None:
@@ -157,7 +192,7 @@ class _Kept(_Container):
         self.kept_after -= 1
         if self.kept_after > 0:
             return _archive(phase_record(Phase.GRADING, 0.0))
-        return _archive(phase_record(Phase.KEPT, 0.0, status=self.status))
+        return _archive(phase_record(Phase.KEPT, 0.0, status=self.status, token=self.token))
 
     def pause(self) -> None:
         self.paused.append(True)
@@ -170,42 +205,33 @@ class _Kept(_Container):
 
 
 def test_a_kept_sandbox_run_ends_when_its_phase_says_kept_with_the_status_it_would_have_exited_with() -> None:
-    network = Network(name="n", gateway=None)
-    kept = _Kept("sandbox", 5, kept_after=3)
-    assert LiveRun(handle=kept, network=network, run_id="r", config=_config(keep_container=True)).wait(30) == 5
+    assert _live(_Kept("sandbox", 5, kept_after=3), kept_token=TOKEN).wait(30) == 5
     # Or when it exits first (its entrypoint refused to start, say).
-    exited = _Kept("sandbox", 1, kept_after=10**9, exits=2)
-    assert LiveRun(handle=exited, network=network, run_id="r", config=_config(keep_container=True)).wait(30) == 1
+    assert _live(_Kept("sandbox", 1, kept_after=10**9, exits=2), kept_token=TOKEN).wait(30) == 1
 
 
-def test_a_kept_run_whose_phase_never_says_kept_ends_at_the_whole_runs_limit() -> None:
-    never = _Kept("sandbox", 0, kept_after=10**9)
-    live = LiveRun(
-        handle=never, network=Network(name="n", gateway=None), run_id="r", config=_config(keep_container=True)
-    )
+def test_a_kept_run_whose_phase_never_says_kept_with_its_token_ends_at_the_whole_runs_limit() -> None:
     with pytest.raises(RunTimeoutError, match="still running after 1 s"):
-        live.wait(1)
+        _live(_Kept("sandbox", 0, kept_after=10**9), kept_token=TOKEN).wait(1)
+    # A kept phase without the run's token (an image's file, there before the entrypoint replaced it) is none.
+    for forged in ("", "0" * 32):
+        with pytest.raises(RunTimeoutError, match="still running after 1 s"):
+            _live(_Kept("sandbox", 0, kept_after=0, token=forged), kept_token=TOKEN).wait(1)
 
 
 def test_a_kept_sidecar_run_freezes_the_agent_container_before_the_task_container_grades() -> None:
     task_container = _Kept("task", 2, kept_after=10**9)
     agent_container = _Kept("agent", 7, kept_after=2)
     told: list[bool] = []
-    execute = task_container.execute
+    heard = task_container.execute
 
     def tell(argv: list[str], timeout: float) -> tuple[int, str]:
         told.append(agent_container.paused == [True])  # frozen before the task container hears of the end
         task_container.kept_after = 2
-        return execute(argv, timeout)
+        return heard(argv, timeout)
 
     task_container.execute = tell  # type: ignore[method-assign]
-    live = LiveRun(
-        handle=agent_container,
-        network=Network(name="n", gateway=None),
-        run_id="r",
-        task=task_container,
-        config=_config(mode="sidecar", keep_container=True),
-    )
+    live = _live(agent_container, task=task_container, kept_token=TOKEN)
     assert live.wait(30) == 2 and told == [True]
     [argv] = task_container.told
     figures = json.loads(argv[4])
