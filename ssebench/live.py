@@ -104,14 +104,19 @@ class LiveRun:
 
         A kept container's phase file is root's, in root's directory of 0700 (sidecar mode's agent container:
         the agent's end is the agent's to say, as its container's exit is); a phase that never says kept
-        leaves the run to its time limit, as a container that never exits does."""
+        leaves the run to its time limit, as a container that never exits does, and so does one the engine
+        will not copy (root in sidecar mode's agent container may make it anything: that is no
+        infrastructure error of the run's; the engine's own failure shows in `poll`)."""
         if not self.kept:
             return handle.wait(timeout)
         deadline = time.monotonic() + timeout
         while True:
             status = handle.poll()
             if status is None:
-                archive = handle.phase_file()
+                try:
+                    archive = handle.phase_file()
+                except SSEBenchError:
+                    archive = None
                 text = phase_text(archive) if archive is not None else None
                 status = kept_status(text, self.kept_token) if text is not None else None
             if status is not None:

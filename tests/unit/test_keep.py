@@ -17,6 +17,7 @@ from ssebench import inflight, reaper
 from ssebench.agent import load_agent
 from ssebench.backend import Network, RunTimeoutError
 from ssebench.cli import main
+from ssebench.errors import SSEBenchError
 from ssebench.live import LiveRun
 from ssebench.reaper import Session
 from ssebench.run import execute
@@ -208,6 +209,21 @@ def test_a_kept_sandbox_run_ends_when_its_phase_says_kept_with_the_status_it_wou
     assert _live(_Kept("sandbox", 5, kept_after=3), kept_token=TOKEN).wait(30) == 5
     # Or when it exits first (its entrypoint refused to start, say).
     assert _live(_Kept("sandbox", 1, kept_after=10**9, exits=2), kept_token=TOKEN).wait(30) == 1
+
+
+def test_a_phase_file_the_engine_would_not_copy_is_no_word_yet() -> None:
+    """Sidecar mode's agent container is the agent's: root there may make its phase file anything, and the
+    engine refuse to copy it; that is no end of the agent phase (its time limit ends it), never the run's
+    infrastructure error."""
+
+    class Refused(_Kept):
+        def phase_file(self) -> bytes | None:
+            if self.kept_after > 2:
+                self.kept_after -= 1
+                raise SSEBenchError("Docker refused copying /run/ssebench/phase: too many levels of symbolic links")
+            return super().phase_file()
+
+    assert _live(Refused("sandbox", 4, kept_after=4), kept_token=TOKEN).wait(30) == 4
 
 
 def test_a_kept_run_whose_phase_never_says_kept_with_its_token_ends_at_the_whole_runs_limit() -> None:
