@@ -105,7 +105,8 @@ def remove_kept(runs: Sequence[str] = ()) -> list[tuple[str, str]]:
     container, network and volume removed, in that order (a volume goes once no container uses it).
 
     Only what carries both the kept label and a run's is touched, whoever started it: nothing else on the
-    engine, and no run in flight.
+    engine. A kept run still in flight (`ssebench ps` shows its phase) is removed all the same: its run then
+    ends as an infrastructure error.
     """
     engine = cleanup()
     wanted = set(runs)
