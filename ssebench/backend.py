@@ -134,6 +134,19 @@ class Handle(ABC):
         """
 
     @abstractmethod
+    def phase_file(self) -> bytes | None:
+        """A tar archive of its phase file (`contract.PHASE_FILE`), read no further than a few kB; None when
+        there is none yet. Raises SSEBenchError when the container is gone or the engine fails."""
+
+    @abstractmethod
+    def pause(self) -> None:
+        """Freeze every process in it (the cgroup's freezer) until `unpause`; nothing in it runs meanwhile."""
+
+    @abstractmethod
+    def unpause(self) -> None:
+        """Let a paused container's processes run again."""
+
+    @abstractmethod
     def remove(self) -> None:
         """Stop and delete it; a no-op when it is already gone."""
 

@@ -446,6 +446,26 @@ def cmd_ps(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_rm(args: argparse.Namespace) -> int:
+    from ssebench.reaper import remove_kept
+
+    if bool(args.runs) == args.all_kept:
+        print("error: ssebench rm: name the runs to remove (RUN_ID ...) or give --all-kept, not both", file=sys.stderr)
+        return 2
+    removed = remove_kept(args.runs)
+    for run, what in removed:
+        print(for_terminal(f"removed {what} (run {run})"))
+    missing = [run for run in dict.fromkeys(args.runs) if run not in {found for found, _ in removed}]
+    for run in missing:
+        print(
+            for_terminal(f"error: no kept run {run} on this engine (`ssebench ps` lists the kept ones)"),
+            file=sys.stderr,
+        )
+    if args.all_kept and not removed:
+        print("no kept runs on this engine")
+    return 1 if missing else 0
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     from ssebench.doctor import run_checks
 
@@ -672,12 +692,23 @@ def parser() -> argparse.ArgumentParser:
 
     ps = sub.add_parser(
         "ps",
-        help="list the runs in flight",
+        help="list the runs in flight and the kept ones",
         description="List the runs in flight on this Docker engine (task, agent, model, phase, "
-        "elapsed), from their containers' labels and the phase their entrypoint writes.",
+        "elapsed), from their containers' labels and the phase their entrypoint writes, and the runs kept "
+        "with --keep-containers, with the command that enters each of their containers.",
     )
     ps.add_argument("--json", action="store_true", help="print a JSON array instead of a table")
     ps.set_defaults(func=cmd_ps)
+
+    rm = sub.add_parser(
+        "rm",
+        help="remove kept runs",
+        description="Remove the containers, network and volumes of runs kept with --keep-containers (`ssebench "
+        "ps` lists them), by their labels; nothing else.",
+    )
+    rm.add_argument("runs", nargs="*", metavar="RUN_ID", help="the kept runs to remove (the RUN column of ps)")
+    rm.add_argument("--all-kept", action="store_true", help="remove every kept run on this engine")
+    rm.set_defaults(func=cmd_rm)
 
     doctor = sub.add_parser(
         "doctor",

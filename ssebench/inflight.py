@@ -1,6 +1,7 @@
 """The runs in flight on this engine, read from their containers' labels and the phase their entrypoint writes.
 
-`ssebench ps` prints them while a sweep runs (in another terminal, say).
+`ssebench ps` prints them while a sweep runs (in another terminal, say), and the kept ones
+(--keep-containers), with the command that enters each of their containers.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 from ssebench.logs import columns
 from ssebench.runtime.contract import (
+    KEPT_LABEL,
     PHASE_FILE,
     PHASE_FILE_CAP,
     ROLE_LABEL,
@@ -37,8 +39,8 @@ def entrypoint_lines(log: str) -> list[tuple[str, str]]:
 
 def phase_of(archive: bytes | None) -> str:
     """The phase a run is in, from the archive of its phase file (`contract.PHASE_FILE`) the engine gave:
-    starting, agent, grading, finishing, failed; `starting` before the entrypoint wrote one (None), `?` for
-    an archive that is not one regular file holding a phase.
+    starting, agent, grading, finishing, failed, kept; `starting` before the entrypoint wrote one (None), `?`
+    for an archive that is not one regular file holding a phase.
 
     The file is root's, in a directory of root's (0700), in the container that grades: nothing the agent
     runs writes it. It is read all the same as one regular file, small, naming one known phase, never
@@ -46,19 +48,24 @@ def phase_of(archive: bytes | None) -> str:
     """
     if archive is None:
         return "starting"
+    phase = parse_phase(phase_text(archive) or b"")
+    return phase.value if phase is not None else "?"
+
+
+def phase_text(archive: bytes) -> bytes | None:
+    """The text of the one regular file a phase file's archive holds (at most PHASE_FILE_CAP bytes); None for
+    an archive that is anything else (too long, a link, more than one member, not a tar)."""
     if len(archive) > _ARCHIVE_CAP:
-        return "?"
+        return None
     try:
         with tarfile.open(fileobj=io.BytesIO(archive), mode="r:") as tar:
             members = tar.getmembers()
             if len(members) != 1 or not members[0].isreg() or members[0].size > PHASE_FILE_CAP:
-                return "?"
+                return None
             extracted = tar.extractfile(members[0])
-            data = extracted.read(PHASE_FILE_CAP + 1) if extracted is not None else b""
+            return extracted.read(PHASE_FILE_CAP + 1) if extracted is not None else b""
     except (tarfile.TarError, OSError):
-        return "?"
-    phase = parse_phase(data)
-    return phase.value if phase is not None else "?"
+        return None
 
 
 def phase_archive(container: str) -> bytes | None:
@@ -81,7 +88,9 @@ class InFlight:
     phase: str
     elapsed: float
     session: str
-    state: str
+    state: str  # the engine's (running, exited...), or `kept`: a kept run's, up
+    kept: bool = False
+    containers: tuple[str, ...] = ()  # the names of the run's containers (sidecar mode: task's, then agent's)
 
 
 def runs_in_flight() -> list[InFlight]:
@@ -89,7 +98,12 @@ def runs_in_flight() -> list[InFlight]:
     from ssebench.engine import EngineError, NotFoundError, cleanup
 
     found = []
-    for container in sorted(cleanup().containers({"label": RUN_LABEL}), key=lambda c: c.get("Created", 0)):
+    listed = sorted(cleanup().containers({"label": RUN_LABEL}), key=lambda c: c.get("Created", 0))
+    names: dict[str, list[str]] = {}
+    for container in listed:
+        run_id = (container.get("Labels") or {}).get(RUN_LABEL, "?")
+        names.setdefault(run_id, []).append((container.get("Names") or [container["Id"][:12]])[0].lstrip("/"))
+    for container in listed:
         labels: dict[str, str] = container.get("Labels") or {}
         if labels.get(ROLE_LABEL) == "agent":
             continue  # sidecar mode: its task container grades, stands for the run and writes its phase
@@ -100,6 +114,8 @@ def runs_in_flight() -> list[InFlight]:
         except EngineError:
             phase = "?"  # the engine would not say (the container on its way out, say): the others still show
         run = RunLabels.from_labels(labels)
+        state = str(container.get("State") or "?")
+        kept = KEPT_LABEL in labels
         found.append(
             InFlight(
                 run=run.run,
@@ -112,7 +128,9 @@ def runs_in_flight() -> list[InFlight]:
                 phase=phase,
                 elapsed=max(0.0, time.time() - float(container.get("Created") or time.time())),
                 session=labels.get(SESSION_LABEL, "?"),
-                state=str(container.get("State") or "?"),
+                state="kept" if kept and state == "running" else state,
+                kept=kept,
+                containers=tuple(names.get(labels.get(RUN_LABEL, "?"), ())),
             )
         )
     return found
@@ -128,14 +146,22 @@ def as_rows(runs: list[InFlight]) -> list[str]:
             r.difficulty,
             r.mode,
             r.trial,
-            r.phase if r.state == "running" else f"{r.phase} ({r.state})",
+            r.phase if r.state in ("running", "kept") else f"{r.phase} ({r.state})",
             _clock(r.elapsed),
             r.run,
             r.session,
         )
         for r in runs
     ]
-    return columns(table)
+    entered = [(r.run, name) for r in runs if r.state == "kept" for name in r.containers]
+    if not entered:
+        return columns(table)
+    return [
+        *columns(table),
+        "",
+        "kept runs (enter one with its line; `ssebench rm RUN_ID` removes it):",
+        *columns([(f"  {run}", f"docker exec -it {name} bash") for run, name in entered]),
+    ]
 
 
 def as_json(runs: list[InFlight]) -> list[dict[str, Any]]:

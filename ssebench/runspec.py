@@ -24,6 +24,7 @@ from ssebench.runtime.contract import (
     ARCHIVE_FILE_CAP,
     ENV,
     GRADING_TIMEOUT,
+    KEPT_LABEL,
     MCP_PORT,
     ROLE_LABEL,
     RUNTIME_HOME,
@@ -178,9 +179,13 @@ def run_env(config: RunConfig) -> dict[str, str]:
         agent_timeout=config.timeout,
         grading_timeout=float(int(config.grading_timeout)),
         file_size=config.limits.file_size,
+        keep_alive=config.keep_container,
     )
+    # A kept run's containers stay up once the run is over, for `docker exec` (ssebench.live waits for
+    # their phase instead of their exit).
+    kept = ("keep_alive",) if config.keep_container else ()
     return settings.to_env(
-        "agent_timeout", "difficulty", "grading_timeout", "file_size", "archive_file_cap", "archive_cap"
+        "agent_timeout", "difficulty", "grading_timeout", "file_size", "archive_file_cap", "archive_cap", *kept
     )
 
 
@@ -194,7 +199,13 @@ def run_labels(config: RunConfig, session: Session, run_id: str) -> dict[str, st
         mode=config.mode,
         trial=str(config.trial),
     )
-    return {**session.labels(), **run.to_labels()}
+    return {**session.labels(), **run.to_labels(), **kept_labels(config)}
+
+
+def kept_labels(config: RunConfig) -> dict[str, str]:
+    """What marks a kept run's containers, network and volumes (--keep-containers): the reaper leaves them,
+    `ssebench ps` shows them and `ssebench rm` removes them."""
+    return {KEPT_LABEL: "1"} if config.keep_container else {}
 
 
 def tree_volume(config: RunConfig, prefix: str) -> Volume:

@@ -94,6 +94,19 @@ class DockerHandle(Handle):
             status = api.exec_inspect(exec_id).get("ExitCode")
         return (-1 if status is None else int(status)), output.text()
 
+    def phase_file(self) -> bytes | None:
+        from ssebench.inflight import phase_archive
+
+        return phase_archive(self.id)
+
+    def pause(self) -> None:
+        with engine_errors(f"pausing container {self.id[:12]}"):
+            client().api.pause(self.id)
+
+    def unpause(self) -> None:
+        with engine_errors(f"unpausing container {self.id[:12]}"):
+            client().api.unpause(self.id)
+
     def remove(self) -> None:
         try:
             if self._tc._container is not None:

@@ -6,7 +6,7 @@ paths and users in a container, the environment a run starts with
 session starts (`RunLabels`), the task as the runtime reads it
 (`TaskFile`) and the checks it supports, the difficulty levels, and the
 phase a run is in (`Phase`, written by the entrypoint, read by
-`ssebench ps`).
+`ssebench ps` and by the host's wait for a kept run).
 
 It lives in the runtime package because the runtime volume holds that
 package and nothing else of `ssebench`; it imports nothing but the standard
@@ -208,6 +208,7 @@ ENV = {
     "grading_timeout": "SSE_GRADING_TIMEOUT",
     "output_cap": "SSE_OUTPUT_CAP",
     "keep_alive": "SSE_KEEP_ALIVE",
+    "keep_token": "SSE_KEEP_TOKEN",
     "file_size": "SSE_FILE_SIZE_LIMIT",
     "copy_limit": "SSE_COPY_LIMIT",
     "patch_limit": "SSE_PATCH_LIMIT",
@@ -244,6 +245,9 @@ class RuntimeSettings:
     grading_timeout: float = GRADING_TIMEOUT
     output_cap: int = 256 * 1024
     keep_alive: bool = False
+    # A kept run's own (random, made when it starts): its `kept` phase names it, so that no file an image
+    # brought to the phase file's place can pass for the run's end (`kept_status`).
+    keep_token: str = ""
     # The largest file a process of model or sse-runner may write (RLIMIT_FSIZE).
     file_size: int = 4 << 30
     # The most a check copies of a tree; the largest patch a capture makes.
@@ -415,6 +419,9 @@ OWNER_LABEL = "ssebench.owner"
 # A run's, on its containers; ROLE_LABEL in sidecar mode only.
 RUN_LABEL = "ssebench.run"
 ROLE_LABEL = "ssebench.role"
+# A kept run's (--keep-containers), on its containers, network and volumes: the reaper leaves them to
+# `ssebench rm`.
+KEPT_LABEL = "ssebench.kept"
 
 # The agent that applies the task's known fix, and the label its runs' containers carry.
 REFERENCE_AGENT = "reference"
@@ -457,21 +464,32 @@ class Phase(StrEnum):
     GRADING = "grading"
     FINISHING = "finishing"
     FAILED = "failed"
+    # Keep-alive (SSE_KEEP_ALIVE=1): everything the host brings home is final, and the container stays up; the
+    # record names the status it would have exited with (`kept_status`). Sidecar mode's agent container
+    # writes it too, once the agent has ended and model's processes with it.
+    KEPT = "kept"
 
 
 # The most a phase file may hold; the host reads no more.
 PHASE_FILE_CAP = 256
 
 
-def phase_record(phase: Phase, at: float) -> bytes:
-    """The phase file's text: one JSON line, the phase and when (seconds since the epoch) it began."""
-    return json.dumps({"phase": phase.value, "since": round(at, 3)}).encode() + b"\n"
+def phase_record(phase: Phase, at: float, status: int | None = None, token: str | None = None) -> bytes:
+    """The phase file's text: one JSON line, the phase and when (seconds since the epoch) it began, and for
+    a kept container the status it would have exited with and its run's token (SSE_KEEP_TOKEN)."""
+    record: dict[str, object] = {"phase": phase.value, "since": round(at, 3)}
+    if status is not None:
+        record["status"] = status
+    if token is not None:
+        record["token"] = token
+    return json.dumps(record).encode() + b"\n"
 
 
 def parse_phase(data: bytes) -> Phase | None:
     """The phase a phase file's text names; None for anything else (too long, not JSON, another word).
 
-    The host acts on nothing but these words: a phase only says what `ssebench ps` prints.
+    The host acts on nothing but these words: a phase says what `ssebench ps` prints, and a kept run's ends
+    the host's wait for it (`kept_status`) as its container's exit would.
     """
     if len(data) > PHASE_FILE_CAP:
         return None
@@ -481,3 +499,16 @@ def parse_phase(data: bytes) -> Phase | None:
         return None
     word = record.get("phase") if isinstance(record, dict) else None
     return Phase(word) if isinstance(word, str) and word in Phase._value2member_map_ else None
+
+
+def kept_status(data: bytes, token: str) -> int | None:
+    """The status a kept container's phase file names (`Phase.KEPT`, with the run's `token`): the host's run
+    of it is over, as if it had exited with that status; None for any other text (the run goes on).
+
+    The token is made when the run starts and given to its containers alone: a phase file an image brought
+    (read before the entrypoint replaced it) cannot know it."""
+    if not token or parse_phase(data) is not Phase.KEPT:
+        return None
+    record = json.loads(data)
+    status = record.get("status")
+    return status if type(status) is int and record.get("token") == token else None

@@ -24,7 +24,9 @@ mode's task container, `task`):
    grades (`ssebench.runtime.grader`; a run it cannot grade, `NotGraded`,
    gets an error result);
 6. the archive pruned, the cgroup's counts in limits.json; exit with the
-   agent's status. SSE_KEEP_ALIVE=1 keeps the container up.
+   agent's status. SSE_KEEP_ALIVE=1 (--keep-containers) keeps the container
+   up instead: the phase `kept`, with that status, then a wait for its stop
+   (`stay_up`).
 
 Each step it enters is written for the host (`contract.Phase`,
 `ssebench.runtime.phase.write_phase`), and said on the container's log.
@@ -36,7 +38,7 @@ usually points) is never imported by root.
 Sidecar mode's agent container (`agent`) holds nothing that grades: it
 waits until the daemon answers on the shared agent socket, runs the agent as
 model (its output on the container's own log), ends every process of model,
-and exits with the agent's status. It has no /ssebench, no admin socket, no
+and exits with the agent's status (kept: says so in its phase, and stays up). It has no /ssebench, no admin socket, no
 results: an agent that became root there can change nothing of its grade.
 The tree's path comes in SSE_SOURCE.
 """
@@ -248,10 +250,19 @@ def grading_container(settings: RuntimeSettings, model: User, agent: AgentPhase)
     finish(settings, confirmed)
 
     if settings.keep_alive:
-        say("SSE_KEEP_ALIVE=1: the container stays up (the daemon still answers)")
-        wait_for_stop()
+        stay_up(settings, ended.status, "graded; the daemon still answers")
     end(daemon.process)
     return ended.status
+
+
+def stay_up(settings: RuntimeSettings, status: int, what: str) -> None:
+    """Keep-alive (--keep-containers): say the run is over, with the status this container would exit with
+    and the run's token, and wait for the container's stop. The host reads that phase
+    (`contract.kept_status`), brings the run's files home and leaves the container to `docker exec` and
+    `ssebench rm`."""
+    phase.write_phase(Phase.KEPT, status=status, token=settings.keep_token)
+    say(f"SSE_KEEP_ALIVE=1: the container stays up ({what}); its status would be {status}")
+    wait_for_stop()
 
 
 def finish(settings: RuntimeSettings, confirmed: bool) -> None:
@@ -302,6 +313,8 @@ def agent_container(settings: RuntimeSettings, model: User, command: list[str]) 
         say(f"ending {model.name}'s processes failed: {exc}")
     for line in limits_report()["hit"]:  # type: ignore[attr-defined]
         say(f"limit hit: {line}")  # on this stream of the container's log, which the agent's output is not on
+    if settings.keep_alive:  # the host freezes this container before the task container captures and grades
+        stay_up(settings, ended.status, "the agent has ended")
     return ended.status
 
 

@@ -41,8 +41,11 @@ FIGURES = AgentEnd.FIGURES
 AGENT_DONE_SLACK = 900.0
 
 
-def write_phase(phase: Phase, path: str = contract.PHASE_FILE) -> None:
-    """Record the phase the container is in for the host (`ssebench ps`); never fails the run: a phase that
+def write_phase(
+    phase: Phase, path: str = contract.PHASE_FILE, status: int | None = None, token: str | None = None
+) -> None:
+    """Record the phase the container is in for the host (`ssebench ps`; a kept container's, with the status
+    it would have exited with and its run's token, ends the host's wait); never fails the run: a phase that
     cannot be written is said on the log instead."""
     directory = os.path.dirname(path)
     try:
@@ -54,7 +57,9 @@ def write_phase(phase: Phase, path: str = contract.PHASE_FILE) -> None:
         held = os.lstat(directory)
         if held.st_uid != os.geteuid() or held.st_mode & 0o022:
             raise ValueError(f"{directory} must be a directory only its owner may write")
-        write_atomic(Path(directory), os.path.basename(path), contract.phase_record(phase, time.time()), 0o600)
+        write_atomic(
+            Path(directory), os.path.basename(path), contract.phase_record(phase, time.time(), status, token), 0o600
+        )
     except (OSError, ValueError) as exc:
         say(f"the phase ({phase.value}) could not be written: {exc}")
 

@@ -5,8 +5,10 @@ raises the leaf of `EngineError` its Raises names."""
 from __future__ import annotations
 
 import io
+import json
 import tarfile
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -14,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from ssebench.backend import Backend, ContainerSpec, Mount, RunTimeoutError, Volume
+from ssebench.backend import Backend, ContainerSpec, Handle, Mount, RunTimeoutError, Volume
 from ssebench.engine import (
     Cleanup,
     ConflictError,
@@ -29,8 +31,10 @@ from ssebench.engine import (
 )
 from ssebench.engine._docker import DockerCleanup, DockerContainers, DockerImages
 from ssebench.errors import BuildCancelled, SSEBenchError
+from ssebench.inflight import phase_text
 from ssebench.limits import Limits
 from ssebench.runspec import RESTRICTED_DNS_OPTIONS
+from ssebench.runtime.contract import PHASE_FILE
 from ssebench.settings import Settings, get_settings
 
 pytestmark = [pytest.mark.docker]
@@ -98,6 +102,43 @@ def test_a_command_runs_as_root_in_a_running_container_with_its_status_output_an
         handle.remove()
     with pytest.raises(SSEBenchError):  # the container is gone
         handle.execute(["true"], 10)
+
+
+def _ticks(handle: Handle) -> int:
+    """How many lines the ticking container has written (read through the engine: it works while paused)."""
+    with tarfile.open(fileobj=io.BytesIO(b"".join(handle.export("/tmp/ticks")))) as archive:
+        member = archive.extractfile("ticks")
+        assert member is not None
+        return len(member.read().split())
+
+
+def test_a_paused_container_runs_nothing_until_unpaused_and_its_phase_file_is_read(
+    backend: Backend, labels: dict[str, str]
+) -> None:
+    """How a kept run ends (its phase file) and how sidecar mode's kept agent container is held while the task
+    container grades (ssebench.live)."""
+    tick = "while :; do date +%s%N >> /tmp/ticks; sleep 0.05; done"
+    handle = backend.start(ContainerSpec(image=_image(), labels=labels, command=["bash", "-c", tick]))
+    try:
+        assert handle.phase_file() is None  # none yet
+        said = json.dumps({"phase": "kept", "status": 0})
+        handle.execute(["bash", "-c", f"mkdir -p -m 0700 /run/ssebench && echo '{said}' > {PHASE_FILE}"], 30)
+        archive = handle.phase_file()
+        assert archive is not None and phase_text(archive) == said.encode() + b"\n"
+        time.sleep(0.5)
+        handle.pause()
+        frozen = _ticks(handle)
+        time.sleep(1)
+        assert _ticks(handle) == frozen > 0 and handle.poll() is None  # nothing ran; it is still up
+        with pytest.raises(SSEBenchError):
+            handle.execute(["true"], 10)  # not even a command of the host's
+        handle.unpause()
+        time.sleep(1)
+        assert _ticks(handle) > frozen
+    finally:
+        handle.remove()
+    with pytest.raises(SSEBenchError):  # the container is gone
+        handle.phase_file()
 
 
 def test_read_only_mount(backend: Backend, labels: dict[str, str], tmp_path: Path) -> None:

@@ -41,7 +41,7 @@ from ssebench.engine import DockerBackend, NotFoundError, cleanup, client, conta
 from ssebench.errors import ConfigErrors, SSEBenchError
 from ssebench.image import LABEL_DATASET, image_names
 from ssebench.live import LiveRun, ModelLink, running
-from ssebench.reaper import Session, reap_session
+from ssebench.reaper import Session, reap_session, remove_kept
 from ssebench.result import make_run_dir, new_run_id, read_json_object, read_result, read_safely
 from ssebench.run import collect
 from ssebench.runspec import SIDECAR_AGENT_SOCKET, RunConfig, limits_for
@@ -309,9 +309,11 @@ class Launcher:
         grading_timeout: float = 3600,
         backend: DockerBackend | None = None,
         image: str | None = None,
+        keep: bool = False,
     ) -> HeldRun:
         """A run of `task_id` (c-demo, or the target's task), held in its agent phase unless `hold` is false;
-        `image` stands for the agent's."""
+        `image` stands for the agent's; `keep`: its containers stay up once it is over (--keep-containers),
+        removed as `ssebench rm` does."""
         task = self.task(task_id or (self.target.task.id if self.target else "c-demo"))
         config = RunConfig(
             task=task,
@@ -323,6 +325,7 @@ class Launcher:
             limits=limits_for(self.settings, task, limits),
             grading_timeout=grading_timeout,
             mode=self.mode,
+            keep_container=keep,
         )
         run_id = new_run_id(level, config.mode)
         run_dir = make_run_dir(self.tmp / "results", task.id, config.model, agent, run_id)
@@ -331,6 +334,8 @@ class Launcher:
             names = {**names, "agent": self.target.agent, "tool": self.target.tool}
         own = ExitStack()
         self.stack.callback(own.close)
+        if keep:  # the last step: once the run's block has ended (and left its containers up)
+            own.callback(remove_kept, [run_id])
         backend = backend or DockerBackend()
         live = own.enter_context(
             running(

@@ -220,6 +220,15 @@ class _BrokenHandle(Handle):
     def execute(self, argv: list[str], timeout: float) -> tuple[int, str]:
         raise SSEBenchError("Docker refused running a command: engine hiccup")
 
+    def phase_file(self) -> bytes | None:
+        raise SSEBenchError("Docker refused copying: engine hiccup")
+
+    def pause(self) -> None:
+        raise SSEBenchError("Docker refused pausing: engine hiccup")
+
+    def unpause(self) -> None:
+        raise SSEBenchError("Docker refused unpausing: engine hiccup")
+
     def remove(self) -> None:
         raise SSEBenchError("Docker refused removing: engine hiccup")
 
