@@ -3,19 +3,27 @@
 A call goes upstream as the parameters listed for its API and nothing else,
 its output limits within the model file's `max_output_tokens`. What the
 gateway does not know it can neither cap nor bill, so it is dropped: a
-server's own limits (llama.cpp's `n_predict`), billing options (`store`,
-`service_tier`), tools the provider bills per call (`web_search_options`).
-A call asking for several answers at once is refused: the budget is checked
-before a call, so one call must not multiply what it spends. Each API the
-gateway serves is one `Api` value (OpenAI's Responses and Anthropic's
-Messages will be two more).
+server's own limits (llama.cpp's `n_predict`), billing options
+(`service_tier`), tools the provider runs and bills per call
+(`web_search_options`, a Messages `web_search_*` tool, a Responses
+`web_search` tool), state kept at the provider (`previous_response_id`,
+`store`). A call asking for several answers at once is refused: the budget
+is checked before a call, so one call must not multiply what it spends.
+
+Each protocol the gateway serves is one `Api` value: OpenAI's Chat
+Completions and Responses, Anthropic's Messages.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, get_args
+
+ModelProtocol = Literal["openai-chat", "openai-responses", "anthropic-messages"]
+"""A model API as its wire format: what an upstream speaks and what an agent calls."""
+
+MODEL_PROTOCOLS: tuple[ModelProtocol, ...] = get_args(ModelProtocol)
 
 
 class BadCall(ValueError):
@@ -26,6 +34,7 @@ class BadCall(ValueError):
 class Api:
     """One upstream API: where its calls go and which of their parameters are forwarded."""
 
+    protocol: ModelProtocol
     name: str
     # Under the model's base_url upstream, and under /v1 on a model listener.
     path: str
@@ -38,21 +47,30 @@ class Api:
     output_limits: tuple[str, ...]
     # The parameter asking for several answers in one call, which must be 1 (or absent).
     choices: str | None = None
-    streaming: bool = False
+    # The `type`s of tools passed on (a tool without one is the API's plain function tool);
+    # an entry ending in '_' is a prefix (Anthropic's versioned client tools, `bash_20250124`).
+    # Other tools run at the provider, billed per call: they are dropped.
+    tool_types: tuple[str, ...] = ("function",)
+    # Parameters set whatever the agent sent.
+    fixed: tuple[tuple[str, Any], ...] = ()
+    # The agent's request headers passed on upstream (all others are the gateway's own).
+    headers: tuple[str, ...] = ()
 
     def upstream_body(self, body: dict[str, Any], *, model: str, max_output_tokens: int | None) -> dict[str, Any]:
         """What goes upstream for an agent's `body`, as `model`. Raises BadCall."""
         for name in self.lists:
             if not isinstance(body.get(name), list):
                 raise BadCall(f"the body must be a JSON object with a {name} list")
-        if body.get("stream") and not self.streaming:
-            raise BadCall("streaming is not supported by the SSEBench gateway; send stream: false")
+        if "stream" in body and type(body["stream"]) is not bool:
+            raise BadCall(f"stream must be true or false, not {_shown(body['stream'])}")
         if self.choices is not None and self.choices in body and not _is_int(body[self.choices], 1, 1):
             raise BadCall(
                 f"{self.choices} must be 1: the gateway forwards one completion per call, "
                 f"not {_shown(body[self.choices])}"
             )
         out = {name: value for name, value in body.items() if name in self.forwarded}
+        if isinstance(out.get("tools"), list):
+            out["tools"] = [tool for tool in out["tools"] if self._runs_at_the_agent(tool)]
         for name in self.output_limits:
             if name in body:
                 value = body[name]
@@ -61,8 +79,23 @@ class Api:
                 out[name] = value if max_output_tokens is None else min(value, max_output_tokens)
         if max_output_tokens is not None and not any(name in out for name in self.output_limits):
             out[self.output_limits[0]] = max_output_tokens
+        if body.get("stream") is True:
+            out["stream"] = True
+            if self.protocol == "openai-chat":  # else the stream carries no usage, and the call no count
+                out["stream_options"] = {"include_usage": True}
+        else:
+            out.pop("stream", None)
+        out.update(self.fixed)
         out["model"] = model
         return out
+
+    def _runs_at_the_agent(self, tool: Any) -> bool:
+        if not isinstance(tool, dict) or "type" not in tool:
+            return True
+        kind = tool["type"]
+        return isinstance(kind, str) and any(
+            kind.startswith(allowed) if allowed.endswith("_") else kind == allowed for allowed in self.tool_types
+        )
 
 
 def _is_int(value: Any, low: int, high: int | None) -> bool:
@@ -76,6 +109,7 @@ def _shown(value: Any) -> str:
 
 
 CHAT_COMPLETIONS = Api(
+    protocol="openai-chat",
     name="OpenAI Chat Completions",
     path="/chat/completions",
     lists=("messages",),
@@ -103,4 +137,75 @@ CHAT_COMPLETIONS = Api(
     ),
     output_limits=("max_tokens", "max_completion_tokens"),
     choices="n",
+    tool_types=("function", "custom"),
 )
+
+RESPONSES = Api(
+    protocol="openai-responses",
+    name="OpenAI Responses",
+    path="/responses",
+    lists=(),
+    forwarded=frozenset(
+        {
+            "input",
+            "instructions",
+            "tools",
+            "tool_choice",
+            "parallel_tool_calls",
+            "temperature",
+            "top_p",
+            "reasoning",
+            "text",
+            "include",
+            "prompt_cache_key",
+            "user",
+        }
+    ),
+    output_limits=("max_output_tokens",),
+    # local_shell runs at the agent (Codex's shell tool on some models); web_search, file_search,
+    # code_interpreter, mcp and image_generation run at the provider.
+    tool_types=("function", "custom", "local_shell"),
+    # Nothing kept at the provider: Codex sends the whole input each turn with store false, and a
+    # stored response could be fetched by id by whoever holds the provider key.
+    fixed=(("store", False),),
+)
+
+MESSAGES = Api(
+    protocol="anthropic-messages",
+    name="Anthropic Messages",
+    path="/messages",
+    lists=("messages",),
+    forwarded=frozenset(
+        {
+            "messages",
+            "system",
+            "tools",
+            "tool_choice",
+            "temperature",
+            "top_p",
+            "top_k",
+            "stop_sequences",
+            "thinking",
+            "metadata",
+        }
+    ),
+    output_limits=("max_tokens",),
+    # Client tools: the plain ones (no type, or "custom") and Anthropic's versioned ones the agent
+    # runs itself; web_search_*, web_fetch_*, code_execution_* and MCP toolsets run at Anthropic.
+    tool_types=("custom", "bash_", "text_editor_", "computer_", "memory_"),
+    headers=("anthropic-version", "anthropic-beta"),
+)
+
+APIS: dict[ModelProtocol, Api] = {api.protocol: api for api in (CHAT_COMPLETIONS, RESPONSES, MESSAGES)}
+# The Messages API's version the gateway sends when the agent names none.
+ANTHROPIC_VERSION = "2023-06-01"
+
+
+def counted_tokens(body: bytes) -> int:
+    """The answer to a token count: an estimate from the body's size (4 bytes a token), the same every time.
+
+    Counting is answered by the gateway itself, for every model: it is no
+    model call (nothing is generated or billed), and forwarding it would let
+    an agent spend the provider's rate limits outside its budget.
+    """
+    return max(1, len(body) // 4)

@@ -1,11 +1,13 @@
 """Model declarations: one `models/<name>.yaml` per model the gateway serves.
 
     name: gpt-4o-mini                         # = the file's stem
-    base_url: https://api.openai.com/v1       # an OpenAI-compatible upstream ...
+    base_url: https://api.openai.com/v1       # an upstream ...
+    protocol: openai-chat                     # ... and the API it speaks (default openai-chat)
     # script: scripted/fix.yaml               # ... or a scripted playback (path relative to this file)
     upstream_model: gpt-4o-mini               # the id sent upstream (default: name)
     api_key_env: OPENAI_API_KEY               # the HOST variable that holds the provider key
     price: {input: 0.15, output: 0.60}        # USD per million tokens (default 0)
+    # price: {input: 3, output: 15, cache_read: 0.3, cache_write: 3.75}   # cached input (default: input)
     budget: {tokens: 2000000, cost: 5.0}      # per run (optional)
     max_output_tokens: 4096                   # cap on each answer (optional)
 
@@ -24,6 +26,7 @@ from urllib.parse import urlsplit
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from ssebench.errors import ConfigError, ConfigErrors
+from ssebench.gateway._apis import MODEL_PROTOCOLS, ModelProtocol
 from ssebench.schema import Strict, load
 
 # The model listeners' port, the same on every run network (each has its own IP). Not 4000,
@@ -41,13 +44,27 @@ class _StrictModel(Strict):
 
 
 class Price(_StrictModel):
-    """USD per million tokens."""
+    """USD per million tokens: input tokens, output tokens, and input read from or written to the provider's cache.
+
+    A cache price left out is the input price: a provider that bills cached
+    input otherwise is written down, not guessed.
+    """
 
     input: float = Field(default=0.0, ge=0)
     output: float = Field(default=0.0, ge=0)
+    cache_read: float | None = Field(default=None, ge=0)
+    cache_write: float | None = Field(default=None, ge=0)
 
-    def cost(self, prompt_tokens: int, completion_tokens: int) -> float:
-        return (prompt_tokens * self.input + completion_tokens * self.output) / 1_000_000
+    def cost(
+        self, prompt_tokens: int, completion_tokens: int, cache_read_tokens: int = 0, cache_write_tokens: int = 0
+    ) -> float:
+        """The cost of a call; `prompt_tokens` is all its input, the cache tokens among them."""
+        read = self.input if self.cache_read is None else self.cache_read
+        write = self.input if self.cache_write is None else self.cache_write
+        plain = max(0, prompt_tokens - cache_read_tokens - cache_write_tokens)
+        return (
+            plain * self.input + cache_read_tokens * read + cache_write_tokens * write + completion_tokens * self.output
+        ) / 1_000_000
 
 
 class Budget(_StrictModel):
@@ -70,6 +87,7 @@ class ModelConfig(_StrictModel):
 
     name: str
     base_url: str | None = None
+    protocol: ModelProtocol = "openai-chat"
     script: str | None = None
     upstream_model: str | None = None
     api_key_env: str | None = None
@@ -133,10 +151,18 @@ class ModelConfig(_StrictModel):
     @model_validator(mode="after")
     def _one_upstream(self) -> ModelConfig:
         if (self.base_url is None) == (self.script is None):
-            raise ValueError(
-                "give exactly one of base_url (an OpenAI-compatible server) and script (a scripted playback file)"
-            )
+            raise ValueError("give exactly one of base_url (an upstream server) and script (a scripted playback file)")
+        if self.script is not None and "protocol" in self.model_fields_set:
+            raise ValueError("protocol is the upstream's (base_url's): a scripted playback speaks every protocol")
         return self
+
+    @property
+    def protocols(self) -> frozenset[ModelProtocol]:
+        """The protocols an agent may call this model in: the upstream's, or all for a scripted playback.
+
+        The gateway forwards a call only in the upstream's own protocol; it translates none.
+        """
+        return frozenset(MODEL_PROTOCOLS) if self.script is not None else frozenset({self.protocol})
 
     @property
     def upstream_id(self) -> str:

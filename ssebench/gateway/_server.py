@@ -1,4 +1,4 @@
-"""The gateway: per-run keys, budgets and accounting in front of OpenAI-compatible upstreams.
+"""The gateway: per-run keys, budgets and accounting in front of model upstreams.
 
 Two kinds of listener share one `Gateway` in one process:
 
@@ -6,8 +6,12 @@ Two kinds of listener share one `Gateway` in one process:
   a run (`POST /runs`), gets its key and base URL, and finishes it
   (`POST /runs/{id}/finish`) to get its usage;
 - MODEL listeners, one per address runs are served on (a run network's
-  gateway IP, where only that network's containers reach it):
-  `POST /v1/chat/completions` and `GET /v1/models`, with the run's key.
+  gateway IP, where only that network's containers reach it), with the
+  run's key: `POST /v1/chat/completions` (OpenAI Chat Completions),
+  `POST /v1/responses` (OpenAI Responses), `POST /v1/messages` (Anthropic
+  Messages) and `/v1/messages/count_tokens`, `GET /v1/models`. A call goes
+  upstream in its own protocol, which must be the model's (`_apis.py`); a
+  streamed answer passes to the agent as it comes, its usage read on the way.
 
 A key is valid only for its run's model, only while the run is registered
 and not expired, and only on the listener its run was registered for. The
@@ -36,7 +40,7 @@ import os
 import re
 import secrets
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -45,10 +49,11 @@ import httpx
 from pydantic import ConfigDict, Field, ValidationError, field_validator
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
-from ssebench.gateway._apis import CHAT_COMPLETIONS, BadCall
+from ssebench.gateway._apis import ANTHROPIC_VERSION, APIS, MESSAGES, Api, BadCall, ModelProtocol, counted_tokens
 from ssebench.gateway._limits import (
     KEPT_REFUSALS,
     LOGGED_REFUSALS,
@@ -60,8 +65,8 @@ from ssebench.gateway._limits import (
 )
 from ssebench.gateway._listeners import Connections, UvicornListeners, listen, server
 from ssebench.gateway._models import MODEL_PORT, Budget, ModelConfig
-from ssebench.gateway._usage import Usage, UsageRecord
-from ssebench.gateway.scripted import Playback, Reply, error_reply
+from ssebench.gateway._usage import StreamUsage, Tokens, Usage, UsageRecord, usage_of
+from ssebench.gateway.scripted import Playback, Reply, error_body, error_reply
 from ssebench.schema import Strict
 from ssebench.settings import get_settings
 
@@ -73,6 +78,11 @@ RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 MAX_TTL_SECONDS = 7 * 24 * 3600
 # Upstream answers can take minutes for long outputs; connecting cannot.
 UPSTREAM_TIMEOUT = httpx.Timeout(600.0, connect=15.0)
+# Chunks of a streamed answer held for an agent that reads slower than the upstream sends: then
+# the upstream waits (a stream's chunks are small: tokens).
+PIPE_CHUNKS = 256
+# The agent's headers passed upstream (the Api's `headers`) are short printable ASCII.
+HEADER_VALUE = re.compile(r"^[\x20-\x7e]{1,512}$")
 
 
 class GatewayRefusal(Exception):
@@ -89,9 +99,9 @@ class GatewayRefusal(Exception):
         self.message = message
         self.close = close
 
-    def response(self) -> Response:
+    def response(self, protocol: ModelProtocol = "openai-chat") -> Response:
         return JSONResponse(
-            {"error": {"type": self.kind, "message": self.message}},
+            error_body(self.kind, self.message, protocol),
             self.status,
             headers={"connection": "close"} if self.close else None,
         )
@@ -146,6 +156,8 @@ class Run:
     calls: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
     cost: float = 0.0
     refused: int = 0
     rejected: int = 0
@@ -165,6 +177,8 @@ class Run:
             calls=self.calls,
             prompt_tokens=self.prompt_tokens,
             completion_tokens=self.completion_tokens,
+            cache_read_tokens=self.cache_read_tokens,
+            cache_write_tokens=self.cache_write_tokens,
             total_tokens=self.prompt_tokens + self.completion_tokens,
             cost=round(self.cost, 10),
             refused=self.refused,
@@ -319,12 +333,17 @@ class Gateway:
     def authorise(self, request: Request, host: str) -> Run:
         """The run whose key the request carries, on this listener. Raises GatewayRefusal (401).
 
-        Its refusals close the connection: the body is not read for a caller without a key.
+        The key comes as `Authorization: Bearer <key>` (OpenAI's SDKs, and
+        Anthropic's with an auth token) or as `x-api-key: <key>` (Anthropic's
+        SDK and Claude Code). Its refusals close the connection: the body is
+        not read for a caller without a key.
         """
         header = request.headers.get("authorization", "")
         scheme, _, key = header.partition(" ")
         if scheme.lower() != "bearer" or not key.strip():
-            raise _unauthorised("send the run's key as 'Authorization: Bearer <key>'")
+            key = request.headers.get("x-api-key", "")
+        if not key.strip():
+            raise _unauthorised("send the run's key as 'Authorization: Bearer <key>' or as 'x-api-key: <key>'")
         run = self._keys.get(key_hash(key.strip()))
         if run is None or run.host != host:
             raise _unauthorised("invalid key: not a key of a run served here")
@@ -334,8 +353,8 @@ class Gateway:
             raise _unauthorised(f"the key of run {run.run_id} has expired")
         return run
 
-    async def _read_call(self, run: Run, request: Request) -> bytes:
-        """The upstream body of a chat-completions request: read, parsed, checked. Raises GatewayRefusal."""
+    async def _read_json(self, run: Run, request: Request, api: Api) -> tuple[dict[str, Any], int]:
+        """A call's body (and its size): read, parsed, its model checked. Raises GatewayRefusal."""
         try:
             raw = await self._read_body(request)
             body = _parse(raw)
@@ -343,23 +362,43 @@ class Gateway:
             raise GatewayRefusal(
                 503, "overloaded", "the gateway has no memory for this request now; retry later", close=True
             ) from None
+        size = len(raw)
         del raw  # what waits for its turn is the upstream body only
         if not isinstance(body, dict):
-            raise GatewayRefusal(400, "invalid_request_error", "the body must be a JSON object with a messages list")
+            lists = " and ".join(f"a {name} list" for name in api.lists)
+            raise GatewayRefusal(
+                400, "invalid_request_error", "the body must be a JSON object" + (f" with {lists}" if lists else "")
+            )
         if body.get("model") != run.model.name:
             raise GatewayRefusal(
                 403,
                 "permission_error",
                 f"this key is for model '{run.model.name}' only, not '{_shown(body.get('model'))}'",
             )
+        return body, size
+
+    async def _read_call(self, run: Run, request: Request, api: Api) -> Call:
+        """The upstream call of a request in `api`'s protocol: read, parsed, checked. Raises GatewayRefusal."""
+        body, _ = await self._read_json(run, request, api)
         try:
-            upstream = CHAT_COMPLETIONS.upstream_body(
+            upstream = api.upstream_body(
                 body, model=run.model.upstream_id, max_output_tokens=run.model.max_output_tokens
             )
         except BadCall as exc:
             raise GatewayRefusal(400, "invalid_request_error", str(exc)) from None
+        headers: dict[str, str] = {}
+        for name in api.headers:
+            value = request.headers.get(name)
+            if value is None:
+                continue
+            if not HEADER_VALUE.match(value):
+                raise GatewayRefusal(
+                    400, "invalid_request_error", f"the {name} header must be printable ASCII of at most 512 characters"
+                )
+            headers[name] = value
         # ASCII: a lone surrogate the agent sent escaped goes on escaped, as the agent sent it.
-        return json.dumps(upstream, separators=(",", ":")).encode()
+        payload = json.dumps(upstream, separators=(",", ":")).encode()
+        return Call(api, payload, stream=upstream.get("stream") is True, headers=headers)
 
     async def _read_body(self, request: Request) -> bytearray:
         """The body, read as it comes: refused (413) once past the cap, or (408) when it is too slow."""
@@ -390,44 +429,77 @@ class Gateway:
             self._playbacks[model.name] = Playback.from_file(model.script_path)
         return self._playbacks[model.name]
 
-    async def _upstream(self, run: Run, payload: bytes) -> Reply:
-        model = run.model
+    async def _upstream(
+        self, run: Run, call: Call, pipe: Pipe | None, meter: StreamUsage
+    ) -> tuple[Reply, Tokens, str | None]:
+        """The call's answer from its upstream, with its tokens and the problem of its usage, if any.
+
+        A streamed answer goes to `pipe` as it comes (the Reply returned has
+        no body); `meter` reads its usage on the way.
+        """
+        model, protocol = run.model, call.api.protocol
         if model.script is not None:
-            return self._playback(model).respond(json.loads(payload), caller=run.run_id)
+            reply = self._playback(model).respond(json.loads(call.payload), caller=run.run_id, protocol=protocol)
+            if reply.chunks and pipe is not None:
+                return await _relay(reply.status, reply.content_type, _each(reply.chunks), pipe, meter)
+            return _measured(protocol, reply)
         assert model.base_url is not None
         if self._client is None:
             self._client = httpx.AsyncClient(
                 timeout=UPSTREAM_TIMEOUT, transport=self.upstream_transport, follow_redirects=False
             )
-        headers = {"content-type": "application/json"}
-        if model.api_key_env:
-            headers["authorization"] = f"Bearer {self.environ.get(model.api_key_env, '')}"
-        try:
-            response = await self._client.post(
-                f"{model.base_url}{CHAT_COMPLETIONS.path}", content=payload, headers=headers
-            )
-        except httpx.HTTPError as exc:
-            return error_reply(
-                502, "upstream_unreachable", f"the upstream of model {model.name} did not answer: {type(exc).__name__}"
-            )
-        if response.status_code in (401, 403):
-            # Never pass these bodies on: providers quote (part of) the key they refused.
-            return error_reply(
-                502,
-                "upstream_auth_error",
-                f"the upstream refused the gateway's credentials ({response.status_code}); "
-                f"the operator should check ${model.api_key_env or '(no api_key_env)'}",
-            )
-        return Reply(
-            response.status_code,
-            response.content,
-            response.headers.get("content-type", "application/json").split(";")[0],
+        headers = {"content-type": "application/json", **call.headers}
+        key = self.environ.get(model.api_key_env, "") if model.api_key_env else None
+        if protocol == "anthropic-messages":
+            headers.setdefault("anthropic-version", ANTHROPIC_VERSION)
+            if key is not None:
+                headers["x-api-key"] = key
+        elif key is not None:
+            headers["authorization"] = f"Bearer {key}"
+        request = self._client.build_request(
+            "POST", f"{model.base_url}{call.api.path}", content=call.payload, headers=headers
         )
+        try:
+            response = await self._client.send(request, stream=True)
+        except httpx.HTTPError as exc:
+            return _failed(
+                502,
+                "upstream_unreachable",
+                f"the upstream of model {model.name} did not answer: {type(exc).__name__}",
+                protocol,
+            )
+        try:
+            if response.status_code in (401, 403):
+                # Never pass these bodies on: providers quote (part of) the key they refused.
+                return _failed(
+                    502,
+                    "upstream_auth_error",
+                    f"the upstream refused the gateway's credentials ({response.status_code}); "
+                    f"the operator should check ${model.api_key_env or '(no api_key_env)'}",
+                    protocol,
+                )
+            content_type = response.headers.get("content-type", "application/json").split(";")[0].strip()
+            if pipe is not None and response.status_code == 200 and content_type == "text/event-stream":
+                return await _relay(200, content_type, response.aiter_bytes(), pipe, meter)
+            try:
+                body = await response.aread()
+            except httpx.HTTPError as exc:
+                return _failed(
+                    502,
+                    "upstream_unreachable",
+                    f"the upstream of model {model.name} broke off: {type(exc).__name__}",
+                    protocol,
+                )
+            return _measured(protocol, Reply(response.status_code, body, content_type))
+        finally:
+            await response.aclose()
 
     def _record(self, run: Run, record: UsageRecord) -> None:
         run.records.append(record)
         run.prompt_tokens += record.prompt_tokens
         run.completion_tokens += record.completion_tokens
+        run.cache_read_tokens += record.cache_read_tokens
+        run.cache_write_tokens += record.cache_write_tokens
         run.cost += record.cost
         with run.usage_file.open("a", encoding="utf-8") as out:
             out.write(record.model_dump_json() + "\n")
@@ -459,139 +531,204 @@ class Gateway:
                 "; further refusals are counted, not logged" if refusals == LOGGED_REFUSALS else "",
             )
 
-    async def complete(self, run: Run, payload: bytes) -> Reply:
+    async def complete(self, run: Run, call: Call) -> Reply | Pipe:
         """One call of `run`: the budget, the upstream call, its record.
 
         The call is a task of its own, which the request only waits for: once
-        upstream, it is recorded even if the request is cancelled.
+        upstream, it is recorded even if the request is cancelled or its
+        agent leaves mid-stream (the rest of the stream is read for its
+        usage). A streamed answer is a Pipe as soon as its first bytes come;
+        anything else (an error, a refusal, a whole answer) is a Reply.
         """
-        task = asyncio.create_task(self._complete(run, payload))
+        pipe = Pipe() if call.stream else None
+        task = asyncio.create_task(self._complete(run, call, pipe))
         run.calls_under_way.add(task)
         task.add_done_callback(run.calls_under_way.discard)
-        return await asyncio.shield(task)
+        if pipe is None:
+            return await asyncio.shield(task)
+        opened = asyncio.ensure_future(pipe.opened.wait())
+        try:
+            await asyncio.wait({task, opened}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            pipe.leave()
+            raise
+        finally:
+            opened.cancel()
+        return pipe if pipe.opened.is_set() else task.result()
 
-    async def _complete(self, run: Run, payload: bytes) -> Reply:
+    async def _complete(self, run: Run, call: Call, pipe: Pipe | None) -> Reply:
+        protocol = call.api.protocol
         try:
             async with run.lock:  # a run's calls one at a time: its budget is exact
                 if run.finishing:
-                    return self._finished_before(run)
+                    return self._finished_before(run, protocol)
                 why = run.exhausted()
                 if why is not None:
                     run.stopped = run.stopped or f"budget exhausted: {why}"
                     self.refuse(run, 429, "budget exhausted", budget=True)
                     return error_reply(
-                        429, "budget_exhausted", f"the run's budget is exhausted ({why}); no more calls are forwarded"
+                        429,
+                        "budget_exhausted",
+                        f"the run's budget is exhausted ({why}); no more calls are forwarded",
+                        protocol,
                     )
-                return await self._forward(run, payload)
+                return await self._forward(run, call, pipe)
         except asyncio.CancelledError:  # the run finished while this call waited for its turn
-            return self._finished_before(run)
+            return self._finished_before(run, protocol)
 
-    def _finished_before(self, run: Run) -> Reply:
+    def _finished_before(self, run: Run, protocol: ModelProtocol) -> Reply:
         self.refuse(run, 401, "the run finished before the call's turn")
-        return error_reply(401, "authentication_error", _revoked(run))
+        return error_reply(401, "authentication_error", _revoked(run), protocol)
 
-    async def _forward(self, run: Run, payload: bytes) -> Reply:
+    async def _forward(self, run: Run, call: Call, pipe: Pipe | None) -> Reply:
         started = time.monotonic()
         run.calls += 1
+        meter = StreamUsage(call.api.protocol)
         try:
-            reply = await self._upstream(run, payload)
+            reply, tokens, error = await self._upstream(run, call, pipe, meter)
         except asyncio.CancelledError:
-            # Finishing gave up waiting: the upstream may bill this call, so it is recorded, without tokens.
+            # Finishing gave up waiting: the upstream may bill this call, so it is recorded, with the
+            # tokens its stream reported so far (none, unless it streamed).
             cut = "cancelled: the run finished while the call was upstream; the upstream may bill it"
-            self._record(
-                run,
-                UsageRecord(
-                    ts=self.clock(),
-                    run=run.run_id,
-                    model=run.model.name,
-                    status=503,
-                    latency=round(time.monotonic() - started, 4),
-                    error=cut,
-                ),
-            )
+            tokens, _ = meter.result()
+            self._record(run, self._usage_record(run, 503, tokens, started, cut))
             log.warning("run %s: %s", run.run_id, cut)
-            return error_reply(503, "run_finished", f"run {run.run_id} finished while this call was upstream")
-        latency = round(time.monotonic() - started, 4)
-        prompt, completion, error = 0, 0, None
-        if reply.status != 200:
-            error = f"upstream answered {reply.status}: {reply.body[:200].decode('utf-8', 'replace')}"
-        else:
-            prompt, completion, error = _usage_of(reply.body)
-        cost = run.model.price.cost(prompt, completion)
-        self._record(
-            run,
-            UsageRecord(
-                ts=self.clock(),
-                run=run.run_id,
-                model=run.model.name,
-                status=reply.status,
-                prompt_tokens=prompt,
-                completion_tokens=completion,
-                cost=cost,
-                latency=latency,
-                error=error,
-            ),
-        )
+            return error_reply(
+                503, "run_finished", f"run {run.run_id} finished while this call was upstream", call.api.protocol
+            )
+        self._record(run, self._usage_record(run, reply.status, tokens, started, error))
         log.info(
-            "run %s: %s -> %d, %d+%d tokens, %.2fs%s",
+            "run %s: %s %s -> %d, %d+%d tokens, %.2fs%s",
             run.run_id,
             run.model.name,
+            call.api.protocol,
             reply.status,
-            prompt,
-            completion,
-            latency,
+            tokens.prompt,
+            tokens.completion,
+            time.monotonic() - started,
             f", {error}" if error else "",
         )
         if (why := run.exhausted()) is not None:
             run.stopped = run.stopped or f"budget exhausted: {why}"
         return reply
 
+    def _usage_record(self, run: Run, status: int, tokens: Tokens, started: float, error: str | None) -> UsageRecord:
+        return UsageRecord(
+            ts=self.clock(),
+            run=run.run_id,
+            model=run.model.name,
+            status=status,
+            prompt_tokens=tokens.prompt,
+            completion_tokens=tokens.completion,
+            cache_read_tokens=tokens.cache_read,
+            cache_write_tokens=tokens.cache_write,
+            cost=run.model.price.cost(*tokens),
+            latency=round(time.monotonic() - started, 4),
+            error=error,
+        )
+
     # -- the apps ------------------------------------------------------------
+
+    def _admit(self, request: Request, host: str, protocol: ModelProtocol) -> Run:
+        """The run of a request on a route of `protocol`, if its key, its model and its load allow. Raises GatewayRefusal."""
+        run = self.authorise(request, host)
+        if protocol not in run.model.protocols:
+            served = ", ".join(sorted(run.model.protocols))
+            refusal = GatewayRefusal(
+                404,
+                "not_found_error",
+                f"model '{run.model.name}' speaks {served}, not {protocol}: call its route, or pick a model of {protocol}",
+                close=True,
+            )
+            self.refuse(run, refusal.status, refusal.message)
+            raise refusal
+        if run.active >= self.limits.run_requests:
+            busy = GatewayRefusal(
+                429,
+                "too_many_requests",
+                f"run {run.run_id} has {run.active} requests under way, its limit; wait for their answers",
+                close=True,
+            )
+            self.refuse(run, busy.status, busy.message)
+            raise busy
+        return run
 
     def model_app(self, host: str) -> Starlette:
         """The app of the model listener on `host`: keys of runs registered for `host` only."""
 
-        async def completions(request: Request) -> Response:
+        def calls(api: Api) -> Callable[[Request], Awaitable[Response]]:
+            async def answer(request: Request) -> Response:
+                try:
+                    run = self._admit(request, host, api.protocol)
+                except GatewayRefusal as refusal:
+                    return refusal.response(api.protocol)
+                run.active += 1
+                streaming = False
+                try:
+                    try:
+                        call = await self._read_call(run, request, api)
+                    except GatewayRefusal as refusal:
+                        self.refuse(run, refusal.status, refusal.message)
+                        return refusal.response(api.protocol)
+                    outcome = await self.complete(run, call)
+                    if isinstance(outcome, Pipe):
+                        streaming = True  # the request is under way until its stream ends
+
+                        def ended() -> None:
+                            run.active -= 1
+
+                        return Relayed(outcome, ended)
+                except Exception:  # a bug of ours: one answer in the error shape, the traceback logged within a quota
+                    errors.exception("run %s: the gateway failed a model call", run.run_id)
+                    return GatewayRefusal(500, "gateway_error", "the gateway failed this call; see its log").response(
+                        api.protocol
+                    )
+                finally:
+                    if not streaming:
+                        run.active -= 1
+                return Response(outcome.body, outcome.status, media_type=outcome.content_type)
+
+            return answer
+
+        async def count_tokens(request: Request) -> Response:
+            # Answered here, for every model of Messages: no model call, so neither forwarded,
+            # budgeted nor recorded (see counted_tokens).
             try:
-                run = self.authorise(request, host)
+                run = self._admit(request, host, MESSAGES.protocol)
             except GatewayRefusal as refusal:
-                return refusal.response()
-            if run.active >= self.limits.run_requests:
-                busy = GatewayRefusal(
-                    429,
-                    "too_many_requests",
-                    f"run {run.run_id} has {run.active} requests under way, its limit; wait for their answers",
-                    close=True,
-                )
-                self.refuse(run, busy.status, busy.message)
-                return busy.response()
+                return refusal.response(MESSAGES.protocol)
             run.active += 1
             try:
-                try:
-                    payload = await self._read_call(run, request)
-                except GatewayRefusal as refusal:
-                    self.refuse(run, refusal.status, refusal.message)
-                    return refusal.response()
-                reply = await self.complete(run, payload)
-            except Exception:  # a bug of ours: one answer in the error shape, the traceback logged within a quota
-                errors.exception("run %s: the gateway failed a model call", run.run_id)
-                return GatewayRefusal(500, "gateway_error", "the gateway failed this call; see its log").response()
+                _, size = await self._read_json(run, request, MESSAGES)
+            except GatewayRefusal as refusal:
+                self.refuse(run, refusal.status, refusal.message)
+                return refusal.response(MESSAGES.protocol)
             finally:
                 run.active -= 1
-            return Response(reply.body, reply.status, media_type=reply.content_type)
+            return JSONResponse({"input_tokens": counted_tokens(b" " * size)})
 
         async def models(request: Request) -> Response:
             try:
                 run = self.authorise(request, host)
             except GatewayRefusal as refusal:
                 return refusal.response()
+            name = run.model.name
+            # One list in both shapes: OpenAI's (object, owned_by) and Anthropic's (type, display_name, has_more).
+            entry = {"id": name, "object": "model", "owned_by": "ssebench", "type": "model", "display_name": name}
             return JSONResponse(
-                {"object": "list", "data": [{"id": run.model.name, "object": "model", "owned_by": "ssebench"}]}
+                {
+                    "object": "list",
+                    "data": [{**entry, "created_at": "2026-01-01T00:00:00Z"}],
+                    "has_more": False,
+                    "first_id": name,
+                    "last_id": name,
+                }
             )
 
         return Starlette(
             routes=[
-                Route(f"/v1{CHAT_COMPLETIONS.path}", completions, methods=["POST"]),
+                *(Route(f"/v1{api.path}", calls(api), methods=["POST"]) for api in APIS.values()),
+                Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
                 Route("/v1/models", models, methods=["GET"]),
             ]
         )
@@ -665,19 +802,108 @@ def _first_problem(exc: Exception) -> str:
     return "the body is not JSON"
 
 
-def _usage_of(body: bytes) -> tuple[int, int, str | None]:
-    """(prompt tokens, completion tokens, error) of an upstream 200 answer."""
+@dataclass(frozen=True)
+class Call:
+    """A model call as it goes upstream: its API, its body, whether it streams, the agent's headers passed on."""
+
+    api: Api
+    payload: bytes
+    stream: bool = False
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+class Pipe:
+    """A streamed answer on its way from the call's task to the agent: its head, then its chunks.
+
+    The task puts each chunk as it comes; an agent reading slower makes it
+    wait (PIPE_CHUNKS), an agent that left (`leave`) does not: the task
+    reads on to the stream's end for its usage, and drops the chunks.
+    """
+
+    def __init__(self) -> None:
+        self.opened = asyncio.Event()
+        self.status = 200
+        self.content_type = "text/event-stream"
+        self.gone = False
+        self._queue: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self._room = asyncio.Event()
+
+    def open(self, status: int, content_type: str) -> None:
+        self.status, self.content_type = status, content_type
+        self.opened.set()
+
+    async def put(self, chunk: bytes) -> None:
+        while not self.gone and self._queue.qsize() >= PIPE_CHUNKS:
+            self._room.clear()
+            await self._room.wait()
+        if not self.gone:
+            self._queue.put_nowait(chunk)
+
+    def end(self) -> None:
+        self._queue.put_nowait(None)
+
+    def leave(self) -> None:
+        self.gone = True
+        self._room.set()
+        while not self._queue.empty():
+            self._queue.get_nowait()
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        while (chunk := await self._queue.get()) is not None:
+            self._room.set()
+            yield chunk
+
+
+class Relayed(StreamingResponse):
+    """The agent's end of a Pipe; when it ends (the stream's end, or the agent gone) `ended` runs."""
+
+    def __init__(self, pipe: Pipe, ended: Callable[[], None]) -> None:
+        super().__init__(
+            pipe.chunks(), pipe.status, headers={"cache-control": "no-cache"}, media_type=pipe.content_type
+        )
+        self.pipe = pipe
+        self.ended = ended
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.pipe.leave()
+            self.ended()
+
+
+async def _relay(
+    status: int, content_type: str, chunks: AsyncIterator[bytes], pipe: Pipe, meter: StreamUsage
+) -> tuple[Reply, Tokens, str | None]:
+    """Pass a stream to `pipe` chunk by chunk, reading its usage on the way; its tokens once it ends."""
+    pipe.open(status, content_type)
+    cut = None
     try:
-        data = json.loads(body)
-    except (ValueError, RecursionError):
-        return 0, 0, f"upstream answer is not JSON ({len(body)} bytes)"
-    usage = data.get("usage") if isinstance(data, dict) else None
-    if not isinstance(usage, dict):
-        return 0, 0, "upstream answer reports no usage"
-    prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
-    if not (isinstance(prompt, int) and isinstance(completion, int)) or prompt < 0 or completion < 0:
-        return 0, 0, "upstream usage is not a pair of token counts"
-    return prompt, completion, None
+        async for chunk in chunks:
+            meter.feed(chunk)
+            await pipe.put(chunk)
+    except httpx.HTTPError as exc:
+        cut = f"upstream stream broke off ({type(exc).__name__})"
+    finally:
+        pipe.end()
+    tokens, error = meter.result(cut)
+    return Reply(status, b"", content_type), tokens, error
+
+
+async def _each(chunks: tuple[bytes, ...]) -> AsyncIterator[bytes]:
+    for chunk in chunks:
+        yield chunk
+
+
+def _measured(protocol: ModelProtocol, reply: Reply) -> tuple[Reply, Tokens, str | None]:
+    if reply.status != 200:
+        return reply, Tokens(), f"upstream answered {reply.status}: {reply.body[:200].decode('utf-8', 'replace')}"
+    tokens, error = usage_of(protocol, reply.body)
+    return reply, tokens, error
+
+
+def _failed(status: int, kind: str, message: str, protocol: ModelProtocol) -> tuple[Reply, Tokens, str | None]:
+    return _measured(protocol, error_reply(status, kind, message, protocol))
 
 
 def _parse(raw: bytearray) -> Any:

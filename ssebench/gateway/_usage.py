@@ -4,12 +4,23 @@ Both sides read these: the gateway writes them (and appends each record to
 `<state_dir>/usage/<run_id>.jsonl`), the harness reads them back from the
 control API. Token counts come from the upstream's `usage`, never from
 anything the agent says.
+
+`prompt_tokens` is every input token of a call, cached or not, in every
+protocol, so totals compare across models: OpenAI's `prompt_tokens` /
+`input_tokens` already hold the cached ones (`cached_tokens`), Anthropic's
+`input_tokens` holds neither cache reads nor cache writes, so the gateway
+adds them. `cache_read_tokens` and `cache_write_tokens` are the part of
+`prompt_tokens` read from, and written to, the provider's prompt cache.
 """
 
 from __future__ import annotations
 
+import json
+from typing import Any, NamedTuple
+
 from pydantic import BaseModel, ConfigDict
 
+from ssebench.gateway._apis import ModelProtocol
 from ssebench.gateway._models import Budget
 
 
@@ -24,6 +35,8 @@ class UsageRecord(BaseModel):
     status: int
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
     cost: float = 0.0
     latency: float = 0.0
     error: str | None = None
@@ -45,6 +58,8 @@ class Usage(BaseModel):
     calls: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
     total_tokens: int = 0
     cost: float = 0.0
     refused: int = 0
@@ -57,3 +72,145 @@ class Usage(BaseModel):
     def summary(self) -> dict[str, object]:
         """The totals without the records, as a run's summary.json holds them."""
         return self.model_dump(exclude={"records"})
+
+
+class Tokens(NamedTuple):
+    """The tokens of one call: all its input (`prompt`, the cache tokens among them) and its output."""
+
+    prompt: int = 0
+    completion: int = 0
+    cache_read: int = 0
+    cache_write: int = 0
+
+
+# An upstream event longer than this is not read for usage (its bytes still reach the agent): the
+# parser's memory stays bounded whatever the upstream sends. A Responses `response.completed`
+# repeats the whole answer, so the bound is generous.
+MAX_EVENT_BYTES = 16 * 1024 * 1024
+
+
+def _count(data: Any, name: str) -> int | None:
+    value = data.get(name) if isinstance(data, dict) else None
+    return value if type(value) is int and value >= 0 else None
+
+
+def read_usage(protocol: ModelProtocol, usage: Any) -> Tokens | None:
+    """The tokens of an answer's `usage` object in `protocol`, or None when it is not one.
+
+    OpenAI's input counts hold the cached tokens; Anthropic's `input_tokens`
+    holds neither cache reads nor writes, which are added to it.
+    """
+    if protocol == "anthropic-messages":
+        fresh, output = _count(usage, "input_tokens"), _count(usage, "output_tokens")
+        if fresh is None or output is None:
+            return None
+        read = _count(usage, "cache_read_input_tokens") or 0
+        write = _count(usage, "cache_creation_input_tokens") or 0
+        return Tokens(fresh + read + write, output, read, write)
+    names = ("prompt_tokens", "completion_tokens") if protocol == "openai-chat" else ("input_tokens", "output_tokens")
+    prompt, completion = _count(usage, names[0]), _count(usage, names[1])
+    if prompt is None or completion is None:
+        return None
+    details = usage.get("prompt_tokens_details" if protocol == "openai-chat" else "input_tokens_details")
+    return Tokens(prompt, completion, min(prompt, _count(details, "cached_tokens") or 0))
+
+
+def usage_of(protocol: ModelProtocol, body: bytes) -> tuple[Tokens, str | None]:
+    """The tokens of a whole (not streamed) 200 answer, and why there are none when there are none."""
+    try:
+        data = json.loads(body)
+    except (ValueError, RecursionError):
+        return Tokens(), f"upstream answer is not JSON ({len(body)} bytes)"
+    usage = data.get("usage") if isinstance(data, dict) else None
+    if not isinstance(usage, dict):
+        return Tokens(), "upstream answer reports no usage"
+    tokens = read_usage(protocol, usage)
+    if tokens is None:
+        return Tokens(), "upstream usage is not a pair of token counts"
+    return tokens, None
+
+
+class StreamUsage:
+    """The usage of a streamed answer, read from its server-sent events as they pass to the agent.
+
+    Chat Completions: the last chunk's `usage` (asked for with
+    `stream_options.include_usage`), then `data: [DONE]`. Responses: the
+    `response.completed` (or `.incomplete`, `.failed`) event's
+    `response.usage`. Messages: `message_start`'s usage (the input and
+    cache tokens), `message_delta`'s `output_tokens` (a running total), then
+    `message_stop`.
+    """
+
+    def __init__(self, protocol: ModelProtocol) -> None:
+        self.protocol = protocol
+        self.tokens: Tokens | None = None
+        self.ended = False
+        self.failure: str | None = None
+        self._buffer = bytearray()
+        self._skipping = False
+
+    def feed(self, chunk: bytes) -> None:
+        self._buffer += chunk.replace(b"\r\n", b"\n")  # a CRLF split between chunks only delays an event
+        while True:
+            end = self._buffer.find(b"\n\n")
+            if end < 0:
+                if len(self._buffer) > MAX_EVENT_BYTES:
+                    self._buffer.clear()
+                    self._skipping = True
+                return
+            event = bytes(self._buffer[:end])
+            del self._buffer[: end + 2]
+            if self._skipping:  # the tail of an event too long to read
+                self._skipping = False
+                continue
+            self._event(event)
+
+    def _event(self, event: bytes) -> None:
+        data = b"\n".join(line[5:].lstrip(b" ") for line in event.split(b"\n") if line.startswith(b"data:"))
+        if not data:
+            return
+        if data.strip() == b"[DONE]":
+            self.ended = True
+            return
+        try:
+            value = json.loads(data)
+        except (ValueError, RecursionError):
+            return
+        if not isinstance(value, dict):
+            return
+        kind = value.get("type")
+        if self.protocol == "openai-chat":
+            self.tokens = read_usage(self.protocol, value.get("usage")) or self.tokens
+        elif self.protocol == "openai-responses":
+            if kind in ("response.completed", "response.incomplete", "response.failed"):
+                answer = value.get("response")
+                self.tokens = read_usage(self.protocol, answer.get("usage") if isinstance(answer, dict) else None)
+                self.ended = True
+            elif kind == "error":
+                self.failure = "the upstream stream ended in an error event"
+        elif kind == "message_start":
+            message = value.get("message")
+            self.tokens = read_usage(self.protocol, message.get("usage") if isinstance(message, dict) else None)
+        elif kind == "message_delta" and self.tokens is not None:
+            usage = value.get("usage")
+            output = _count(usage, "output_tokens")
+            # Newer streams repeat the input counts here; they replace those of message_start.
+            later = read_usage(self.protocol, {"output_tokens": 0, **usage}) if isinstance(usage, dict) else None
+            if later is not None and _count(usage, "input_tokens") is not None:
+                self.tokens = later
+            if output is not None:
+                self.tokens = self.tokens._replace(completion=output)
+        elif kind == "message_stop":
+            self.ended = True
+        elif kind == "error":
+            self.failure = "the upstream stream ended in an error event"
+
+    def result(self, cut: str | None = None) -> tuple[Tokens, str | None]:
+        """The tokens reported, and the stream's problem if it had one (`cut`: why it stopped early)."""
+        tokens = self.tokens or Tokens()
+        problem = cut or self.failure or (None if self.ended else "upstream stream was cut short before its end")
+        if self.tokens is None:
+            return tokens, "upstream stream reports no usage" + (f" ({problem})" if problem else "")
+        if problem:
+            return tokens, f"{problem}; the tokens are those reported before it"
+        return tokens, None

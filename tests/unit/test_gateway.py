@@ -21,12 +21,14 @@ def test_exports_are_pinned() -> None:
     # The order is ruff's (RUF022): constants, then classes and functions.
     assert ssebench.gateway.__all__ == [
         "MODEL_NAME",
+        "MODEL_PROTOCOLS",
         "Budget",
         "GatewayClient",
         "GatewayError",
         "GatewayLink",
         "GatewayProcess",
         "ModelConfig",
+        "ModelProtocol",
         "Price",
         "RunKey",
         "Usage",
@@ -171,14 +173,14 @@ def _request(text: str, assistants: int) -> dict[str, Any]:
 def test_the_answer_follows_the_number_of_assistant_messages(tmp_path: Path) -> None:
     playback = _playback(tmp_path)
     first = playback.respond(_request("# Task: alpha (C)", 0), "k")
-    assert first.status == 200 and first.usage == (10, 2)
+    assert first.status == 200 and first.usage == (10, 2, 0, 0)
     message = first.json()["choices"][0]["message"]
     assert message["content"] == "first" and message["reasoning_content"] == "thinking first"
     assert message["tool_calls"] == [
         {"id": "call_0_0", "type": "function", "function": {"name": "bash", "arguments": '{"command": "ls"}'}}
     ]
     assert first.json()["choices"][0]["finish_reason"] == "tool_calls"
-    assert first.json()["usage"] == {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12}
+    assert first.json()["usage"] == {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12, "prompt_tokens_details": {"cached_tokens": 0}}
     # The same request again is the same answer: no state for answers.
     assert playback.respond(_request("# Task: alpha (C)", 0), "k").json()["choices"] == first.json()["choices"]
 
@@ -198,7 +200,7 @@ def test_malformed_tool_calls_take_positions_and_trailing_faults_end_the_script(
     for position in (2, 3):
         reply = playback.respond(_request("# Task: alpha", position), "k")
         call = reply.json()["choices"][0]["message"]["tool_calls"][0]
-        assert call["function"]["arguments"] == MALFORMED_ARGUMENTS and reply.usage == (5, 1)
+        assert call["function"]["arguments"] == MALFORMED_ARGUMENTS and reply.usage == (5, 1, 0, 0)
         with pytest.raises(ValueError):
             json.loads(call["function"]["arguments"])
     at_four = _request("# Task: alpha", 4)

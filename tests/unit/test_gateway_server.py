@@ -146,14 +146,14 @@ def test_keys_are_refused_off_their_run_model_listener_or_time(tmp_path: Path) -
         assert refused.status_code == 401 and "not a key of a run served here" in refused.text
         async with setup.model(one["key"]) as client:
             other_model = await client.post("/v1/chat/completions", json=chat("scripted-wander"))
-            streaming = await client.post("/v1/chat/completions", json=chat(stream=True))
+            streaming = await client.post("/v1/chat/completions", json=chat(stream="yes"))
             not_json = await client.post("/v1/chat/completions", content=b"{nope")
             no_messages = await client.post("/v1/chat/completions", json={"model": "scripted-fix"})
         assert other_model.status_code == 403
         assert (
             other_model.json()["error"]["message"] == "this key is for model 'scripted-fix' only, not 'scripted-wander'"
         )
-        assert streaming.status_code == 400 and "streaming is not supported" in streaming.text
+        assert streaming.status_code == 400 and "stream must be true or false" in streaming.text
         assert not_json.status_code == 400 and no_messages.status_code == 400
         for bad in ("", "Bearer ", "Basic abc", "Bearer sse-run-forged"):
             async with httpx.AsyncClient(
@@ -348,7 +348,7 @@ def test_upstream_failures_reach_the_agent_as_errors_and_are_recorded(tmp_path: 
             (200, "<html>oops"),
             (429, '{"error": {"message": "slow"}}'),
         ]
-        assert replies[3].json()["usage"] == {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+        assert replies[3].json()["usage"] == {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0, "prompt_tokens_details": {"cached_tokens": 0}}
         records = setup.gateway.runs["run-1"].records
         assert [r.status for r in records] == [503, 200, 429, 200]
         assert [r.error for r in records] == [
@@ -488,7 +488,7 @@ def test_the_allow_list_forwards_what_it_names_within_the_models_cap() -> None:
         for value in values:
             with pytest.raises(BadCall, match=f"^{name} must be"):
                 upstream(**{name: value})
-    for broken, message in (({"messages": "hi"}, "a messages list"), ({"stream": True}, "streaming is not")):
+    for broken, message in (({"messages": "hi"}, "a messages list"), ({"stream": "yes"}, "stream must be")):
         with pytest.raises(BadCall, match=message):
             upstream(**broken)
 
