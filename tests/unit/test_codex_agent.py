@@ -367,3 +367,68 @@ def test_a_cli_that_cannot_start_is_an_exit_without_code(tmp_path: Path) -> None
     translator = agent.Translator(_dialog(tmp_path))
     exit = agent.run_codex([str(tmp_path / "absent")], {}, "p", translator, archive, time.monotonic() + 5)
     assert exit.code is None and "No such file or directory" in exit.stderr
+
+
+# -- the scripted model's Codex conversations ---------------------------------------------
+
+
+def _codex_request(prompt: str, history: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The body of Codex's first request (recorded, long texts cut) with `prompt` as the task, and `history`."""
+    body: dict[str, Any] = json.loads((FIXTURES / "request.json").read_text(encoding="utf-8"))["body"]
+    body["input"][-1]["content"][0]["text"] = prompt
+    body["input"] += history or []
+    body["stream"] = False
+    return body
+
+
+def _output(reply: Any) -> list[dict[str, Any]]:
+    assert reply.status == 200, reply.body
+    return list(reply.json()["output"])
+
+
+def test_the_recorded_request_is_what_the_launcher_relies_on() -> None:
+    recorded = json.loads((FIXTURES / "request.json").read_text(encoding="utf-8"))
+    body = recorded["body"]
+    assert (body["store"], body["stream"], body["model"]) == (False, True, "scripted-fix")
+    assert recorded["headers"]["authorization"].startswith("Bearer ")
+    assert [(t["type"], t["name"]) for t in body["tools"]] == [
+        ("function", "exec_command"),
+        ("function", "write_stdin"),
+        ("function", "list_mcp_resources"),
+        ("function", "list_mcp_resource_templates"),
+        ("function", "read_mcp_resource"),
+        ("function", "request_user_input"),
+        ("namespace", "mcp__ssebench"),
+    ]
+    assert [t["name"] for t in body["tools"][-1]["tools"]] == ["test_patch"]
+
+
+def test_fix_yaml_answers_codex_with_its_own_tools_and_chat_agent_with_chat_agents() -> None:
+    from ssebench.gateway.scripted import Playback
+
+    playback = Playback.from_file(ROOT / "models" / "scripted" / "fix.yaml")
+    prompt = "# Task: tlvkit (C)\n\nFix the security vulnerability described below."
+    first = _output(playback.respond(_codex_request(prompt), "codex", "openai-responses"))
+    assert [i["type"] for i in first] == ["reasoning", "message", "function_call"]
+    assert (first[2]["name"], json.loads(first[2]["arguments"])) == ("exec_command", {"cmd": "sed -n 1,70p tlv.c"})
+    # Three turns of Codex (each a run of model output, answered by function_call_output) later: test_patch,
+    # a function of the MCP server's namespace, as Codex declares it.
+    history: list[dict[str, Any]] = []
+    for turn in range(3):
+        history += [
+            {"type": "function_call", "call_id": f"c{turn}", "name": "exec_command", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": f"c{turn}", "output": "ok"},
+        ]
+    fourth = _output(playback.respond(_codex_request(prompt, history), "codex", "openai-responses"))
+    assert [(i["type"], i.get("namespace"), i.get("name")) for i in fourth][-1] == (
+        "function_call",
+        "mcp__ssebench",
+        "test_patch",
+    )
+    chat = {
+        "model": "scripted-fix",
+        "messages": [{"role": "user", "content": prompt}],
+        "tools": [{"type": "function", "function": {"name": n}} for n in ("bash", "view_file", "edit_file")],
+    }
+    answer = playback.respond(chat, "chat", "openai-chat").json()["choices"][0]["message"]
+    assert answer["tool_calls"][0]["function"]["name"] == "view_file"

@@ -180,7 +180,12 @@ def test_the_answer_follows_the_number_of_assistant_messages(tmp_path: Path) -> 
         {"id": "call_0_0", "type": "function", "function": {"name": "bash", "arguments": '{"command": "ls"}'}}
     ]
     assert first.json()["choices"][0]["finish_reason"] == "tool_calls"
-    assert first.json()["usage"] == {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12, "prompt_tokens_details": {"cached_tokens": 0}}
+    assert first.json()["usage"] == {
+        "prompt_tokens": 10,
+        "completion_tokens": 2,
+        "total_tokens": 12,
+        "prompt_tokens_details": {"cached_tokens": 0},
+    }
     # The same request again is the same answer: no state for answers.
     assert playback.respond(_request("# Task: alpha (C)", 0), "k").json()["choices"] == first.json()["choices"]
 
@@ -243,9 +248,19 @@ def test_a_bad_step_is_refused(tmp_path: Path, step: dict[str, Any], words: str)
 
 def test_the_shipped_scripts_have_a_conversation_per_demo_project() -> None:
     fix = load_script(MODELS / "scripted" / "fix.yaml")
-    assert [c.match for c in fix.conversations] == ["# Task: tlvkit", "# Task: kvrec", "# Task: pakfile"]
-    for conversation in fix.conversations:
+    projects = ["# Task: tlvkit", "# Task: kvrec", "# Task: pakfile"]
+    # Each agent's tools pick its conversations: Codex's (exec_command), then chat-agent's (any tools).
+    assert [(c.match, c.tools) for c in fix.conversations] == [
+        *((p, ["exec_command", "write_stdin"]) for p in projects),
+        *((p, []) for p in projects),
+    ]
+    for conversation in fix.conversations[3:]:
         names = [c.name for s in conversation.steps for c in s.tool_calls]
         assert names[-2:] == ["test_patch", "finish"] and "edit_file" in names
+    for conversation in fix.conversations[:3]:
+        calls = [c for s in conversation.steps for c in s.tool_calls]
+        assert any(c.name == "exec_command" and "apply_patch <<'EOF'" in c.arguments["cmd"] for c in calls)
+        assert (calls[-1].name, calls[-1].namespace) == ("test_patch", "mcp__ssebench")
+        assert not conversation.steps[-1].tool_calls  # Codex's turn ends with an answer that calls no tool
     for name in ("wander", "garbage"):
         assert isinstance(load_script(MODELS / "scripted" / f"{name}.yaml"), Script)
