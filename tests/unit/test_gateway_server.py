@@ -348,7 +348,12 @@ def test_upstream_failures_reach_the_agent_as_errors_and_are_recorded(tmp_path: 
             (200, "<html>oops"),
             (429, '{"error": {"message": "slow"}}'),
         ]
-        assert replies[3].json()["usage"] == {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0, "prompt_tokens_details": {"cached_tokens": 0}}
+        assert replies[3].json()["usage"] == {
+            "prompt_tokens": 0,
+            "completion_tokens": 0,
+            "total_tokens": 0,
+            "prompt_tokens_details": {"cached_tokens": 0},
+        }
         records = setup.gateway.runs["run-1"].records
         assert [r.status for r in records] == [503, 200, 429, 200]
         assert [r.error for r in records] == [
@@ -488,7 +493,11 @@ def test_the_allow_list_forwards_what_it_names_within_the_models_cap() -> None:
         for value in values:
             with pytest.raises(BadCall, match=f"^{name} must be"):
                 upstream(**{name: value})
-    for broken, message in (({"messages": "hi"}, "a messages list"), ({"stream": "yes"}, "stream must be")):
+    broken_bodies: list[tuple[dict[str, Any], str]] = [
+        ({"messages": "hi"}, "a messages list"),
+        ({"stream": "yes"}, "stream must be"),
+    ]
+    for broken, message in broken_bodies:
         with pytest.raises(BadCall, match=message):
             upstream(**broken)
 
