@@ -75,3 +75,4 @@ test: typecheck bootstrap chromium
 clean-images:
 	docker images --filter label=ssebench.layer -q | xargs -r docker rmi -f
 	docker volume ls -q --filter name=ssebench-runtime- | xargs -r docker volume rm -f
+	docker volume ls -q --filter name=ssebench-agent- | xargs -r docker volume rm -f

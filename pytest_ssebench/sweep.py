@@ -69,6 +69,7 @@ class Sweep:
             results=o.results,
             needs_model=needing,
             models=o.models,
+            agents=tuple(self.agents),
             budget=o.budget,
             dispatch=o.dispatch,
             ray_address=o.ray_address,

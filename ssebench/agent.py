@@ -1,15 +1,58 @@
-"""Agents: `agents/<name>/agent.yaml` plus a Dockerfile built on the tool image."""
+"""Agents: `agents/<name>/agent.yaml` plus a Dockerfile built on the tool image.
+
+An agent's own software (`software:`) is not in that image: it is installed
+once per agent version into a volume that every run of the agent mounts
+read-only at /opt/agents/<name> (`ssebench.agentvolume`), so that each task
+adds only the agent's launcher to the disk.
+"""
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from pydantic import field_validator
 
-from ssebench.errors import ConfigError
+from ssebench.defaults import ModelProtocol
+from ssebench.errors import ConfigError, ConfigErrors
 from ssebench.schema import Strict, load
 from ssebench.task import TASK_ID_PATTERN
+
+# Where an agent's software volume is mounted in the container that runs the agent: its venv's root.
+AGENTS_HOME = "/opt/agents"
+# The pinned closure of an agent's Python packages, beside its agent.yaml.
+PYTHON_CLOSURE = "requirements.txt"
+# `name==version` and nothing else: a pin that a wheel file answers exactly (PEP 503 names, any case).
+_PIN = re.compile(r"^([A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)==([A-Za-z0-9][A-Za-z0-9.+!-]*)$")
+
+
+def normalized(name: str) -> str:
+    """A package's name as PEP 503 compares it."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def parse_pin(text: str) -> tuple[str, str] | None:
+    """(normalized name, version) of `name==version`; None for anything else."""
+    found = _PIN.match(text.strip())
+    return (normalized(found.group(1)), found.group(2)) if found else None
+
+
+class Software(Strict):
+    """`software:`: what the agent runs, pinned; installed on the host's download into the agent's volume."""
+
+    # The packages the agent is, each `name==version` (their dependencies are pinned in requirements.txt).
+    python: tuple[str, ...] = ()
+
+    @field_validator("python")
+    @classmethod
+    def _pins(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for item in value:
+            if parse_pin(item) is None:
+                raise ValueError(f"'{item}' must be pinned exactly as name==version, e.g. mini-swe-agent==2.4.6")
+        return value
 
 
 class AgentConfig(Strict):
@@ -20,6 +63,9 @@ class AgentConfig(Strict):
     description: str | None = None
     # An agent that calls no model (dummy, reference) runs once with model "none".
     needs_model: bool = True
+    # The protocol it speaks to its model: a model must serve it (`ssebench.session.check_models`).
+    protocol: ModelProtocol = "openai-chat"
+    software: Software | None = None
 
     @field_validator("name")
     @classmethod
@@ -43,17 +89,44 @@ class Agent:
         return self.config.needs_model
 
     @property
+    def protocol(self) -> ModelProtocol:
+        return self.config.protocol
+
+    @property
     def gets_reference_patch(self) -> bool:
         """Only the reference agent ever sees the answer."""
         return self.name == "reference"
+
+    @property
+    def home(self) -> str:
+        """Where its software is in the container that runs it (its venv's root): /opt/agents/<name>."""
+        return f"{AGENTS_HOME}/{self.name}"
+
+    @property
+    def closure(self) -> Path | None:
+        """The pinned closure of its Python packages (requirements.txt beside agent.yaml), if it has software."""
+        return self.path / PYTHON_CLOSURE if self.config.software and self.config.software.python else None
+
+    @cached_property
+    def software_digest(self) -> str | None:
+        """What identifies its software: name, version, pins and their closure (None: it has none). Part of a
+        run's identity (summary.json, --resume) and the name of its volume."""
+        if self.closure is None:
+            return None
+        from ssebench.image import digest  # the image module imports this one
+
+        assert self.config.software is not None
+        pins = json.dumps(list(self.config.software.python))
+        return digest("agent-software", self.name, self.config.version, pins, self.closure.read_text("utf-8"))
 
 
 def available_agents(agents_dir: Path) -> list[str]:
     return sorted(p.name for p in agents_dir.iterdir() if (p / "agent.yaml").is_file()) if agents_dir.is_dir() else []
 
 
-def load_agent(agents_dir: Path, name: str) -> Agent:
-    """Load `agents_dir/name`; an unknown name lists the agents there."""
+def load_agent(agents_dir: Path, name: str, *, closure: bool = True) -> Agent:
+    """Load `agents_dir/name`; an unknown name lists the agents there. Its software's closure is checked
+    against agent.yaml unless `closure` is false (`ssebench agents lock`, which makes it)."""
     path = agents_dir / name
     if not (path / "agent.yaml").is_file():
         known = ", ".join(available_agents(agents_dir)) or "none"
@@ -65,4 +138,54 @@ def load_agent(agents_dir: Path, name: str) -> Agent:
         raise ConfigError(
             path / "Dockerfile", "", "file not found; an agent image is built from it FROM ${SSEBENCH_TOOL}"
         )
-    return Agent(path=path, config=config)
+    agent = Agent(path=path, config=config)
+    if closure and agent.closure is not None:
+        check_closure(agent.closure, config.software.python if config.software else ())
+    return agent
+
+
+def read_closure(path: Path) -> dict[str, str]:
+    """A closure file's pins, by normalized name; ConfigErrors naming each line that is not `name==version`
+    (comments and blank lines aside)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(
+            path,
+            "",
+            "file not found; an agent with software.python pins its whole closure there, one name==version a line "
+            "(make it with `ssebench agents lock NAME`)",
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(path, "", f"cannot be read as UTF-8 text: {exc}") from None
+    pins: dict[str, str] = {}
+    errors: list[ConfigError] = []
+    for number, line in enumerate(text.splitlines(), 1):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        pin = parse_pin(line)
+        if pin is None:
+            errors.append(ConfigError(path, f"line {number}", f"'{line}' must be pinned exactly as name==version"))
+        elif pin[0] in pins:
+            errors.append(ConfigError(path, f"line {number}", f"'{line}': {pin[0]} is pinned twice; keep one"))
+        else:
+            pins[pin[0]] = pin[1]
+    if errors:
+        raise ConfigErrors(errors)
+    return pins
+
+
+def check_closure(path: Path, wanted: tuple[str, ...]) -> None:
+    """Every package of software.python is in the closure at its version; ConfigError naming the first not."""
+    pins = read_closure(path)
+    for item in wanted:
+        name, version = parse_pin(item) or ("", "")
+        if pins.get(name) != version:
+            have = f"{name}=={pins[name]}" if name in pins else "no pin of it"
+            raise ConfigError(
+                path,
+                name,
+                f"agent.yaml's software.python has {item} but this closure has {have}: make it again "
+                "with `ssebench agents lock NAME`",
+            )

@@ -11,11 +11,14 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from ssebench.errors import SSEBenchError
 from ssebench.limits import Limits
 from ssebench.settings import Settings
+
+if TYPE_CHECKING:
+    from ssebench.agent import Agent
 
 LogStream = Literal["all", "stdout", "stderr"]
 
@@ -162,6 +165,12 @@ class Backend(ABC):
     def runtime_volume(self, settings: Settings, image: str) -> str:
         """The volume holding the runtime of `image` (a runtime image), made from it if missing; runs mount
         it read-only. Raises SSEBenchError."""
+
+    def agent_volume(self, settings: Settings, agent: Agent, image: str) -> str:
+        """The volume holding `agent`'s software (agent.yaml `software`), made with a container of `image` (a
+        runtime image) if missing; runs of the agent mount it read-only at /opt/agents/<name>. Raises
+        SSEBenchError, and so does a backend that cannot make one."""
+        raise SSEBenchError(f"this backend cannot give agent {agent.name} its software (/opt/agents/{agent.name})")
 
 
 @dataclass(frozen=True)

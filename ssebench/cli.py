@@ -233,6 +233,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         results=args.results.resolve(),
         needs_model=agent.name if agent.needs_model else None,
         models=(model,) if agent.needs_model and model else (),
+        agents=(agent,),
         budget=args.model_budget,
         dispatch=args.dispatch,
         ray_address=args.ray_address,
@@ -272,16 +273,59 @@ def cmd_agents_list(args: argparse.Namespace) -> int:
     folder = get_settings().agents_dir
     agents = [load_agent(folder, name) for name in available_agents(folder)]
     rows: list[dict[str, Any]] = [
-        {"name": a.name, "version": a.config.version, "needs_model": a.needs_model, "description": a.config.description}
+        {
+            "name": a.name,
+            "version": a.config.version,
+            "needs_model": a.needs_model,
+            "protocol": a.protocol if a.needs_model else None,
+            "software": list(a.config.software.python) if a.config.software else [],
+            "description": a.config.description,
+        }
         for a in agents
     ]
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
     _table(
-        ["AGENT", "VERSION", "MODEL", "DESCRIPTION"],
-        [[r["name"], r["version"], "yes" if r["needs_model"] else "none", r["description"] or ""] for r in rows],
+        ["AGENT", "VERSION", "MODEL", "SOFTWARE", "DESCRIPTION"],
+        [
+            [
+                r["name"],
+                r["version"],
+                r["protocol"] or "none",
+                ",".join(r["software"]) or "-",
+                r["description"] or "",
+            ]
+            for r in rows
+        ],
     )
+    return 0
+
+
+def cmd_agents_lock(args: argparse.Namespace) -> int:
+    """Write an agent's pinned closure (requirements.txt) for the image's Python, resolved on this host."""
+    from ssebench.agent import PYTHON_CLOSURE, load_agent
+    from ssebench.settings import get_settings
+    from ssebench.wheelhouse import resolve_closure
+
+    settings = get_settings()
+    agent = load_agent(settings.agents_dir, args.name, closure=False)
+    if agent.config.software is None or not agent.config.software.python:
+        raise SSEBenchError(f"{agent.path / 'agent.yaml'}: software.python: agent {agent.name} pins no packages")
+    python, machine = args.python, args.machine
+    if python is None or machine is None:
+        from ssebench.build import probe_python
+
+        probed = probe_python(f"{settings.prefix}/base-c:{settings.base_version}")
+        python, machine = python or probed[0], machine or probed[1]
+    pins = resolve_closure(agent.config.software.python, python, machine)
+    header = (
+        f"# The whole closure of agents/{agent.name}'s software.python for Python {python} ({machine}), pinned:\n"
+        f"# made by `ssebench agents lock {agent.name}`; installed with --no-deps from the host's download.\n"
+    )
+    (agent.path / PYTHON_CLOSURE).write_text(header + "".join(f"{pin}\n" for pin in pins), encoding="utf-8")
+    load_agent(settings.agents_dir, args.name)  # the closure now bears agent.yaml's pins out
+    print(f"{agent.path / PYTHON_CLOSURE}: {len(pins)} packages")
     return 0
 
 
@@ -499,6 +543,17 @@ def parser() -> argparse.ArgumentParser:
         shown = actions.add_parser("list", help=f"list {what}", description=f"List {what}.")
         shown.add_argument("--json", action="store_true", help="print a JSON array instead of a table")
         shown.set_defaults(func=func)
+        if noun == "agents":
+            lock = actions.add_parser(
+                "lock",
+                help="pin an agent's software closure",
+                description="Resolve an agent's software.python on this host for the images' Python and write "
+                "the whole closure, pinned, to agents/NAME/requirements.txt.",
+            )
+            lock.add_argument("name", metavar="NAME", help="an agent under agents/")
+            lock.add_argument("--python", metavar="X.Y", help="the images' Python (default: asked of base-c)")
+            lock.add_argument("--machine", metavar="ARCH", help="the images' machine, e.g. x86_64 (default: asked)")
+            lock.set_defaults(func=cmd_agents_lock)
 
     ps = sub.add_parser(
         "ps",

@@ -23,6 +23,10 @@ EGRESS: tuple[Egress, ...] = get_args(Egress)
 # local: every run on this machine's engine; ray: each run a task of a Ray cluster (ssebench.dispatch).
 Dispatch = Literal["local", "ray"]
 DISPATCHES: tuple[Dispatch, ...] = get_args(Dispatch)
+# The wire protocol an agent speaks to its model, and a model serves (agent.yaml `protocol`, a model file's
+# `protocol`): OpenAI's Chat Completions and Responses, Anthropic's Messages.
+ModelProtocol = Literal["openai-chat", "openai-responses", "anthropic-messages"]
+MODEL_PROTOCOLS: tuple[ModelProtocol, ...] = get_args(ModelProtocol)
 # The agent's time limit per run, and grading's after it, AGENT_TIMEOUT and GRADING_TIMEOUT, are the
 # contract's (the runtime in the container gets both in its environment).
 

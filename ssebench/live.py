@@ -147,13 +147,14 @@ def running(
     env: dict[str, str] | None = None,
     task_image: str | None = None,
     runtime: str,
+    software: str | None = None,
 ) -> Iterator[LiveRun]:
     """Start a run's network and containers; remove all afterwards (unless the run keeps its containers).
 
     `image` is the agent's image; sidecar mode also starts `task_image` (the
     task's tool image) as the task container, with the volumes they share.
     `runtime` is the runtime volume (`ensure_runtime_volume`) of the task's
-    tool image.
+    tool image; `software` the agent's software volume (`ensure_agent_volume`), if it has one.
 
     With `models`, the run gets access to its model for as long as it lasts;
     what it used is put into `usage` when it ends. `env` adds runtime
@@ -172,7 +173,9 @@ def running(
                 run_id, config.model, network, ttl=config.timeout + config.grading_timeout + SLACK_SECONDS
             )
             opened = True
-        spec = container_spec(config, image, session, run_id, network.name, model_env, command, runtime=runtime)
+        spec = container_spec(
+            config, image, session, run_id, network.name, model_env, command, runtime=runtime, software=software
+        )
         spec.env.update(env or {})
         # Where grading builds is a volume of the run's own in the container that grades (sandbox mode's one,
         # sidecar mode's task container): the task's scripts write to the host's file system, not through the

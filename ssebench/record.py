@@ -183,14 +183,24 @@ def read_record(config: RunConfig, run_dir: Path, *, resumed: bool = False) -> R
 
 
 # What must be the same for a finished run to stand for a run (RunConfig.describe()'s keys; trial apart).
-RESUME_IDENTITY = ("agent", "agent_version", "model", "difficulty", "mode", "timeout", "egress", "limits")
+RESUME_IDENTITY = (
+    "agent",
+    "agent_version",
+    "agent_software",
+    "model",
+    "difficulty",
+    "mode",
+    "timeout",
+    "egress",
+    "limits",
+)
 
 
 def finished_run(config: RunConfig, results_root: Path) -> RunRecord | None:
     """The newest graded run of exactly this run's identity in `results_root`, as a record; None if none.
 
     Identity: the task (id, dataset version and the digest of its files), the
-    agent and its version, the model, difficulty, mode, trial, and the
+    agent, its version and its software's digest, the model, difficulty, mode, trial, and the
     conditions it ran under (agent time limit, egress, resource limits). A
     run that ended in an infrastructure error is not finished: it runs again,
     and so does one whose result.json does not bear its summary's grade out.

@@ -188,6 +188,8 @@ def live_run(
     record.durations["images"] = round(time.monotonic() - started, 3)
     names = image_names(settings, config.task, config.agent.name, config.mode)
     runtime = backend.runtime_volume(settings, names["runtime"])
+    # Any runtime image fills it (they share the OS image's Python): the task's is at hand in either mode.
+    software = backend.agent_volume(settings, config.agent, names["runtime"]) if config.agent.software_digest else None
     record.network = network_name(session, record.run_id)
     with running(
         config,
@@ -200,6 +202,7 @@ def live_run(
         command=command,
         task_image=names["tool"],
         runtime=runtime,
+        software=software,
     ) as live:
         began = time.monotonic()
         record.timeline["container_started"] = time.time()

@@ -89,6 +89,7 @@ class RunConfig:
         return {
             "agent": self.agent.name,
             "agent_version": self.agent.config.version,
+            "agent_software": self.agent.software_digest,
             "model": self.model,
             "difficulty": self.difficulty,
             "mode": self.mode,
@@ -125,8 +126,10 @@ def container_spec(
     command: list[str] | None = None,
     *,
     runtime: str,
+    software: str | None = None,
 ) -> ContainerSpec:
-    """The container the agent of a run runs in, with the `runtime` volume read-only at /opt/ssebench.
+    """The container the agent of a run runs in, with the `runtime` volume read-only at /opt/ssebench and the
+    agent's `software` volume (`ssebench.agentvolume`), if it has one, read-only at /opt/agents/<name>.
 
     Only the reference agent ever gets the reference patch.
     """
@@ -149,7 +152,10 @@ def container_spec(
         command=command,
         limits=config.limits,
         dns_options=RESTRICTED_DNS_OPTIONS if config.internal_network else (),
-        volumes=[Volume(runtime, RUNTIME_HOME, read_only=True)],
+        volumes=[
+            Volume(runtime, RUNTIME_HOME, read_only=True),
+            *([Volume(software, config.agent.home, read_only=True)] if software else []),
+        ],
     )
 
 
@@ -224,20 +230,22 @@ def sidecar_specs(
     settings = {k: v for k, v in agent.env.items() if k in ENV.values()}
     task_env = RuntimeSettings(role="task", mcp_bind="0.0.0.0").to_env("role", "mcp_bind")
     agent_env = RuntimeSettings(role="agent", source=config.task.config.source).to_env("role", "source")
-    # The task container (a tool image) keeps the runtime volume; the agent's image holds a runtime of its own.
+    # The task container (a tool image) keeps the runtime volume; the agent's image holds a runtime of its own,
+    # and the agent's container alone gets the agent's software.
+    software = [v for v in agent.volumes if v.container == config.agent.home]
     task = replace(
         agent,
         image=task_image,
         name=task_name,
         mounts=[],
         command=None,
-        volumes=[*agent.volumes, *filled],
+        volumes=[*(v for v in agent.volumes if v not in software), *filled],
         env={**settings, **sockets, **task_env},
         labels={**agent.labels, ROLE_LABEL: "task"},
     )
     agent = replace(
         agent,
-        volumes=volumes,
+        volumes=[*volumes, *software],
         env={**agent.env, **sockets, **agent_env},
         labels={**agent.labels, ROLE_LABEL: "agent"},
     )

@@ -39,6 +39,7 @@ from ssebench.runspec import RunConfig
 from ssebench.settings import Settings
 
 if TYPE_CHECKING:
+    from ssebench.agent import Agent
     from ssebench.backend import Backend
     from ssebench.gateway import GatewayLink, GatewayProcess
 
@@ -55,6 +56,8 @@ class Plan:
     # Whether any agent of the session needs a model, and the first that does (for the message when none is given).
     needs_model: str | None = None
     models: tuple[str, ...] = ()
+    # The agents of the session: each that needs a model must speak a protocol each model serves.
+    agents: tuple[Agent, ...] = ()
     budget: dict[str, float] | None = None
     dispatch: Dispatch = "local"
     ray_address: str | None = None
@@ -95,8 +98,9 @@ def check_results(results: Path) -> None:
         raise OptionError(f"--results {results}: {there} cannot be written by this user; give a directory it can write")
 
 
-def check_models(settings: Settings, names: Iterable[str]) -> None:
-    """Every model is declared in the models folder and its provider key is exported; OptionError if not."""
+def check_models(settings: Settings, names: Iterable[str], agents: Iterable[Agent] = ()) -> None:
+    """Every model is declared in the models folder, its provider key is exported, and it serves the protocol
+    of each agent of `agents` that needs a model; OptionError for the first that does not."""
     from ssebench.gateway import MODEL_NAME, load_models
 
     try:
@@ -118,6 +122,23 @@ def check_models(settings: Settings, names: Iterable[str]) -> None:
                 f"--model {name}: {model.api_key_env} is not set; export the provider key on this "
                 f"host (it never enters a run's container)"
             )
+        for agent in agents:
+            if agent.needs_model and agent.protocol not in model.protocols:
+                serves = " and ".join(sorted(model.protocols))
+                raise OptionError(
+                    f"--agent {agent.name} speaks {agent.protocol}; model {name} ({_shown(model.source)}) serves "
+                    f"{serves} only: pick a model that serves {agent.protocol}"
+                )
+
+
+def _shown(path: Path | None) -> str:
+    """A file as a person finds it from here: relative to the working directory when under it."""
+    if path is None:
+        return "?"
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
 
 
 def provider_env(settings: Settings, names: Iterable[str]) -> dict[str, str]:
@@ -172,7 +193,7 @@ class RunSession:
         """Check every model, then start the gateway that serves them (here; with Ray each node starts its own)."""
         if not (self.is_controller and self.plan.needs_model) or self.gateway_access is not None:
             return
-        check_models(self.settings, self.plan.models)
+        check_models(self.settings, self.plan.models, self.plan.agents)
         if self.plan.dispatch == "ray":
             return
         from ssebench.gateway import GatewayError, GatewayProcess

@@ -1,8 +1,11 @@
-"""The runtime's Python packages, downloaded on the host for the image's Python.
+"""Python packages downloaded on the host for an image's Python: the runtime's, and each agent's software.
 
-Task containers cannot be assumed to reach a package index, so the runtime
-venv is installed with `pip install --no-index` from this wheelhouse. The
-requirements file pins the whole closure, so the download needs no resolver.
+Containers cannot be assumed to reach a package index, so the runtime venv
+and an agent's venv are installed with `pip install --no-index` from a
+wheelhouse made here. Each requirements file pins a whole closure (the
+runtime's images/runtime/requirements.txt, an agent's requirements.txt), so
+the download needs no resolver and gives the same wheels on every machine;
+`resolve_closure` is how an agent's closure is made in the first place.
 """
 
 from __future__ import annotations
@@ -11,10 +14,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 from filelock import FileLock
 
+from ssebench.agent import Agent, normalized
 from ssebench.errors import SSEBenchError
 from ssebench.image import digest
 from ssebench.logs import last_lines
@@ -27,12 +32,13 @@ def requirements_file(settings: Settings) -> Path:
     return settings.images_dir / "runtime" / "requirements.txt"
 
 
-def pip_args(python: str, machine: str) -> list[str]:
-    """pip download options that select wheels for another interpreter."""
+def pip_args(python: str, machine: str, *, deps: bool = False) -> list[str]:
+    """pip download options that select wheels for another interpreter (and, unless `deps`, no dependency
+    of what is named: a pinned closure names them all)."""
     major, minor = python.split(".")[:2]
     args = [
         "--only-binary=:all:",
-        "--no-deps",
+        *([] if deps else ["--no-deps"]),
         "--python-version",
         f"{major}.{minor}",
         "--implementation",
@@ -50,9 +56,32 @@ def pip_args(python: str, machine: str) -> list[str]:
 
 
 def ensure_wheelhouse(settings: Settings, python: str, machine: str) -> Path:
-    """A complete wheelhouse for `python` (e.g. '3.11') on `machine` (e.g. 'x86_64')."""
-    reqs = requirements_file(settings)
-    key = digest(reqs.read_text(), python, machine)[:16]
+    """A complete wheelhouse of the runtime for `python` (e.g. '3.11') on `machine` (e.g. 'x86_64')."""
+    return download(settings, requirements_file(settings).read_text(), python, machine, "the runtime")
+
+
+def pip_pin(settings: Settings) -> str:
+    """The runtime's pin of pip: what installs an agent's software from its wheelhouse, offline."""
+    for line in requirements_file(settings).read_text().splitlines():
+        if line.strip().startswith("pip=="):
+            return line.strip()
+    raise SSEBenchError(f"{requirements_file(settings)} pins no pip (pip==VERSION): add it")
+
+
+def agent_wheelhouse(settings: Settings, agent: Agent, python: str, machine: str) -> Path:
+    """A complete wheelhouse of an agent's pinned closure (and the runtime's pip, which installs it)."""
+    closure = agent.closure
+    if closure is None:
+        raise SSEBenchError(f"agent {agent.name} has no software to download")
+    text = closure.read_text("utf-8").rstrip("\n") + "\n" + pip_pin(settings) + "\n"
+    return download(settings, text, python, machine, f"agent {agent.name}'s software")
+
+
+def download(settings: Settings, requirements: str, python: str, machine: str, what: str) -> Path:
+    """The wheels of a pinned closure (`requirements`, a requirements file's text) for `python` on `machine`,
+    downloaded once into the cache (keyed by the three) and kept with the requirements as
+    `requirements.txt`; `what` names them in an error."""
+    key = digest(requirements, python, machine)[:16]
     root = settings.cache_dir / "wheelhouse"
     final = root / f"cp{python.replace('.', '')}-{machine}-{key}"
     if (final / ".complete").exists():
@@ -63,27 +92,22 @@ def ensure_wheelhouse(settings: Settings, python: str, machine: str) -> Path:
             return final
         partial = Path(tempfile.mkdtemp(prefix=".partial-", dir=root))
         try:
+            (partial / "requirements.txt").write_text(requirements)
             command = [
-                sys.executable,
-                "-m",
-                "pip",
-                "download",
-                "--disable-pip-version-check",
-                "-q",
+                *_PIP_DOWNLOAD,
                 "-d",
                 str(partial),
                 "-r",
-                str(reqs),
+                str(partial / "requirements.txt"),
                 *pip_args(python, machine),
             ]
             run = subprocess.run(command, capture_output=True, text=True, check=False)
             if run.returncode != 0:
                 tail = last_lines(run.stdout + run.stderr, 10)
                 raise SSEBenchError(
-                    f"downloading the runtime's wheels for Python {python} ({machine}) failed; "
+                    f"downloading {what}'s wheels for Python {python} ({machine}) failed; "
                     f"the host needs a package index or PIP_FIND_LINKS with them:\n{tail}"
                 )
-            shutil.copy(reqs, partial / "requirements.txt")
             (partial / ".complete").write_text("ok\n")
             if final.exists():
                 shutil.rmtree(final)
@@ -91,3 +115,25 @@ def ensure_wheelhouse(settings: Settings, python: str, machine: str) -> Path:
         finally:
             shutil.rmtree(partial, ignore_errors=True)
     return final
+
+
+def resolve_closure(pins: Iterable[str], python: str, machine: str) -> list[str]:
+    """The whole closure of `pins` for `python` on `machine`, as sorted `name==version` lines: pip resolves it
+    on the host (for the image's interpreter, not the host's) and the wheels it picked name it."""
+    with tempfile.TemporaryDirectory(prefix="ssebench-lock-") as folder:
+        command = [*_PIP_DOWNLOAD, "-d", folder, *pins, *pip_args(python, machine, deps=True)]
+        run = subprocess.run(command, capture_output=True, text=True, check=False)
+        if run.returncode != 0:
+            raise SSEBenchError(
+                f"resolving {' '.join(pins)} for Python {python} ({machine}) failed:\n"
+                f"{last_lines(run.stdout + run.stderr, 10)}"
+            )
+        found = []
+        for wheel in Path(folder).glob("*.whl"):
+            # A wheel's file name: {name}-{version}(-{build})?-{python}-{abi}-{platform}.whl, `_` for `-` in each.
+            name, version = wheel.name.split("-")[:2]
+            found.append(f"{normalized(name)}=={version}")
+        return sorted(found)
+
+
+_PIP_DOWNLOAD = (sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "-q")

@@ -10,13 +10,16 @@ import os
 import time
 from collections.abc import Iterator
 from contextlib import suppress
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ssebench.backend import Backend, ContainerSpec, Handle, LogStream, Network, RunTimeoutError
 from ssebench.engine._docker import DockerCleanup, client
 from ssebench.engine._errors import DockerUnavailableError, EngineError, EngineTimeoutError, engine_errors
 from ssebench.limits import Limits
 from ssebench.settings import Settings
+
+if TYPE_CHECKING:
+    from ssebench.agent import Agent
 
 # What the engine keeps of a run container's output (sidecar mode's agent container writes the agent's
 # there): its last LOG_FILES x LOG_FILE_SIZE, never all an agent can print.
@@ -200,3 +203,8 @@ class DockerBackend(Backend):
         from ssebench.runtimevolume import ensure_runtime_volume
 
         return ensure_runtime_volume(settings, image)
+
+    def agent_volume(self, settings: Settings, agent: Agent, image: str) -> str:
+        from ssebench.agentvolume import ensure_agent_volume
+
+        return ensure_agent_volume(settings, agent, image)

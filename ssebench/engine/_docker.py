@@ -12,7 +12,7 @@ import time
 from collections.abc import Generator, Iterator, Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, BinaryIO, Literal
 
 from ssebench.engine._errors import ConflictError, EngineRefusedError, NotFoundError, engine_errors
 from ssebench.engine._protocols import Attrs, Binds, Cleanup, Containers, Images
@@ -200,6 +200,10 @@ class DockerContainers(Containers):
         with engine_errors(f"copying {path} out of container {container[:12]}"):
             stream, _ = client().api.get_archive(container, path)
             return b"".join(stream)
+
+    def put(self, container: str, path: str, archive: BinaryIO) -> None:
+        with engine_errors(f"copying an archive into {path} of container {container[:12]}"):
+            client().api.put_archive(container, path, archive)
 
     def archive_of_file(self, container: str, path: str, cap: int) -> bytes | None:
         try:

@@ -14,7 +14,7 @@ import tarfile
 import threading
 from collections.abc import Generator, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, BinaryIO, Literal, Protocol
 
 # An image's or a container's data as the engine's inspect gives it (Id, Config, State...).
 Attrs = dict[str, Any]
@@ -101,6 +101,10 @@ class Containers(Protocol):
 
     def archive(self, container: str, path: str) -> bytes:
         """A tar archive of `path` in it. Raises NotFoundError when the path or the container does not exist."""
+
+    def put(self, container: str, path: str, archive: BinaryIO) -> None:
+        """Unpack a tar archive (read as a stream) into the folder `path` of a container, created or running.
+        Raises NotFoundError when the container or the folder does not exist."""
 
     def archive_of_file(self, container: str, path: str, cap: int) -> bytes | None:
         """A tar archive of the file at `path` in it, read no further than `cap` bytes (and a chunk); None

@@ -12,7 +12,7 @@ Importing this package loads no web framework: starlette, uvicorn and the
 HTTP client are imported by the modules that serve and call.
 """
 
-from ssebench.gateway._apis import MODEL_PROTOCOLS, ModelProtocol
+from ssebench.defaults import MODEL_PROTOCOLS, ModelProtocol
 from ssebench.gateway._client import GatewayClient, GatewayError, GatewayLink, GatewayProcess, RunKey
 from ssebench.gateway._models import MODEL_NAME, Budget, ModelConfig, Price, load_model, load_models
 from ssebench.gateway._usage import Usage, UsageRecord

@@ -18,12 +18,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Any
 
-ModelProtocol = Literal["openai-chat", "openai-responses", "anthropic-messages"]
-"""A model API as its wire format: what an upstream speaks and what an agent calls."""
-
-MODEL_PROTOCOLS: tuple[ModelProtocol, ...] = get_args(ModelProtocol)
+# A model API as its wire format (what an upstream speaks and what an agent calls): one home, ssebench.defaults.
+from ssebench.defaults import ModelProtocol
 
 
 class BadCall(ValueError):

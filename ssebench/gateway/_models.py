@@ -10,6 +10,7 @@
     # price: {input: 3, output: 15, cache_read: 0.3, cache_write: 3.75}   # cached input (default: input)
     budget: {tokens: 2000000, cost: 5.0}      # per run (optional)
     max_output_tokens: 4096                   # cap on each answer (optional)
+    protocol: openai-chat                     # what the upstream speaks (default; a script serves all three)
 
 Only `*.yaml` files at the top of the folder are models (so a
 `*.yaml.example` or a `scripted/` subfolder is not). A bad file is a
@@ -25,8 +26,8 @@ from urllib.parse import urlsplit
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
+from ssebench.defaults import MODEL_PROTOCOLS, ModelProtocol
 from ssebench.errors import ConfigError, ConfigErrors
-from ssebench.gateway._apis import MODEL_PROTOCOLS, ModelProtocol
 from ssebench.schema import Strict, load
 
 # The model listeners' port, the same on every run network (each has its own IP). Not 4000,
@@ -94,6 +95,8 @@ class ModelConfig(_StrictModel):
     price: Price = Price()
     budget: Budget | None = None
     max_output_tokens: int | None = Field(default=None, gt=0)
+    # The protocol the upstream speaks, which an agent must speak too (`protocols`).
+    protocol: ModelProtocol = "openai-chat"
     # Where the file was read from; scripts are relative to its folder.
     source: Path | None = Field(default=None, exclude=True)
 
