@@ -88,7 +88,6 @@ class ModelConfig(_StrictModel):
 
     name: str
     base_url: str | None = None
-    protocol: ModelProtocol = "openai-chat"
     script: str | None = None
     upstream_model: str | None = None
     api_key_env: str | None = None

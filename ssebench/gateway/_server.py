@@ -53,7 +53,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from ssebench.gateway._apis import ANTHROPIC_VERSION, APIS, MESSAGES, Api, BadCall, ModelProtocol, counted_tokens
+from ssebench.defaults import ModelProtocol
+from ssebench.gateway._apis import ANTHROPIC_VERSION, APIS, MESSAGES, Api, BadCall, counted_tokens
 from ssebench.gateway._limits import (
     KEPT_REFUSALS,
     LOGGED_REFUSALS,

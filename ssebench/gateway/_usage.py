@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
-from ssebench.gateway._apis import ModelProtocol
+from ssebench.defaults import ModelProtocol
 from ssebench.gateway._models import Budget
 
 

@@ -70,8 +70,9 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ConfigDict, Field, model_validator
 
+from ssebench.defaults import ModelProtocol
 from ssebench.errors import SSEBenchError
-from ssebench.gateway._apis import APIS, ModelProtocol, counted_tokens
+from ssebench.gateway._apis import APIS, counted_tokens
 from ssebench.gateway._usage import Tokens
 from ssebench.schema import Strict, load
 

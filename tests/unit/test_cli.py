@@ -44,7 +44,10 @@ def test_agents_list_shows_every_agent_and_whether_it_needs_a_model(capsys: pyte
     assert main(["agents", "list"]) == 0
     table = capsys.readouterr().out.splitlines()
     assert table[0].split() == ["AGENT", "VERSION", "MODEL", "SOFTWARE", "DESCRIPTION"] and len(table) == 1 + len(rows)
-    assert table[2].split()[:3] == ["dummy", "1", "none"]
+    dummy = next(line for line in table if line.startswith("dummy "))
+    assert dummy.split()[:3] == ["dummy", "1", "none"]
+    codex = next(line for line in table if line.startswith("codex "))
+    assert codex.split()[:2] == ["codex", "0.163.0"] and "openai-codex-cli-bin==0.163.0" in codex
 
 
 def test_models_list_shows_who_serves_each_its_price_and_budget(

@@ -63,7 +63,7 @@ def test_tasks_without_an_agent_say_how_to_pick_one(demo: pytest.Pytester, where
     result = demo.runpytest(where, "--collect-only", "-q")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     said = "\n".join(result.errlines)
-    assert "holds tasks, but no agent is given: add --agent NAME (agents: chat-agent, dummy" in said, said
+    assert "holds tasks, but no agent is given: add --agent NAME (agents: chat-agent, codex, dummy" in said, said
     assert f"e.g. pytest {where.split('::')[0]} --agent reference" in said
 
 
