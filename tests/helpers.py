@@ -175,6 +175,8 @@ def in_the_checks(script: str) -> str:
 
 # The tools chat-agent declares (agents/chat-agent/agent.py), which pick its conversations in a script.
 CHAT_AGENT_TOOLS = frozenset({"bash", "view_file", "edit_file", "test_patch", "finish"})
+# The function tools Codex declares for a model outside its catalog (docs/agents.md), which pick its conversations.
+CODEX_TOOLS = frozenset({"exec_command", "write_stdin"})
 
 
 def scripted_steps(script: Path, prompt: str, tools: frozenset[str] = CHAT_AGENT_TOOLS) -> list[dict[str, Any]]:

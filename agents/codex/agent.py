@@ -19,6 +19,7 @@ sends, declares and writes.
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import os
 import queue
@@ -27,6 +28,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +48,8 @@ EVENTS_CAP = 16 * 1024 * 1024
 STDERR_CAP = 64 * 1024
 OUTPUT_CAP = 12_000
 STOP_GRACE = 10.0
+# How long the launcher waits for the run's MCP server to answer before it starts Codex.
+MCP_WAIT = 60.0
 
 
 def cap(text: str, limit: int = OUTPUT_CAP) -> str:
@@ -415,6 +419,31 @@ def rollout_usage(codex_home: Path, thread_id: str | None) -> Usage | None:
 # -- running it -----------------------------------------------------------------------
 
 
+def wait_for_mcp(url: str, deadline: float, pause: float = 0.5) -> str:
+    """Wait until the MCP server answers HTTP at `url` (any status), or `deadline` (monotonic) passes.
+
+    Codex connects to its MCP servers once, as it starts, and leaves out the
+    tools of one it cannot reach (saying so only on stderr): a run that
+    started Codex before the server answered had no test_patch. Returns
+    "ready", or why not.
+    """
+    parts = urllib.parse.urlsplit(url)
+    last = "no answer"
+    while True:
+        connection = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port or 80, timeout=5)
+        try:
+            connection.request("GET", parts.path or "/", headers={"accept": "text/event-stream"})
+            connection.getresponse().read()
+            return "ready"
+        except (OSError, http.client.HTTPException) as exc:
+            last = f"{type(exc).__name__}: {exc}"
+        finally:
+            connection.close()
+        if time.monotonic() + pause >= deadline:
+            return f"unreachable at {url} ({last})"
+        time.sleep(pause)
+
+
 @dataclass(frozen=True)
 class Settings:
     base_url: str
@@ -605,7 +634,9 @@ def main() -> int:
         print(f"{AGENT}: {exc}", file=sys.stderr)
         return 1
     version = cli_version(binary)
-    dialog.init(agent=AGENT, model=settings.model, version=version, cli=str(binary))
+    deadline = started + settings.timeout - settings.margin
+    mcp = wait_for_mcp(settings.mcp_url, min(deadline, time.monotonic() + MCP_WAIT))
+    dialog.init(agent=AGENT, model=settings.model, version=version, cli=str(binary), mcp=mcp)
     prompt = _prompt_or_reason(dialog)
     if prompt is None:
         dialog.complete("error", "cannot read the task: the daemon did not answer")
@@ -619,7 +650,6 @@ def main() -> int:
         config_toml(settings.model, settings.base_url, settings.mcp_url), encoding="utf-8"
     )
     translator = Translator(dialog)
-    deadline = started + settings.timeout - settings.margin
     exit = run_codex(
         command(binary, source),
         codex_environment(binary, codex_home, os.environ),

@@ -432,3 +432,36 @@ def test_fix_yaml_answers_codex_with_its_own_tools_and_chat_agent_with_chat_agen
     }
     answer = playback.respond(chat, "chat", "openai-chat").json()["choices"][0]["message"]
     assert answer["tool_calls"][0]["function"]["name"] == "view_file"
+
+
+def test_the_launcher_waits_for_the_mcp_server_to_answer(tmp_path: Path) -> None:
+    import socket
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/mcp"
+    began = time.monotonic()
+    said = agent.wait_for_mcp(url, began + 1.0, pause=0.1)
+    assert said.startswith(f"unreachable at {url} (ConnectionRefusedError") and time.monotonic() - began < 3
+
+    class Refuse(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # the streamable HTTP app refuses a bare GET: an answer all the same
+            self.send_response(405)
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    def serve_later() -> None:
+        time.sleep(0.5)
+        server = HTTPServer(("127.0.0.1", port), Refuse)
+        server.handle_request()
+        server.server_close()
+
+    thread = threading.Thread(target=serve_later)
+    thread.start()
+    assert agent.wait_for_mcp(url, time.monotonic() + 10, pause=0.1) == "ready"
+    thread.join()
