@@ -64,6 +64,11 @@ def cap(text: str, limit: int = OUTPUT_CAP) -> str:
 # -- the translation ------------------------------------------------------------------
 
 
+# A tool item that started but never completed in the stream: Codex was stopped, or (a command still running
+# when exec_command stopped waiting for it) the command went on in the background, where --json follows it no more.
+UNFINISHED = "no end of this in Codex's events: Codex stopped first, or the command went on in the background"
+
+
 @dataclass
 class Exit:
     """How the CLI's process ended: its exit code (None if it never started), whether the launcher stopped it
@@ -181,7 +186,7 @@ class Translator:
         of model calls.
         """
         for tool_id in list(self._open.values()):
-            self.dialog.tool_result(tool_id, "", error="Codex stopped before this finished")
+            self.dialog.tool_result(tool_id, "", error=UNFINISHED)
         self._open.clear()
         status, reason = self._status(exit)
         if self.malformed:
@@ -432,7 +437,13 @@ def wait_for_mcp(url: str, deadline: float, pause: float = 0.5) -> str:
     while True:
         connection = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port or 80, timeout=5)
         try:
-            connection.request("GET", parts.path or "/", headers={"accept": "text/event-stream"})
+            # A JSON-RPC ping: answered at once (a GET would open an event stream that stays open).
+            connection.request(
+                "POST",
+                parts.path or "/",
+                body=json.dumps({"jsonrpc": "2.0", "id": 0, "method": "ping"}),
+                headers={"content-type": "application/json", "accept": "application/json, text/event-stream"},
+            )
             connection.getresponse().read()
             return "ready"
         except (OSError, http.client.HTTPException) as exc:

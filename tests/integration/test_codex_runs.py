@@ -109,14 +109,20 @@ def test_codex_stops_at_the_budget_and_a_wandering_model_changes_nothing(demo: p
     assert _usage(wander)["calls"] == 3
 
 
-SEARCH = (
-    # The key is put together at run time: no file or command line of the run holds it whole but where it leaked.
-    f"id -u; k={SECRET_HEAD}; k=$k{SECRET_TAIL}; "
-    "for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do tr '\\0' '\\n' < $f 2>/dev/null; done > /tmp/seen; "
-    'echo "provider key in /proc: $(grep -c -- "$k" /tmp/seen)"; '
+# The key is put together at run time: no file or command line of the run holds it whole but where it leaked.
+KEY = f"k={SECRET_HEAD}; k=$k{SECRET_TAIL}; "
+SEARCH_PROC = (
+    KEY + "id -u; for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do tr '\\0' '\\n' < $f 2>/dev/null; done "
+    '> /tmp/seen; echo "provider key in /proc: $(grep -c -- "$k" /tmp/seen)"; '
     # The positive control: the run's own key, in Codex's environment, is found the same way.
     'echo "run key in /proc: $(grep -c -- ^SSE_API_KEY=sse- /tmp/seen)"; rm /tmp/seen; '
-    'echo "provider key in files: $(grep -rl --exclude-dir=proc --exclude-dir=sys -e "$k" / 2>/dev/null | head -3)"'
+    # Every file takes longer than a command may (30 s): in the background, its end marked.
+    'setsid sh -c \'grep -rlF --exclude-dir=proc --exclude-dir=sys -e "$0" / > /tmp/found 2>/dev/null; '
+    'touch /tmp/found.done\' "$k" < /dev/null > /dev/null 2>&1 &'
+)
+POLL = (
+    "for i in $(seq 25); do [ -e /tmp/found.done ] && break; sleep 1; done; "
+    '[ -e /tmp/found.done ] && echo "provider key in files: $(head -3 /tmp/found)" || echo still searching'
 )
 
 
@@ -127,8 +133,10 @@ def test_a_codex_run_holds_no_provider_key_anywhere_its_user_can_look(
     line, and every file it can read, for the provider key the gateway adds upstream."""
     script = demo.path / "models" / "scripted" / "search.yaml"
     script.parent.mkdir(parents=True)
+    poll = {"name": "exec_command", "arguments": {"cmd": POLL, "yield_time_ms": 30000}}
     steps = [
-        {"tool_calls": [{"name": "exec_command", "arguments": {"cmd": SEARCH}}], "usage": {"prompt_tokens": 10}},
+        {"tool_calls": [{"name": "exec_command", "arguments": {"cmd": SEARCH_PROC}}], "usage": {"prompt_tokens": 10}},
+        *({"tool_calls": [poll], "usage": {"prompt_tokens": 10}} for _ in range(4)),
         {"content": "Searched.", "usage": {"prompt_tokens": 20, "completion_tokens": 2}},
     ]
     conversation = {"match": "# Task: tlvkit", "tools": sorted(CODEX_TOOLS), "steps": steps}
@@ -156,12 +164,9 @@ def test_a_codex_run_holds_no_provider_key_anywhere_its_user_can_look(
     [run_dir] = _runs(demo.path, "remote")
     dialog = _dialog(run_dir)
     assert dialog[-1]["status"] == "done", dialog[-1]
-    [found] = [r for r in dialog if r["type"] == "tool_result"]
-    assert found["code"] == 0 and found["output"].splitlines() == [
-        "1000",
-        "provider key in /proc: 0",
-        found["output"].splitlines()[2],
-        "provider key in files: ",
-    ], found
-    assert int(found["output"].splitlines()[2].removeprefix("run key in /proc: ")) >= 1, found
-    assert _usage(run_dir)["calls"] == 2  # the upstream that wants the key answered both calls
+    outputs = [r["output"] for r in dialog if r["type"] == "tool_result"]
+    proc = outputs[0].splitlines()
+    assert proc[:2] == ["1000", "provider key in /proc: 0"] and len(proc) == 3, outputs
+    assert int(proc[2].removeprefix("run key in /proc: ")) >= 1, outputs
+    assert "provider key in files: \n" in outputs[1:], outputs
+    assert _usage(run_dir)["calls"] == 6  # the upstream that wants the key answered every call

@@ -161,7 +161,7 @@ def test_a_stream_cut_short_answers_the_open_call_and_says_why(tmp_path: Path) -
         "tool_id": "item_5",
         "output": "",
         "code": None,
-        "error": "Codex stopped before this finished",
+        "error": agent.UNFINISHED,
     }
     # No turn event came: no tokens are claimed.
     assert records[-1]["totals"]["input_tokens"] == 0
@@ -344,7 +344,7 @@ def test_run_codex_stops_the_cli_and_its_commands_at_the_deadline(tmp_path: Path
     assert not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text().split()[2]
     exit.timeout = 100
     assert translator.finish(exit)[0] == "timeout"
-    assert _of(_records(tmp_path), "tool_result")[0]["error"] == "Codex stopped before this finished"
+    assert _of(_records(tmp_path), "tool_result")[0]["error"] == agent.UNFINISHED
 
 
 def test_the_events_file_stops_at_its_cap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -448,7 +448,7 @@ def test_the_launcher_waits_for_the_mcp_server_to_answer(tmp_path: Path) -> None
     assert said.startswith(f"unreachable at {url} (ConnectionRefusedError") and time.monotonic() - began < 3
 
     class Refuse(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # the streamable HTTP app refuses a bare GET: an answer all the same
+        def do_POST(self) -> None:  # any answer will do, a refusal too
             self.send_response(405)
             self.end_headers()
 
