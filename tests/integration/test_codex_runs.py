@@ -112,17 +112,21 @@ def test_codex_stops_at_the_budget_and_a_wandering_model_changes_nothing(demo: p
 # The key is put together at run time: no file or command line of the run holds it whole but where it leaked.
 KEY = f"k={SECRET_HEAD}; k=$k{SECRET_TAIL}; "
 SEARCH_PROC = (
-    KEY + "id -u; for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do tr '\\0' '\\n' < $f 2>/dev/null; done "
+    KEY + "id -u; for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do cat $f 2>/dev/null | tr '\\0' '\\n'; done "
     '> /tmp/seen; echo "provider key in /proc: $(grep -c -- "$k" /tmp/seen)"; '
     # The positive control: the run's own key, in Codex's environment, is found the same way.
     'echo "run key in /proc: $(grep -c -- ^SSE_API_KEY=sse- /tmp/seen)"; rm /tmp/seen; '
-    # Every file takes longer than a command may (30 s): in the background, its end marked.
-    'setsid sh -c \'grep -rlF --exclude-dir=proc --exclude-dir=sys -e "$0" / > /tmp/found 2>/dev/null; '
-    'touch /tmp/found.done\' "$k" < /dev/null > /dev/null 2>&1 &'
+    # Every file takes longer than a command may (30 s): in the background, its end marked. The positive
+    # control: a text the task's source holds, which the same scan must find.
+    'setsid sh -c \'grep -rlF --exclude-dir=proc --exclude-dir=sys -e "$0" -e TLV_VALUE_MAX / > /tmp/found '
+    '2>/dev/null; touch /tmp/found.done\' "$k" < /dev/null > /dev/null 2>&1 &'
 )
 POLL = (
-    "for i in $(seq 25); do [ -e /tmp/found.done ] && break; sleep 1; done; "
-    '[ -e /tmp/found.done ] && echo "provider key in files: $(head -3 /tmp/found)" || echo still searching'
+    KEY + "for i in $(seq 25); do [ -e /tmp/found.done ] && break; sleep 1; done; "
+    "if [ -e /tmp/found.done ]; then "
+    'echo "provider key in files: $(xargs -r grep -lF -- "$k" < /tmp/found 2>/dev/null | head -3)"; '
+    'grep -qx /src/tlvkit/tlv.h /tmp/found && echo "control text found in /src/tlvkit/tlv.h"; '
+    "else echo still searching; fi"
 )
 
 
@@ -168,5 +172,5 @@ def test_a_codex_run_holds_no_provider_key_anywhere_its_user_can_look(
     proc = outputs[0].splitlines()
     assert proc[:2] == ["1000", "provider key in /proc: 0"] and len(proc) == 3, outputs
     assert int(proc[2].removeprefix("run key in /proc: ")) >= 1, outputs
-    assert "provider key in files: \n" in outputs[1:], outputs
+    assert "provider key in files: \ncontrol text found in /src/tlvkit/tlv.h\n" in outputs[1:], outputs
     assert _usage(run_dir)["calls"] == 6  # the upstream that wants the key answered every call
