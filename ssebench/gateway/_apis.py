@@ -24,6 +24,10 @@ from typing import Any
 from ssebench.defaults import ModelProtocol
 
 
+# Anthropic's smallest extended-thinking budget.
+MIN_THINKING_BUDGET = 1024
+
+
 class BadCall(ValueError):
     """A call the gateway refuses as it stands (a 400); the message names the parameter and the fix."""
 
@@ -77,6 +81,8 @@ class Api:
                 out[name] = value if max_output_tokens is None else min(value, max_output_tokens)
         if max_output_tokens is not None and not any(name in out for name in self.output_limits):
             out[self.output_limits[0]] = max_output_tokens
+        if self.protocol == "anthropic-messages":
+            _fit_thinking(out)
         if body.get("stream") is True:
             out["stream"] = True
             if self.protocol == "openai-chat":  # else the stream carries no usage, and the call no count
@@ -94,6 +100,24 @@ class Api:
         return isinstance(kind, str) and any(
             kind.startswith(allowed) if allowed.endswith("_") else kind == allowed for allowed in self.tool_types
         )
+
+
+def _fit_thinking(out: dict[str, Any]) -> None:
+    """Keep an extended-thinking budget below `max_tokens`, which Anthropic requires and the cap may break.
+
+    Claude Code asks for max_tokens 32000 with a thinking budget just below:
+    once the model's cap lowers max_tokens, the budget follows it down, and
+    under Anthropic's smallest budget (1024) thinking is left off.
+    """
+    thinking, limit = out.get("thinking"), out.get("max_tokens")
+    if not isinstance(thinking, dict) or type(limit) is not int:
+        return
+    budget = thinking.get("budget_tokens")
+    if type(budget) is int and budget >= limit:
+        if limit > MIN_THINKING_BUDGET:
+            out["thinking"] = {**thinking, "budget_tokens": limit - 1}
+        else:
+            del out["thinking"]
 
 
 def _is_int(value: Any, low: int, high: int | None) -> bool:
@@ -199,11 +223,11 @@ APIS: dict[ModelProtocol, Api] = {api.protocol: api for api in (CHAT_COMPLETIONS
 ANTHROPIC_VERSION = "2023-06-01"
 
 
-def counted_tokens(body: bytes) -> int:
-    """The answer to a token count: an estimate from the body's size (4 bytes a token), the same every time.
+def counted_tokens(size: int) -> int:
+    """The answer to a token count: an estimate from the body's size in bytes (4 a token), the same every time.
 
     Counting is answered by the gateway itself, for every model: it is no
     model call (nothing is generated or billed), and forwarding it would let
     an agent spend the provider's rate limits outside its budget.
     """
-    return max(1, len(body) // 4)
+    return max(1, size // 4)

@@ -128,8 +128,8 @@ class ModelConfig(_StrictModel):
             raise ValueError(f"'{value}' must be an http(s) URL such as https://api.openai.com/v1")
         if parts.query or parts.fragment:
             raise ValueError(
-                f"'{value}' must not carry a query or fragment; give the URL that "
-                "/chat/completions is under, such as https://api.openai.com/v1"
+                f"'{value}' must not carry a query or fragment; give the URL that the API's path "
+                "(/chat/completions, /responses, /messages) is under, such as https://api.openai.com/v1"
             )
         return value.rstrip("/")
 

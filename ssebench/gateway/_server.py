@@ -706,7 +706,7 @@ class Gateway:
                 return refusal.response(MESSAGES.protocol)
             finally:
                 run.active -= 1
-            return JSONResponse({"input_tokens": counted_tokens(b" " * size)})
+            return JSONResponse({"input_tokens": counted_tokens(size)})
 
         async def models(request: Request) -> Response:
             try:

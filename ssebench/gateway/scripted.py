@@ -782,7 +782,7 @@ def create_app(playback: Playback, *, api_key: str | None = None, model: str | N
     async def count(request: Request) -> Response:
         if (refused := refuse(request, "anthropic-messages")) is not None:
             return refused
-        return JSONResponse({"input_tokens": counted_tokens(await request.body())})
+        return JSONResponse({"input_tokens": counted_tokens(len(await request.body()))})
 
     async def models(request: Request) -> Response:
         if (refused := refuse(request, "openai-chat")) is not None:

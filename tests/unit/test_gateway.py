@@ -11,7 +11,7 @@ import yaml
 
 import ssebench.gateway
 from ssebench.errors import ConfigError, ConfigErrors
-from ssebench.gateway import Budget, Price, load_model, load_models
+from ssebench.gateway import MODEL_PROTOCOLS, Budget, Price, Usage, UsageRecord, load_model, load_models
 from ssebench.gateway.scripted import MALFORMED_ARGUMENTS, Playback, Script, load_script
 
 MODELS = Path(__file__).resolve().parents[2] / "models"
@@ -89,6 +89,9 @@ def _problems(path: Path) -> list[str]:
         ({"name": "m", "base_url": "http://x/v1", "budget": {"tokens": "many"}}, "budget.tokens", "integer"),
         ({"name": "m", "script": "/etc/passwd"}, "script", "must be relative to the model file"),
         ({"name": "m", "script": "missing.yaml"}, "script", "not found"),
+        ({"name": "m", "base_url": "http://x/v1", "protocol": "anthropic"}, "protocol", "'anthropic-messages'"),
+        ({"name": "m", "script": "s.yaml", "protocol": "openai-chat"}, "", "speaks every protocol"),
+        ({"name": "m", "base_url": "http://x/v1", "price": {"cache_read": -1}}, "price.cache_read", "greater than"),
     ],
 )
 def test_a_bad_model_file_names_file_field_and_fix(
@@ -122,8 +125,33 @@ def test_load_models_reports_every_bad_file_and_ignores_the_rest(tmp_path: Path)
     assert load_models(tmp_path / "absent") == {}
 
 
+def test_the_anthropic_example_is_a_valid_model_once_copied(tmp_path: Path) -> None:
+    target = tmp_path / "claude-sonnet-4-5.yaml"
+    target.write_text((MODELS / "example-anthropic.yaml.example").read_text())
+    model = load_model(target)
+    assert model.protocols == {"anthropic-messages"} and model.api_key_env == "ANTHROPIC_API_KEY"
+    assert model.price == Price(input=3.0, output=15.0, cache_read=0.30, cache_write=3.75)
+
+
+def test_a_model_serves_its_upstreams_protocol_and_a_script_every_one(tmp_path: Path) -> None:
+    claude = _write(
+        tmp_path,
+        "claude",
+        {"name": "claude", "base_url": "https://api.anthropic.com/v1"} | {"protocol": "anthropic-messages"},
+    )
+    assert load_model(claude).protocols == frozenset({"anthropic-messages"})
+    plain = _write(tmp_path, "plain", {"name": "plain", "base_url": "http://127.0.0.1:8000/v1"})
+    assert load_model(plain).protocol == "openai-chat" and load_model(plain).protocols == {"openai-chat"}
+    assert load_models(MODELS)["scripted-fix"].protocols == frozenset(MODEL_PROTOCOLS)
+    assert MODEL_PROTOCOLS == ("openai-chat", "openai-responses", "anthropic-messages")
+
+
 def test_price_and_budget_arithmetic() -> None:
     assert Price(input=3.0, output=15.0).cost(1_000_000, 100_000) == pytest.approx(4.5)
+    # Cached input at its own prices; left out, it costs what input costs.
+    cached = Price(input=3.0, output=15.0, cache_read=0.3, cache_write=3.75)
+    assert cached.cost(1_000_000, 0, 600_000, 300_000) == pytest.approx(0.3 + 0.18 + 1.125)
+    assert Price(input=3.0).cost(1_000_000, 0, 600_000, 300_000) == pytest.approx(3.0)
     assert Budget(tokens=100).exhausted(99, 0.0) is None
     assert Budget(tokens=100).exhausted(100, 0.0) == "100 of 100 tokens used"
     assert Budget(cost=1.0).exhausted(10**9, 0.99) is None
@@ -236,6 +264,9 @@ def test_the_first_matching_conversation_plays(tmp_path: Path) -> None:
         ({"content": "x", "times": 3}, "times applies to faults only"),
         ({"error": {"status": 200}}, "greater than or equal to 400"),
         ({"content": "x", "tool_calls": [{"name": "bash", "arguments": "ls"}]}, "valid dictionary"),
+        ({"tool_calls": [{"name": "apply_patch", "custom": True}]}, "custom tool call has input"),
+        ({"tool_calls": [{"name": "apply_patch", "input": "*** Begin"}]}, "add custom: true"),
+        ({"content": "x", "usage": {"prompt_tokens": 5, "cache_read_tokens": 6}}, "prompt_tokens is all the input"),
     ],
 )
 def test_a_bad_step_is_refused(tmp_path: Path, step: dict[str, Any], words: str) -> None:
@@ -244,6 +275,60 @@ def test_a_bad_step_is_refused(tmp_path: Path, step: dict[str, Any], words: str)
     with pytest.raises(ConfigErrors) as caught:
         load_script(path)
     assert any(words in str(e) for e in caught.value.errors), str(caught.value)
+
+
+def test_a_repeat_conversation_is_one_answer() -> None:
+    with pytest.raises(ValueError, match="one step, an answer"):
+        Script.model_validate({"conversations": [{"match": "", "repeat": True, "steps": [{"content": "a"}] * 2}]})
+    with pytest.raises(ValueError, match="one step, an answer"):
+        Script.model_validate({"conversations": [{"match": "", "repeat": True, "steps": [{"garbage": "x"}]}]})
+
+
+def test_a_conversation_applies_only_to_requests_declaring_its_tools(tmp_path: Path) -> None:
+    script = {
+        "conversations": [
+            {"match": "# Task", "tools": ["shell", "apply_patch"], "steps": [{"content": "codex"}]},
+            {"match": "# Task", "tools": ["Bash"], "steps": [{"content": "claude"}]},
+            {"match": "# Task", "steps": [{"content": "any agent"}]},
+        ]
+    }
+    playback = _playback(tmp_path, script)
+    codex = {
+        "input": "# Task",
+        "tools": [{"type": "function", "name": "shell"}, {"type": "custom", "name": "apply_patch"}],
+    }
+    assert playback.respond(codex, "k", "openai-responses").json()["output"][0]["content"][0]["text"] == "codex"
+    only_shell = {"input": "# Task", "tools": [{"type": "function", "name": "shell"}]}
+    assert "any agent" in playback.respond(only_shell, "k", "openai-responses").body.decode()
+    claude = {"messages": [{"role": "user", "content": "# Task"}], "tools": [{"name": "Bash", "input_schema": {}}]}
+    assert playback.respond(claude, "k", "anthropic-messages").json()["content"][0]["text"] == "claude"
+    chat = _request("# Task", 0) | {"tools": [{"type": "function", "function": {"name": "Bash"}}]}
+    assert playback.respond(chat, "k").json()["choices"][0]["message"]["content"] == "claude"
+
+
+def test_a_responses_position_counts_runs_of_model_output(tmp_path: Path) -> None:
+    steps = [{"content": f"turn {n}"} for n in range(4)]
+    playback = _playback(tmp_path, {"conversations": [{"match": "go", "steps": steps}]})
+
+    def turn(items: list[dict[str, Any]]) -> str:
+        request = {"input": [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "go"}]}]}
+        reply = playback.respond({"input": request["input"] + items}, "k", "openai-responses")
+        return str(reply.json()["output"][0]["content"][0]["text"])
+
+    call = {"type": "function_call", "call_id": "c", "name": "shell", "arguments": "{}"}
+    output = {"type": "function_call_output", "call_id": "c", "output": "ok"}
+    said = {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "hm"}]}
+    assert turn([]) == "turn 0"
+    assert turn([{"type": "reasoning", "summary": []}, said, call, output]) == "turn 1"
+    assert turn([call, output, {"type": "custom_tool_call", "call_id": "d", "name": "p", "input": ""}]) == "turn 2"
+    assert turn([call, output, said, {"role": "user", "content": "more"}, call]) == "turn 3"
+
+
+def test_old_usage_files_and_summaries_still_load() -> None:
+    old = {"ts": 1.0, "run": "r", "model": "m", "status": 200, "prompt_tokens": 5, "completion_tokens": 2, "cost": 0.1}
+    assert UsageRecord.model_validate(old).cache_read_tokens == 0
+    summary = {"run_id": "r", "model": "m", "calls": 1, "prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}
+    assert Usage.model_validate(summary).cache_write_tokens == 0
 
 
 def test_the_shipped_scripts_have_a_conversation_per_demo_project() -> None:

@@ -191,3 +191,39 @@ def test_the_gateway_stops_when_its_parent_dies(tmp_path: Path) -> None:
             parent.wait()
         if parent.stdout is not None:
             parent.stdout.close()
+
+
+def test_the_gateway_process_relays_streams_of_each_protocol(
+    models_dir: Path, upstream: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("UPSTREAM_KEY", SECRET)
+    (models_dir / "claude.yaml").write_text(
+        f"name: claude\nbase_url: http://127.0.0.1:{upstream}/v1\nprotocol: anthropic-messages\n"
+        "upstream_model: fix-upstream\napi_key_env: UPSTREAM_KEY\n"
+    )
+    task = [{"role": "user", "content": "# Task: kvrec (Go)"}]
+    with GatewayProcess(models_dir, tmp_path / "state", model_port=0) as gateway:
+        client = GatewayClient(gateway.control_url or "", gateway.admin_token)
+        claude = client.register_run("run-1", "claude", bind_host="127.0.0.1", ttl_seconds=60, port=0)
+        local = client.register_run("run-2", "local", bind_host="127.0.0.2", ttl_seconds=60, port=0)
+        with httpx.stream(
+            "POST",
+            f"{claude.base_url}/messages",
+            json={"model": "claude", "max_tokens": 100, "stream": True, "messages": task},
+            headers={"x-api-key": claude.key},
+            timeout=30,
+        ) as answer:
+            kinds = [line[7:] for line in answer.iter_lines() if line.startswith("event: ")]
+        assert answer.status_code == 200 and kinds[0] == "message_start" and kinds[-1] == "message_stop"
+        with httpx.stream(
+            "POST",
+            f"{local.base_url}/responses",
+            json={"model": "local", "stream": True, "input": task},
+            headers={"authorization": f"Bearer {local.key}"},
+            timeout=30,
+        ) as answer:
+            text = answer.read().decode()
+        assert "event: response.completed" in text
+        records = [client.finish_run(run).records[0] for run in ("run-1", "run-2")]
+        client.close()
+    assert [(r.status, r.prompt_tokens, r.completion_tokens, r.error) for r in records] == [(200, 1640, 39, None)] * 2

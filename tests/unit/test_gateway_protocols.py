@@ -9,6 +9,7 @@ drifts from the real wire format fails here and not in an agent's run.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -212,6 +213,8 @@ def test_side_calls_count_tokens_and_the_bearer_form_of_the_key(tmp_path: Path) 
             model="scripted-proto", messages=[{"role": "user", "content": TASK * 50}]
         )
         assert counted.input_tokens == again.input_tokens > 0 and longer.input_tokens > counted.input_tokens
+        listed = [m.id async for m in client.models.list()]
+        assert listed == [m.id async for m in _openai(setup, key).models.list()] == ["scripted-proto"]
         # Counting is no model call: one call recorded (the side call), nothing counted for the budget.
         usage = setup.gateway.runs["run-1"].usage()
         assert usage.calls == 1 and usage.prompt_tokens == 40
@@ -483,30 +486,41 @@ def test_a_stream_without_usage_is_recorded_as_such(tmp_path: Path) -> None:
     run(test)
 
 
+@contextlib.asynccontextmanager
+async def _sockets(tmp_path: Path, upstream_app: Starlette) -> AsyncIterator[tuple[Setup, str]]:
+    """The gateway's model app and an upstream on real loopback sockets: (setup, the model listener's URL)."""
+    upstream_sock = listen("127.0.0.1", 0)
+    upstream = server(upstream_app)
+    model = _http("anthropic-messages", base_url=f"http://127.0.0.1:{upstream_sock.getsockname()[1]}/v1")
+    setup = _setup(tmp_path, {"remote": model}, {"TEST_PROVIDER_KEY": SECRET})
+    gateway_sock = listen("127.0.0.1", 0)
+    listener = server(setup.gateway.model_app("127.0.0.1"))
+    tasks = [
+        asyncio.create_task(upstream.serve(sockets=[upstream_sock])),
+        asyncio.create_task(listener.serve(sockets=[gateway_sock])),
+    ]
+    try:
+        yield setup, f"http://127.0.0.1:{gateway_sock.getsockname()[1]}/v1"
+    finally:
+        upstream.should_exit = listener.should_exit = True
+        await setup.gateway.close()
+        await asyncio.gather(*tasks)
+
+
+STREAMED_CALL = {"model": "remote", "stream": True, **ASKS["anthropic-messages"][1]}
+
+
 def test_a_stream_reaches_the_agent_as_it_comes_and_is_recorded_whole_when_the_agent_leaves(tmp_path: Path) -> None:
     """Real sockets on both sides: the agent reads the first event while the upstream holds the rest back."""
     events = _anthropic_events()
 
     async def test() -> None:
         gate = asyncio.Event()
-        upstream_sock = listen("127.0.0.1", 0)
-        upstream = server(_stream_app(events, gate))
-        model = _http("anthropic-messages", base_url=f"http://127.0.0.1:{upstream_sock.getsockname()[1]}/v1")
-        setup = _setup(tmp_path, {"remote": model}, {"TEST_PROVIDER_KEY": SECRET})
-        setup.gateway.upstream_transport = None
-        gateway_sock = listen("127.0.0.1", 0)
-        listener = server(setup.gateway.model_app("127.0.0.1"))
-        tasks = [
-            asyncio.create_task(upstream.serve(sockets=[upstream_sock])),
-            asyncio.create_task(listener.serve(sockets=[gateway_sock])),
-        ]
-        try:
+        async with _sockets(tmp_path, _stream_app(events, gate)) as (setup, url):
             key = (await setup.register(model="remote", host="127.0.0.1"))["key"]
-            url = f"http://127.0.0.1:{gateway_sock.getsockname()[1]}/v1/messages"
-            body = {"model": "remote", "stream": True, **ASKS["anthropic-messages"][1]}
             async with (
                 httpx.AsyncClient() as agent,
-                agent.stream("POST", url, json=body, headers={"x-api-key": key}) as answer,
+                agent.stream("POST", f"{url}/messages", json=STREAMED_CALL, headers={"x-api-key": key}) as answer,
             ):
                 first = await asyncio.wait_for(answer.aiter_raw().__anext__(), 10)
                 assert b"message_start" in first and not gate.is_set()
@@ -519,10 +533,28 @@ def test_a_stream_reaches_the_agent_as_it_comes_and_is_recorded_whole_when_the_a
                 (200, 1000, 50, None)
             ]
             assert setup.gateway.runs["run-1"].active == 0
-        finally:
-            upstream.should_exit = listener.should_exit = True
-            await asyncio.gather(*tasks)
-            await setup.gateway.close()
+
+    run(test)
+
+
+def test_finishing_a_run_mid_stream_records_the_call_with_the_tokens_it_reported(tmp_path: Path) -> None:
+    events = _anthropic_events()
+
+    async def test() -> None:
+        gate = asyncio.Event()  # never set: the upstream holds the stream open
+        async with _sockets(tmp_path, _stream_app(events, gate)) as (setup, url):
+            key = (await setup.register(model="remote", host="127.0.0.1"))["key"]
+            async with (
+                httpx.AsyncClient() as agent,
+                agent.stream("POST", f"{url}/messages", json=STREAMED_CALL, headers={"x-api-key": key}) as answer,
+            ):
+                chunks = answer.aiter_raw()
+                received = [await asyncio.wait_for(chunks.__anext__(), 10)]
+                usage = await setup.gateway.finish("run-1", wait=0.2)
+                received += [chunk async for chunk in chunks]  # the stream ends: cut short
+            assert b"message_start" in received[0] and b"message_stop" not in b"".join(received)
+            assert [(r.status, r.prompt_tokens, r.cache_read_tokens) for r in usage.records] == [(503, 1000, 600)]
+            assert usage.records[0].error is not None and usage.records[0].error.startswith("cancelled")
 
     run(test)
 
@@ -586,6 +618,14 @@ def test_messages_go_upstream_as_the_allow_list_says_within_the_cap() -> None:
         "max_tokens": 4096,
     }
     assert MESSAGES.upstream_body({"messages": []}, model="c", max_output_tokens=64)["max_tokens"] == 64
+    # Claude Code's thinking budget follows max_tokens down to the cap, or is left off below Anthropic's minimum.
+    thinking = {"messages": [], "max_tokens": 32000, "thinking": {"type": "enabled", "budget_tokens": 31999}}
+    assert MESSAGES.upstream_body(thinking, model="c", max_output_tokens=4096)["thinking"] == {
+        "type": "enabled",
+        "budget_tokens": 4095,
+    }
+    assert "thinking" not in MESSAGES.upstream_body(thinking, model="c", max_output_tokens=1000)
+    assert MESSAGES.upstream_body(thinking, model="c", max_output_tokens=None)["thinking"] == thinking["thinking"]
     with pytest.raises(BadCall, match="messages list"):
         MESSAGES.upstream_body({"messages": {}}, model="c", max_output_tokens=None)
 
@@ -614,5 +654,64 @@ def test_the_agents_headers_cannot_smuggle_lines_or_keys_upstream(tmp_path: Path
         assert long.json()["type"] == "error"
         assert own.status_code == 200 and upstream.state.headers[-1]["x-api-key"] == SECRET
         assert len(upstream.state.received) == 1
+
+    run(test)
+
+
+def test_the_x_api_key_form_is_bound_like_the_bearer_form(tmp_path: Path) -> None:
+    setup = _setup(tmp_path, {"scripted-proto": _scripted(tmp_path)})
+
+    async def test() -> None:
+        mine = (await setup.register(model="scripted-proto"))["key"]
+        other = (await setup.register("run-2", model="scripted-proto", host="172.19.0.1"))["key"]
+        body = {"model": "scripted-proto", "max_tokens": 5, "messages": [{"role": "user", "content": TASK}]}
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=setup.gateway.model_app(RUN_HOST)), base_url="http://gw"
+        ) as client:
+            answers = [
+                await client.post("/v1/messages", json=body, headers=headers)
+                for headers in (
+                    {"x-api-key": other},  # another run's key, on this run's listener
+                    {"x-api-key": mine[:-1]},
+                    {"x-api-key": ""},
+                    {"authorization": "Basic " + mine, "x-api-key": "nope"},
+                    {"x-api-key": mine},
+                )
+            ]
+        assert [a.status_code for a in answers] == [401, 401, 401, 401, 200]
+        assert answers[0].json() == {
+            "type": "error",
+            "error": {"type": "authentication_error", "message": "invalid key: not a key of a run served here"},
+        }
+        assert answers[0].headers["connection"] == "close"
+        await setup.gateway.finish("run-1")
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=setup.gateway.model_app(RUN_HOST)), base_url="http://gw"
+        ) as client:
+            revoked = await client.post("/v1/messages", json=body, headers={"x-api-key": mine})
+        assert revoked.status_code == 401 and "invalid key" in revoked.text
+
+    run(test)
+
+
+def test_token_counts_are_answered_by_the_gateway_never_upstream(tmp_path: Path) -> None:
+    upstream = create_app(Playback(load_script(_write(tmp_path))), api_key=SECRET, model="provider-id")
+    model = _http("anthropic-messages", budget={"tokens": 1})
+    setup = _setup(tmp_path, {"remote": model}, {"TEST_PROVIDER_KEY": SECRET}, upstream)
+
+    async def test() -> None:
+        key = (await setup.register(model="remote"))["key"]
+        body = {"model": "remote", "messages": [{"role": "user", "content": TASK}]}
+        async with setup.model(key) as client:
+            counted = await client.post("/v1/messages/count_tokens", json=body)
+            nested = json.loads("[" * 70 + "]" * 70)
+            deep = await client.post("/v1/messages/count_tokens", json={"model": "remote", "messages": nested})
+            other = await client.post("/v1/messages/count_tokens", json={**body, "model": "scripted-fix"})
+        assert counted.status_code == 200 and counted.json() == {"input_tokens": len(counted.request.content) // 4}
+        assert deep.status_code == 400 and "nested deeper" in deep.json()["error"]["message"]
+        assert other.status_code == 403 and other.json()["type"] == "error"
+        assert upstream.state.received == []
+        usage = setup.gateway.runs["run-1"].usage()
+        assert usage.calls == 0 and usage.total_tokens == 0 and usage.rejected == 2
 
     run(test)
