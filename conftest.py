@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import os
+from pathlib import Path
 
 import pytest
 
@@ -33,7 +34,18 @@ def under_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
 
 
-def pytest_report_header(config: pytest.Config) -> str:
+def _runs_the_suite(config: pytest.Config) -> bool:
+    """Whether the session collects this project's own tests (tests/), not only benchmark runs."""
+    tests = Path(__file__).parent / "tests"
+    given = [config.invocation_params.dir / arg.split("::", 1)[0] for arg in config.args if not arg.startswith("-")]
+    return any(
+        tests == path.resolve() or tests in path.resolve().parents or path.resolve() in tests.parents for path in given
+    )
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    if not _runs_the_suite(config):
+        return None  # a benchmark run: the session checks the engine itself, and says so once
     problem = docker_status()
     if problem is None:
         return "docker: engine reachable; docker-marked tests will run"

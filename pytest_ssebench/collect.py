@@ -1,6 +1,10 @@
 """Task folders collected as nodes, and one item per run.
 
-    datasets/demo/c-demo::reference[none-d2-sandbox]
+    datasets/demo/c-demo/sse/config.yaml::reference[none-d2-sandbox]
+
+A run is an item of its task's file, `sse/config.yaml`, so its node id names
+a file: pytest takes it back as an argument (`pytest ID` reruns that one
+run), where a folder with `::` after it is refused.
 
 A run's heavy work happens in the item's setup, so an infrastructure
 failure (image build, Docker, the whole run timing out) is an *error*; the
@@ -166,20 +170,48 @@ class RunItem(pytest.Item):
         return self.run.task.config_path, None, f"{self.run.task.id}::{self.name}"
 
 
+class CollectError(Exception):
+    """A task that cannot be collected: its message is the whole report."""
+
+
 class TaskDirectory(pytest.Directory):
-    """A task folder: its runs are its children; nothing inside it is collected as tests."""
+    """A task folder: only its `sse/config.yaml` is collected, as the file its runs belong to."""
+
+    def __init__(self, *, sweep: TaskSource, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.sweep = sweep
+
+    def collect(self) -> Iterator[pytest.Collector]:
+        yield _SseFolder.from_parent(self, path=self.path / "sse", sweep=self.sweep)
+
+
+class _SseFolder(pytest.Directory):
+    """The task's `sse/` folder: the step between the task's folder and its file, so that pytest finds a
+    run's node id (which walks the path part by part) and collects nothing else in it."""
+
+    def __init__(self, *, sweep: TaskSource, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.sweep = sweep
+
+    def collect(self) -> Iterator[pytest.Collector]:
+        yield TaskFile.from_parent(self, path=self.path / "config.yaml", sweep=self.sweep)
+
+
+class TaskFile(pytest.File):
+    """A task's `sse/config.yaml`: its runs are its items."""
 
     def __init__(self, *, sweep: TaskSource, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.sweep = sweep
 
     def _task(self) -> Task:
+        folder = self.path.parent.parent
         try:
-            return self.sweep.load_task(self.path)
+            return self.sweep.load_task(folder)
         except ConfigErrors as exc:
-            raise self.CollectError("\n".join(str(e) for e in exc.errors)) from None
+            raise CollectError("\n".join(str(e) for e in exc.errors)) from None
         except ConfigError as exc:
-            raise self.CollectError(str(exc)) from None
+            raise CollectError(str(exc)) from None
 
     def collect(self) -> Iterator[pytest.Item]:
         task = self._task()
@@ -187,10 +219,7 @@ class TaskDirectory(pytest.Directory):
         for run in plugin.runs_of(task):
             yield RunItem.from_parent(self, name=plugin.item_name(run), run=run, runner=plugin.lifecycle)
 
-    class CollectError(Exception):
-        pass
-
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException]) -> Any:  # type: ignore[override]
-        if isinstance(excinfo.value, self.CollectError):
+        if isinstance(excinfo.value, CollectError):
             return for_terminal(str(excinfo.value))
         return super().repr_failure(excinfo)

@@ -12,7 +12,6 @@ plugin costs every pytest run of the environment almost nothing.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,73 +22,19 @@ import pytest
 
 from ssebench.defaults import (
     AGENT_TIMEOUT,
-    EGRESS,
     Dispatch,
     Egress,
     Mode,
     parse_budget,
+    parse_count,
+    parse_difficulties,
     parse_dispatch,
+    parse_egress,
     parse_modes,
     parse_registry,
+    parse_run_limits,
+    parse_seconds,
 )
-
-DIFFICULTIES = range(0, 5)
-
-
-def _csv(text: str) -> list[str]:
-    return [part.strip() for part in text.split(",") if part.strip()]
-
-
-def difficulties(text: str) -> tuple[int, ...]:
-    try:
-        levels = tuple(dict.fromkeys(int(x) for x in _csv(text)))
-    except ValueError:
-        levels = ()
-    if not levels or any(level not in DIFFICULTIES for level in levels):
-        raise argparse.ArgumentTypeError(f"{text!r}: give levels 0-4 separated by commas, e.g. 0,2,4")
-    return levels
-
-
-def seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: give a time in seconds above zero, e.g. 1800")
-    return value
-
-
-def count(minimum: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            value = minimum - 1
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"{text!r}: give a whole number of at least {minimum}")
-        return value
-
-    parse.__name__ = "count"
-    return parse
-
-
-def egress(text: str) -> str:
-    if text not in EGRESS:
-        raise argparse.ArgumentTypeError(f"{text!r}: use {' or '.join(EGRESS)}")
-    return text
-
-
-def limits(text: str) -> dict[str, str]:
-    from ssebench.limits import Limits, LimitsError, parse_limits
-
-    try:
-        parsed = parse_limits(text, "--run-limits")
-        if parsed:
-            Limits().merged(parsed, "--run-limits")
-    except LimitsError as exc:
-        raise argparse.ArgumentTypeError(str(exc).removeprefix("--run-limits: ")) from None
-    return parsed
 
 
 @dataclass(frozen=True)
@@ -104,13 +49,17 @@ class Setting:
     env: str | None = None
     ini: str | None = None
     default: str | None = None
+    # Names the variable had before it followed its flag: still read, after `env`.
+    old_env: tuple[str, ...] = ()
+    # Other spellings of the flag (`ssebench run`'s, upstream's), accepted as it.
+    aliases: tuple[str, ...] = ()
 
 
 SETTINGS = (
     Setting(
         "--difficulty",
         "ssebench_difficulty",
-        difficulties,
+        parse_difficulties,
         "comma-separated levels 0-4 (default 2)",
         "LEVELS",
         env="SSEBENCH_DIFFICULTY",
@@ -128,16 +77,17 @@ SETTINGS = (
     Setting(
         "--agent-timeout",
         "ssebench_timeout",
-        seconds,
+        parse_seconds,
         f"the agent's time limit per run (default {AGENT_TIMEOUT:.0f})",
         "SECONDS",
-        env="SSEBENCH_TIMEOUT",
+        env="SSEBENCH_AGENT_TIMEOUT",
+        old_env=("SSEBENCH_TIMEOUT",),
         default=str(AGENT_TIMEOUT),
     ),
     Setting(
         "--egress",
         "ssebench_egress",
-        egress,
+        parse_egress,
         "restricted (default): an internal network with no route out; open: a normal bridge",
         "restricted|open",
         env="SSEBENCH_EGRESS",
@@ -156,17 +106,18 @@ SETTINGS = (
     Setting(
         "--infra-retries",
         "ssebench_retries",
-        count(0),
+        parse_count(0),
         "retry a run N times after an infrastructure error (never after a failed grade)",
         "N",
-        env="SSEBENCH_RETRIES",
+        env="SSEBENCH_INFRA_RETRIES",
+        old_env=("SSEBENCH_RETRIES",),
         ini="ssebench_retries",
         default="0",
     ),
     Setting(
         "--trials",
         "ssebench_trials",
-        count(1),
+        parse_count(1),
         "run each task x agent x model x difficulty N times, as N items (default 1)",
         "N",
         env="SSEBENCH_TRIALS",
@@ -176,10 +127,11 @@ SETTINGS = (
     Setting(
         "--run-limits",
         "ssebench_limits",
-        limits,
+        parse_run_limits,
         "resource limits of every run container, overriding settings and tasks: "
         "pids=N,memory=SIZE,cpus=N,file_size=SIZE (e.g. pids=512,memory=2g)",
         "LIMITS",
+        aliases=("--limits",),
     ),
     Setting(
         "--dispatch",
@@ -206,6 +158,8 @@ SETTINGS = (
         parse_registry,
         "a registry, HOST:PORT, that builds push images to and machines lacking one pull it from",
         "HOST:PORT",
+        # The setting's own name (ssebench.settings): SSEBENCH_REGISTRY is the build argument that names
+        # the image prefix in upstream Dockerfiles.
         env="SSEBENCH_IMAGE_REGISTRY",
         ini="ssebench_registry",
     ),
@@ -218,14 +172,18 @@ SETTINGS = (
     ),
 )
 FLAGS = (
-    ("--keep-containers", "ssebench_keep", "leave each run's container in place after it ends (for debugging)"),
     (
-        "--rebuild",
+        ("--keep-containers", "--keep-container"),
+        "ssebench_keep",
+        "leave each run's container in place after it ends (for debugging)",
+    ),
+    (
+        ("--rebuild", "--build"),
         "ssebench_rebuild",
         "rebuild every image of the collected tasks before running, ignoring Docker's cache",
     ),
     (
-        "--resume",
+        ("--resume",),
         "ssebench_resume",
         "report an item from its finished run in the results directory (same task "
         "and version, agent, model, difficulty, mode and trial) instead of running it",
@@ -256,6 +214,7 @@ def add_options(parser: pytest.Parser) -> None:
         sources = ", ".join(filter(None, (s.env and f"env {s.env}", s.ini and f"ini {s.ini}")))
         group.addoption(
             s.flag,
+            *s.aliases,
             dest=s.dest,
             default=None,
             metavar=s.metavar,
@@ -264,8 +223,8 @@ def add_options(parser: pytest.Parser) -> None:
         )
         if s.ini:
             parser.addini(s.ini, f"default {s.flag}", default=s.default)
-    for flag, dest, text in FLAGS:
-        group.addoption(flag, dest=dest, action="store_true", default=False, help=text)
+    for flags, dest, text in FLAGS:
+        group.addoption(*flags, dest=dest, action="store_true", default=False, help=text)
 
 
 def _value(config: pytest.Config, s: Setting) -> Any:
@@ -273,7 +232,8 @@ def _value(config: pytest.Config, s: Setting) -> Any:
     given = getattr(config.option, s.dest)
     if given is not None:
         return given
-    sources = ((s.env, s.env and os.environ.get(s.env)), (s.ini, s.ini and config.getini(s.ini)))
+    variables = [name for name in (s.env, *s.old_env) if name]
+    sources = (*((name, os.environ.get(name)) for name in variables), (s.ini, s.ini and config.getini(s.ini)))
     source, raw = next(((name, value) for name, value in sources if value), (None, s.default))
     if raw is None or s.parse is None:
         return raw

@@ -32,6 +32,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     add_options(parser)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
+    """`TASK_FOLDER::RUN` means the run of that task: the arguments name its file (`sse/config.yaml`, where
+    runs are collected), since pytest refuses `::` after a folder. xdist's workers get the arguments so
+    rewritten."""
+    from ssebench.dataset import run_argument
+
+    args[:] = [run_argument(arg, early_config.invocation_params.dir) for arg in args]
+
+
 def pytest_configure(config: pytest.Config) -> None:
     for name, text in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
@@ -61,7 +71,9 @@ def _holds_tasks(path: Path, depth: int = 2) -> bool:
 def _say_how_to_pick_an_agent(config: pytest.Config) -> None:
     """Tasks asked for with no agent to run them: a usage error that says how to pick one, rather than a
     session that collects nothing."""
-    given = [arg.split("::", 1)[0] for arg in config.args]
+    from ssebench.dataset import argument_path
+
+    given = [argument_path(arg) for arg in config.args]
     holding = [arg for arg in given if _holds_tasks(config.invocation_params.dir / arg)]
     if not holding:
         return

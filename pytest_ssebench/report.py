@@ -367,6 +367,10 @@ class ScoreTable:
         )
 
 
+# The runs --resume ran again that the summary names, with why.
+RERUN_SHOWN = 10
+
+
 class ReportHooks:
     """The plugin's reporting: properties and extras on each run's report, the score table at the end."""
 
@@ -375,8 +379,9 @@ class ReportHooks:
         self.html = html
         self.show_table = show_table
         self.table = ScoreTable(trials)
-        # Items reported from finished runs (--resume) rather than run now.
+        # Items reported from finished runs (--resume) rather than run now; those run again, and why.
         self.resumed = 0
+        self.rerun: list[tuple[str, str]] = []
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
@@ -392,8 +397,11 @@ class ReportHooks:
             self.table.add(report.nodeid, "error", report.user_properties)
         elif report.when == "call":
             self.table.add(report.nodeid, report.outcome, report.user_properties)
-            if dict(report.user_properties).get(PREFIX + "resumed") is True:
+            properties = dict(report.user_properties)
+            if properties.get(PREFIX + "resumed") is True:
                 self.resumed += 1
+            elif isinstance(why := properties.get(PREFIX + "rerun"), str) and why:  # "" stands for None here
+                self.rerun.append((report.nodeid, why))
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if not self.show_table or not self.table.rows:
@@ -401,8 +409,15 @@ class ReportHooks:
         terminalreporter.section("SSEBench scores")
         for line in self.table.lines():
             terminalreporter.line(line)
-        if self.resumed:
-            terminalreporter.line(f"resumed: {self.resumed} item(s) reported from finished runs, not run again")
+        if self.resumed or self.rerun:
+            terminalreporter.line(
+                f"resumed: {self.resumed} item(s) reported from finished runs, not run again; "
+                f"{len(self.rerun)} run again"
+            )
+            for nodeid, why in self.rerun[:RERUN_SHOWN]:
+                terminalreporter.line(f"  ran again: {nodeid}: {why}")
+            if len(self.rerun) > RERUN_SHOWN:
+                terminalreporter.line(f"  ... and {len(self.rerun) - RERUN_SHOWN} more")
         terminalreporter.line(f"results: {self.results}")
 
     # pytest-html's hooks; pluggy checks only the hooks that exist, so these

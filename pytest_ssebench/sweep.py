@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from pytest_ssebench.collect import TaskDirectory, dataset_marker
+from pytest_ssebench.collect import CollectError, TaskDirectory, dataset_marker
 from pytest_ssebench.options import Options, parse_options
 from pytest_ssebench.report import ReportHooks
 from pytest_ssebench.schedule import DurationHooks, make_scheduler, read_history
@@ -43,10 +43,11 @@ class Sweep:
         self.options: Options = parse_options(config)
         try:
             self.settings: Settings = get_settings()
+        except SSEBenchError as exc:  # names its variable
+            raise pytest.UsageError(for_terminal(str(exc))) from None
+        try:
             self.agents: list[Agent] = [load_agent(self.settings.agents_dir, name) for name in self.options.agents]
-        except (ConfigError, SSEBenchError) as exc:
-            raise pytest.UsageError(f"--agent: {exc}") from None
-        except ConfigErrors as exc:
+        except (ConfigError, ConfigErrors, SSEBenchError) as exc:
             raise pytest.UsageError(f"--agent: {exc}") from None
         if self.options.registry:
             self.settings = self.settings.model_copy(update={"image_registry": self.options.registry})
@@ -163,7 +164,7 @@ class Sweep:
         try:
             limits = limits_for(self.settings, task, self.options.limits)
         except SSEBenchError as exc:
-            raise TaskDirectory.CollectError(str(exc)) from None
+            raise CollectError(str(exc)) from None
         runs = []
         for agent in self.agents:
             for model in self.options.models if agent.needs_model else ("none",):
@@ -221,9 +222,9 @@ class Sweep:
 
     def _rebuild(self) -> None:
         from ssebench.build import build_images
-        from ssebench.dataset import load_tasks
+        from ssebench.dataset import argument_path, load_tasks
 
-        paths = [Path(a.split("::")[0]) for a in self.config.args] or [Path("datasets")]
+        paths = [Path(argument_path(a)) for a in self.config.args] or [Path("datasets")]
         tasks = [t for p in paths if p.exists() for t in load_tasks(p)]
         for agent in self.agents:
             outcome = build_images(self.settings, tasks, agent, modes=self.options.modes, force=True)

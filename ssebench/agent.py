@@ -116,7 +116,8 @@ class Agent:
         from ssebench.image import digest  # the image module imports this one
 
         assert self.config.software is not None
-        pins = json.dumps(list(self.config.software.python))
+        # As pip compares them: `X_y==1` and `x-y==1` are one package.
+        pins = json.dumps(sorted("==".join(parse_pin(item) or (item, "")) for item in self.config.software.python))
         return digest("agent-software", self.name, self.config.version, pins, self.closure.read_text("utf-8"))
 
 

@@ -10,15 +10,28 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ssebench.defaults import AGENT_TIMEOUT, EGRESS, MODES, parse_budget, parse_dispatch, parse_modes, parse_registry
+from ssebench.defaults import (
+    AGENT_TIMEOUT,
+    EGRESS,
+    MODES,
+    parse_budget,
+    parse_dispatch,
+    parse_modes,
+    parse_registry,
+    parse_run_id,
+    parse_run_limits,
+    parse_seconds,
+)
 from ssebench.errors import ConfigError, ConfigErrors, SSEBenchError
 from ssebench.logs import columns, for_terminal
 from ssebench.version import __version__
 
 if TYPE_CHECKING:
     from ssebench.agent import Agent
+    from ssebench.defaults import Mode
     from ssebench.record import RunRecord
     from ssebench.settings import Settings
+    from ssebench.task import Task
 
 DEFAULT_PATH = Path("datasets")
 
@@ -76,7 +89,7 @@ def cmd_dataset_validate(args: argparse.Namespace) -> int:
         print(f"{len(problems)} problem(s) found", file=sys.stderr)
         return 1
     print(f"{len(tasks)} task(s): config.yaml and files OK")
-    if args.no_build:
+    if not args.build:
         return 0
     from ssebench.build import build_images
     from ssebench.settings import get_settings
@@ -207,7 +220,7 @@ def _find_task(spec: str, search: Path) -> Path:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from ssebench.agent import load_agent
-    from ssebench.limits import parse_limits
+    from ssebench.result import path_component, runs_parent
     from ssebench.runspec import RunConfig, limits_for
     from ssebench.session import OptionError, Plan, RunSession
     from ssebench.settings import get_settings
@@ -217,7 +230,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     task = load_task(_find_task(args.task, args.datasets))
     agent = load_agent(settings.agents_dir, args.agent)
     model = (args.model or "") if agent.needs_model else "none"
-    limits = limits_for(settings, task, parse_limits(args.limits or "", "--limits"))
+    limits = limits_for(settings, task, args.limits)
+    results = args.results.resolve()
+    if args.run_id and (runs_parent(results, task.id, model, agent.name) / path_component(args.run_id)).exists():
+        print(
+            for_terminal(f"error: --run-id {args.run_id}: {task.id}'s run of that id is in {results}; give another id"),
+            file=sys.stderr,
+        )
+        return 2
     config = RunConfig(
         task=task,
         agent=agent,
@@ -228,9 +248,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         egress=args.egress,
         keep_container=args.keep_container,
         limits=limits,
+        run_id=args.run_id,
     )
     plan = Plan(
-        results=args.results.resolve(),
+        results=results,
         needs_model=agent.name if agent.needs_model else None,
         models=(model,) if agent.needs_model and model else (),
         agents=(agent,),
@@ -242,11 +263,23 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     try:
         with RunSession(settings, plan) as session:
+            if args.build and not _rebuilt(settings, task, agent, args.mode):
+                return 1
             record = session.run(config)
     except OptionError as exc:
         print(for_terminal(f"error: {exc}"), file=sys.stderr)
         return 2
     return _report_run(record, args.require_pass)
+
+
+def _rebuilt(settings: Settings, task: Task, agent: Agent, mode: Mode) -> bool:
+    """--build: the task's images for `agent` rebuilt without Docker's cache; False (said) when one fails."""
+    from ssebench.build import build_images
+
+    outcome = build_images(settings, [task], agent, modes=(mode,), force=True)
+    for failure in outcome.failures.values():
+        print(for_terminal(f"error: --build: {str(failure).splitlines()[0]}"), file=sys.stderr)
+    return not outcome.failures
 
 
 def _report_run(record: RunRecord, require_pass: bool) -> int:
@@ -330,10 +363,13 @@ def cmd_agents_lock(args: argparse.Namespace) -> int:
 
 
 def cmd_models_list(args: argparse.Namespace) -> int:
-    from ssebench.gateway import load_models
+    from ssebench.gateway import read_models
     from ssebench.settings import get_settings
 
-    models = load_models(get_settings().models_dir)
+    # A broken file is said (and the status is 1), without hiding the models that can be used.
+    models, broken = read_models(get_settings().models_dir)
+    for problem in broken:
+        print(for_terminal(f"ssebench models list: {problem}"), file=sys.stderr)
     rows: list[dict[str, Any]] = [
         {
             "name": m.name,
@@ -346,7 +382,7 @@ def cmd_models_list(args: argparse.Namespace) -> int:
     ]
     if args.json:
         print(json.dumps(rows, indent=2))
-        return 0
+        return 1 if broken else 0
 
     def budget(m: dict[str, Any]) -> str:
         given = m["budget"] or {}
@@ -368,7 +404,7 @@ def cmd_models_list(args: argparse.Namespace) -> int:
             for m in rows
         ],
     )
-    return 0
+    return 1 if broken else 0
 
 
 def cmd_ps(args: argparse.Namespace) -> int:
@@ -418,12 +454,14 @@ def parser() -> argparse.ArgumentParser:
     dataset_sub = dataset.add_subparsers(dest="action", required=True, metavar="ACTION")
     validate = dataset_sub.add_parser(
         "validate",
-        help="check every task's config, files and image build",
-        description="Check every task under PATH: config.yaml against the task format, the files it names, "
-        "and that its images build. Prints one line per problem; exits 1 if there is any.",
+        help="check every task's config and files (and, with --build, that its images build)",
+        description="Check every task under PATH: config.yaml against the task format and the files it names; "
+        "with --build, that its images build too. Prints one line per problem; exits 1 if there is any.",
     )
     validate.add_argument("path", nargs="?", type=Path, default=DEFAULT_PATH, help="default: ./datasets")
-    validate.add_argument("--no-build", action="store_true", help="check files only; do not build images")
+    validate.add_argument("--build", action="store_true", help="also build every task's images (can take an hour)")
+    # The old default built the images; --no-build asked it not to, and is still accepted (it is now the default).
+    validate.add_argument("--no-build", action="store_true", help=argparse.SUPPRESS)
     validate.set_defaults(func=cmd_dataset_validate)
 
     check = dataset_sub.add_parser(
@@ -500,11 +538,23 @@ def parser() -> argparse.ArgumentParser:
         help="what the run may use of its model, overriding the model file: tokens=N,cost=USD",
     )
     run.add_argument("--difficulty", type=int, default=2, choices=range(5), metavar="0-4", help="default 2")
+    # One spelling per concept with the plugin; the CLI also takes upstream's (--timeout, --limits,
+    # --keep-container, --local, --build): it has no plugin to clash with.
     run.add_argument(
-        "--agent-timeout", type=float, default=AGENT_TIMEOUT, metavar="SECONDS", help="the agent's time limit"
+        "--agent-timeout",
+        "--timeout",
+        dest="agent_timeout",
+        type=parse_seconds,
+        default=AGENT_TIMEOUT,
+        metavar="SECONDS",
+        help=f"the agent's time limit (default {AGENT_TIMEOUT:.0f})",
     )
     run.add_argument(
+        "--run-limits",
         "--limits",
+        dest="limits",
+        type=parse_run_limits,
+        default={},
         metavar="LIMITS",
         help="resource limits of the run container: pids=N,memory=SIZE,cpus=N,file_size=SIZE",
     )
@@ -512,15 +562,40 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--egress", choices=EGRESS, default="restricted")
     run.add_argument("--results", type=Path, default=Path("results"), metavar="DIR", help="default ./results")
     run.add_argument("--datasets", type=Path, default=DEFAULT_PATH, metavar="DIR", help="where to look up a task id")
-    run.add_argument("--keep-container", action="store_true", help="leave the container in place afterwards")
+    run.add_argument(
+        "--run-id",
+        type=parse_run_id,
+        metavar="ID",
+        help="the run's id, the name of its directory under RESULTS/TASK/MODEL/AGENT/ (default: the time, "
+        "difficulty, mode and a random suffix)",
+    )
+    run.add_argument(
+        "--keep-containers",
+        "--keep-container",
+        dest="keep_container",
+        action="store_true",
+        help="leave the container in place afterwards",
+    )
     run.add_argument("--require-pass", action="store_true", help="exit 1 unless the grade is passed")
     run.add_argument(
+        "--build",
+        "--rebuild",
+        dest="build",
+        action="store_true",
+        help="rebuild the task's images for this agent before the run, ignoring Docker's cache",
+    )
+    run.add_argument(
+        "--backend", choices=("docker",), default="docker", help="the container engine (docker, the only one)"
+    )
+    where = run.add_mutually_exclusive_group()
+    where.add_argument(
         "--dispatch",
         type=parse_dispatch,
         default="local",
         metavar="local|ray",
         help="run here (default) or as a task of a Ray cluster (docs/scale-out.md)",
     )
+    where.add_argument("--local", dest="dispatch", action="store_const", const="local", help="run here (the default)")
     run.add_argument("--ray-address", metavar="HOST:PORT", help="the Ray cluster's head (default: auto)")
     run.add_argument(
         "--registry",

@@ -64,6 +64,24 @@ def looks_like_task(path: Path) -> bool:
     return is_task_dir(path) and (path.parent / DATASET_FILE).is_file()
 
 
+# A task's file, relative to its folder: pytest collects a task's runs as its items.
+TASK_FILE = "sse/config.yaml"
+
+
+def run_argument(arg: str, cwd: Path) -> str:
+    """A pytest argument `TASK_FOLDER::RUN` as the task's file with the run (`pytest` refuses `::` after a
+    folder); any other argument as it is."""
+    folder, sep, rest = arg.partition("::")
+    if sep and not arg.startswith("-") and looks_like_task(cwd / folder):
+        return f"{folder.rstrip('/')}/{TASK_FILE}::{rest}"
+    return arg
+
+
+def argument_path(arg: str) -> str:
+    """The path a pytest argument names without its run: a task's file stands for the task's folder."""
+    return arg.split("::", 1)[0].removesuffix("/" + TASK_FILE)
+
+
 def task_dirs(dataset_dir: Path) -> list[Path]:
     """Task folders of a dataset, sorted by name."""
     return sorted((p for p in dataset_dir.iterdir() if p.is_dir() and is_task_dir(p)), key=lambda p: p.name)
@@ -175,11 +193,14 @@ def load_task_in_place(task_dir: Path, *, check_files: bool = True) -> Task:
     return TaskLoader(check_files=check_files).load(task_dir)
 
 
-def _walk_datasets(root: Path) -> Iterator[Path]:
+def _walk(root: Path) -> Iterator[Path]:
+    """Dataset folders at or below `root`, and the task folders outside any dataset (a folder with
+    `sse/config.yaml`): what pytest collects there."""
     for dirpath, dirnames, filenames in os.walk(root):
-        if DATASET_FILE in filenames:
-            yield Path(dirpath)
-            dirnames[:] = []  # tasks live directly below; no nested datasets
+        here = Path(dirpath)
+        if DATASET_FILE in filenames or (here != root and looks_like_task(here)):
+            yield here
+            dirnames[:] = []  # tasks live directly below a dataset; nothing below a task is one
             continue
         dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d not in _SKIP_DIRS)
 
@@ -189,11 +210,12 @@ def find_datasets(path: Path) -> list[Path]:
     path = Path(path)
     if (path / DATASET_FILE).is_file():
         return [path]
-    return list(_walk_datasets(path))
+    return [found for found in _walk(path) if (found / DATASET_FILE).is_file()]
 
 
 def load_tasks(path: Path, *, check_files: bool = True) -> list[Task]:
-    """Every task at `path`: a task folder, a dataset folder, or any folder above datasets.
+    """Every task at `path`: a task folder, a dataset folder, or any folder above datasets and task folders
+    (the tasks pytest collects there).
 
     A task folder outside a dataset is loaded on its own, its dataset named
     after the parent folder.
@@ -203,16 +225,21 @@ def load_tasks(path: Path, *, check_files: bool = True) -> list[Task]:
         raise ConfigError(path, "", "no such file or directory")
     if is_task_dir(path):
         return [load_task_in_place(path, check_files=check_files)]
-    datasets = find_datasets(path)
-    if not datasets:
+    found = [path] if (path / DATASET_FILE).is_file() else list(_walk(path))
+    if not found:
         raise ConfigError(path, "", f"holds no task folder (a folder with sse/config.yaml) and no {DATASET_FILE}")
     tasks: list[Task] = []
     problems: list[ConfigError] = []
-    for dataset_dir in datasets:
+    for folder in found:
         try:
-            tasks.extend(load_dataset(dataset_dir, check_files=check_files).tasks)
+            if (folder / DATASET_FILE).is_file():
+                tasks.extend(load_dataset(folder, check_files=check_files).tasks)
+            else:  # a task outside any dataset, as pytest collects it
+                tasks.append(load_task_in_place(folder, check_files=check_files))
         except ConfigErrors as exc:
             problems.extend(exc.errors)
+        except ConfigError as exc:
+            problems.append(exc)
     if problems:
         raise ConfigErrors(problems)
     return tasks

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
+from collections.abc import Callable
 from typing import Literal, cast, get_args
 
 from ssebench.runtime.contract import AGENT_TIMEOUT as AGENT_TIMEOUT
@@ -85,3 +87,77 @@ def parse_budget(text: str) -> dict[str, float]:
     if not parsed:
         raise argparse.ArgumentTypeError(f"{text!r}: give tokens=N and/or cost=USD")
     return parsed
+
+
+# The parsers below are argparse `type=`s shared by the plugin's options and the command line: one checks
+# each value wherever it comes from.
+
+DIFFICULTIES = range(0, 5)
+
+
+def _csv(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def parse_difficulties(text: str) -> tuple[int, ...]:
+    try:
+        levels = tuple(dict.fromkeys(int(x) for x in _csv(text)))
+    except ValueError:
+        levels = ()
+    if not levels or any(level not in DIFFICULTIES for level in levels):
+        raise argparse.ArgumentTypeError(f"{text!r}: give levels 0-4 separated by commas, e.g. 0,2,4")
+    return levels
+
+
+def parse_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a time in seconds above zero, e.g. 1800")
+    return value
+
+
+def parse_count(minimum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = minimum - 1
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{text!r}: give a whole number of at least {minimum}")
+        return value
+
+    parse.__name__ = "count"  # argparse names a bad value by its type's name
+    return parse
+
+
+def parse_egress(text: str) -> str:
+    if text not in EGRESS:
+        raise argparse.ArgumentTypeError(f"{text!r}: use {' or '.join(EGRESS)}")
+    return text
+
+
+def parse_run_limits(text: str) -> dict[str, str]:
+    from ssebench.limits import Limits, LimitsError, parse_limits
+
+    try:
+        parsed = parse_limits(text, "--run-limits")
+        if parsed:
+            Limits().merged(parsed, "--run-limits")
+    except LimitsError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--run-limits: ")) from None
+    return parsed
+
+
+RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+def parse_run_id(text: str) -> str:
+    """A run's id as given (`ssebench run --run-id`): its directory's name, and part of its network's."""
+    if not RUN_ID.match(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give letters, digits, '.', '_' or '-' (at most 64), starting with a letter or digit"
+        )
+    return text

@@ -81,6 +81,8 @@ class NodeModels:
 
     models_dir: Path
     budget: dict[str, float] | None = None
+    # The session's models: the node's gateway serves (and reads the files of) these only.
+    names: tuple[str, ...] | None = None
 
 
 @dataclass
@@ -178,7 +180,7 @@ def _node_link(models: NodeModels, settings: Settings) -> ModelLink:
 
     if _node_gateway is None:
         state = Path(tempfile.mkdtemp(prefix="ssebench-gateway-"))
-        gateway = GatewayProcess(models.models_dir, state, model_port=settings.gateway_port)
+        gateway = GatewayProcess(models.models_dir, state, model_port=settings.gateway_port, serve=models.names)
         gateway.start()
         _node_gateway = gateway
     budget = Budget.model_validate(models.budget) if models.budget else None
@@ -257,7 +259,7 @@ def bring_home(config: RunConfig, outcome: NodeOutcome, results: Path, submitted
     home, queueing included).
     """
     run_id = str(outcome.summary.get("run_id"))
-    if not RUN_ID.fullmatch(run_id):
+    if not (run_id == config.run_id if config.run_id else RUN_ID.fullmatch(run_id)):
         return lost_run(
             config,
             results,
@@ -312,7 +314,7 @@ def bring_home(config: RunConfig, outcome: NodeOutcome, results: Path, submitted
 
 def lost_run(config: RunConfig, results: Path, session: Session, error: str) -> RunRecord:
     """The record of a run whose node (or worker) was lost: an infrastructure error, with a directory."""
-    run_id = new_run_id(config.difficulty, config.mode)
+    run_id = config.run_id or new_run_id(config.difficulty, config.mode)
     record = RunRecord(
         config=config,
         run_id=run_id,

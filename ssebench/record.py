@@ -55,6 +55,8 @@ class RunRecord:
     durations: dict[str, float] = field(default_factory=dict)
     # Taken from a finished run in the results directory (--resume), not run now.
     resumed: bool = field(default=False, metadata=LOCAL)
+    # Why --resume ran it again rather than read it back (`resumable`); None without --resume.
+    rerun: str | None = field(default=None, metadata=LOCAL)
     # The session (ssebench.reaper) whose labels its container and network carried.
     session: str | None = None
     # When things happened (seconds since the epoch, host clock): the container's start and end.
@@ -149,7 +151,11 @@ class RunRecord:
         record's own fields of one value, the grade the container recorded (`status`), and the fields of
         result.json's patch and runtime results (logs left out). Lists and mappings are the report's to
         render."""
-        props: list[tuple[str, object]] = [("resumed", self.resumed), ("run_dir", str(self.run_dir))]
+        props: list[tuple[str, object]] = [
+            ("resumed", self.resumed),
+            ("rerun", self.rerun),
+            ("run_dir", str(self.run_dir)),
+        ]
         hints = get_type_hints(RunRecord)
         for name, _ in self._kept():
             if not fits({}, hints[name]) and not fits([], hints[name]):  # of one value, by its type
@@ -205,9 +211,49 @@ def finished_run(config: RunConfig, results_root: Path) -> RunRecord | None:
     run that ended in an infrastructure error is not finished: it runs again,
     and so does one whose result.json does not bear its summary's grade out.
     """
+    return resumable(config, results_root)[0]
+
+
+def resumable(config: RunConfig, results_root: Path) -> tuple[RunRecord | None, str]:
+    """`finished_run`'s record, or None and why the run must run again (said of the newest run of its
+    task, agent and model there, when there is one)."""
     parent = runs_parent(results_root, config.task.id, config.model, config.agent.name)
-    if linked_level(results_root, parent) is not None or not parent.is_dir():
-        return None
+    if linked_level(results_root, parent) is not None:
+        return None, "its runs' folder is reached through a link, which is never read"
+    if not parent.is_dir():
+        return None, "no earlier run"
+    want = config.describe()
+    task = config.task
+    why: str | None = None
+    for run_dir in sorted((p for p in parent.iterdir() if p.is_dir() and not p.is_symlink()), reverse=True):
+        summary = read_json_object(run_dir, "summary.json")
+        record = RunRecord.from_summary(config, run_dir, summary, result=read_result(run_dir), resumed=True)
+        if summary is None or record is None:
+            why = why or f"{run_dir.name} has no summary this version reads"
+            continue
+        if record.grade not in ("passed", "failed"):
+            why = why or f"{run_dir.name} ended in an error"
+            continue
+        got, got_task = summary["config"], summary["task"]
+        if (got_task.get("id"), got_task.get("dataset_version"), got_task.get("digest")) != (
+            task.id,
+            task.dataset_version,
+            task.digest,
+        ):
+            why = why or f"the task changed since {run_dir.name}"
+            continue
+        other = [key for key in RESUME_IDENTITY if got.get(key) != want[key]]
+        if other or got.get("trial", 1) != config.trial:
+            if not other:
+                continue  # another trial of the same run: not a reason
+            shown = ", ".join(f"{key} {got.get(key)!r} -> {want[key]!r}" for key in other)
+            why = why or f"{run_dir.name} ran under other conditions ({shown})"
+            continue
+        if record.result is None or record.result.status != record.grade:
+            why = why or f"{run_dir.name}'s result.json does not bear out its grade"
+            continue
+        return record, ""
+    return None, why or "no earlier run of this trial"
     want = config.describe()
     task = config.task
     for run_dir in sorted((p for p in parent.iterdir() if p.is_dir() and not p.is_symlink()), reverse=True):

@@ -134,7 +134,7 @@ def execute(
 
     `command` replaces the agent image's command (tests give hostile agents this way).
     """
-    run_id = new_run_id(config.difficulty, config.mode)
+    run_id = config.run_id or new_run_id(config.difficulty, config.mode)
     run_dir = make_run_dir(results_root, config.task.id, config.model, config.agent.name, run_id)
     record = RunRecord(
         config=config,

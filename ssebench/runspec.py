@@ -75,6 +75,8 @@ class RunConfig:
     limits: Limits = field(default_factory=Limits)
     # Which of the repeated trials of the same task x agent x model x difficulty x mode this is (from 1).
     trial: int = 1
+    # The run's id when it is given (`ssebench run --run-id`); else each attempt gets a new one.
+    run_id: str | None = None
 
     @property
     def reference_run(self) -> bool:

@@ -34,7 +34,7 @@ from ssebench.executor import Executor, LocalExecutor
 from ssebench.live import ModelLink
 from ssebench.logs import for_terminal
 from ssebench.reaper import Session
-from ssebench.record import RunRecord, finished_run
+from ssebench.record import RunRecord, resumable
 from ssebench.runspec import RunConfig
 from ssebench.settings import Settings
 
@@ -103,14 +103,15 @@ def check_models(settings: Settings, names: Iterable[str], agents: Iterable[Agen
     of each agent of `agents` that needs a model; OptionError for the first that does not."""
     from ssebench.gateway import MODEL_NAME, load_models
 
+    names = list(names)
     try:
-        declared = load_models(settings.models_dir)
+        declared = load_models(settings.models_dir, names)
     except (ConfigError, ConfigErrors) as exc:
         raise OptionError(f"--model: {exc}") from None
     for name in names:
         model = declared.get(name)
         if model is None:
-            known = ", ".join(sorted(declared)) or "none"
+            known = ", ".join(sorted(path.stem for path in settings.models_dir.glob("*.yaml"))) or "none"
             where = (
                 f"no {settings.models_dir}/{name}.yaml"
                 if MODEL_NAME.match(name)
@@ -145,7 +146,8 @@ def provider_env(settings: Settings, names: Iterable[str]) -> dict[str, str]:
     """The provider keys `names` need, from this host's environment: what a Ray node's gateway is sent."""
     from ssebench.gateway import load_models
 
-    declared = load_models(settings.models_dir)
+    names = list(names)
+    declared = load_models(settings.models_dir, names)
     keys = {declared[name].api_key_env for name in names if name in declared}
     return {key: os.environ[key] for key in sorted(k for k in keys if k) if os.environ.get(key)}
 
@@ -199,7 +201,9 @@ class RunSession:
         from ssebench.gateway import GatewayError, GatewayProcess
 
         state = self.plan.results / ".gateway" / self.session.id
-        self.gateway = GatewayProcess(self.settings.models_dir, state, model_port=self.settings.gateway_port)
+        self.gateway = GatewayProcess(
+            self.settings.models_dir, state, model_port=self.settings.gateway_port, serve=self.plan.models
+        )
         try:
             self.gateway.start()
         except (GatewayError, OSError) as exc:
@@ -208,6 +212,18 @@ class RunSession:
         assert self.gateway.control_url is not None
         self.gateway_access = (self.gateway.control_url, self.gateway.admin_token)
 
+    def check_engine(self) -> None:
+        """Stop the session, before anything runs, when no engine answers: one line (DOCKER_HOST's value and
+        the fix) rather than an error per run. Raises OptionError."""
+        from ssebench.engine import DockerUnavailableError, EngineError, version
+
+        try:
+            version()
+        except DockerUnavailableError as exc:
+            raise OptionError(f"ssebench: {exc}") from None
+        except EngineError:
+            pass  # it answered: what it refused is each run's to say
+
     def start(self, *, connect: bool = True) -> None:
         """Remove what dead sessions left, and with Ray connect to the cluster (its nodes get the provider keys
         and the budget; not when `connect` is false: pytest --collect-only runs nothing). The controller's
@@ -215,6 +231,8 @@ class RunSession:
         self._started = True
         if not self.is_controller:
             return
+        if connect and self.plan.dispatch == "local":
+            self.check_engine()
         from ssebench.reaper import reap_orphans
 
         try:
@@ -230,7 +248,9 @@ class RunSession:
                 self.session,
                 self.plan.results,
                 self.plan.ray_address,
-                models=NodeModels(self.settings.models_dir, self.plan.budget) if needs else None,
+                models=NodeModels(self.settings.models_dir, self.plan.budget, tuple(self.plan.models))
+                if needs
+                else None,
                 provider_env=provider_env(self.settings, self.plan.models) if needs else None,
             )
 
@@ -281,10 +301,11 @@ class RunSession:
     ) -> RunRecord:
         """The run's record, after at most `plan.retries` more attempts when one hits an infrastructure error;
         `on_attempt` sees every attempt's (a resumed run makes none)."""
+        rerun: str | None = None
         if self.plan.resume:
-            record = finished_run(config, self.plan.results)
-            if record is not None:
-                return record
+            found, rerun = resumable(config, self.plan.results)
+            if found is not None:
+                return found
         attempts = 1 + self.plan.retries
         attempt = 0
         while True:
@@ -301,6 +322,7 @@ class RunSession:
                     session=self.session.id,
                 )
                 record.judged(grade(infrastructure=str(exc)))
+            record.rerun = rerun
             on_attempt(record)
             attempt += 1
             if record.infra_error is None or attempt == attempts:

@@ -7,7 +7,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from ssebench.errors import SSEBenchError
 from ssebench.limits import Limits
@@ -95,6 +95,19 @@ class Settings(BaseModel):
             },
             "SSEBENCH_LIMIT_*",
         )
+
+    @field_validator("limit_pids", "limit_memory", "limit_cpus", "limit_file_size")
+    @classmethod
+    def _limit(cls, value: Any, info: ValidationInfo) -> Any:
+        """Each default limit checked as the variable that sets it, so its error names that variable, once."""
+        from ssebench.limits import Limits, LimitsError
+
+        assert info.field_name is not None
+        try:
+            Limits().merged({info.field_name.removeprefix("limit_"): value}, "")
+        except LimitsError as exc:
+            raise ValueError(str(exc).removeprefix(": ")) from None
+        return value
 
     @field_validator("prefix")
     @classmethod

@@ -370,17 +370,32 @@ class Task:
 
     def referenced_files(self) -> list[tuple[str, str]]:
         """(field, path inside /ssebench) for every file config.yaml names."""
-        c = self.config
-        refs: list[tuple[str, str | None]] = [
-            ("scripts.build", c.scripts.build),
-            ("scripts.run", c.scripts.run),
-            ("scripts.test", c.scripts.test),
-            ("files.patch", c.files.patch),
-            ("files.future_test", c.files.future_test),
-        ]
-        refs += [(f"files.poc[{i}]", p) for i, p in enumerate(c.files.poc)]
-        refs += [(f"task_description.crash_report[{i}]", p) for i, p in enumerate(c.task_description.crash_report)]
-        return [(field, path) for field, path in refs if path is not None]
+        return named_files(self.config.model_dump())
+
+
+def named_files(data: Any) -> list[tuple[str, str]]:
+    """(field, path inside /ssebench) for every file a config.yaml's data names: of a valid config (its
+    fields), or of one that is not (what can be read of it, so its missing files are said beside its schema
+    problems)."""
+
+    def section(name: str) -> dict[str, Any]:
+        value = data.get(name) if isinstance(data, dict) else None
+        return value if isinstance(value, dict) else {}
+
+    def listed(value: Any) -> list[Any]:
+        return value if isinstance(value, list) else []
+
+    scripts, files, description = section("scripts"), section("files"), section("task_description")
+    refs: list[tuple[str, Any]] = [
+        ("scripts.build", scripts.get("build")),
+        ("scripts.run", scripts.get("run")),
+        ("scripts.test", scripts.get("test")),
+        ("files.patch", files.get("patch")),
+        ("files.future_test", files.get("future_test")),
+    ]
+    refs += [(f"files.poc[{i}]", p) for i, p in enumerate(listed(files.get("poc")))]
+    refs += [(f"task_description.crash_report[{i}]", p) for i, p in enumerate(listed(description.get("crash_report")))]
+    return [(field, path) for field, path in refs if isinstance(path, str) and path]
 
 
 def load_task(
@@ -394,7 +409,13 @@ def load_task(
     """
     task_dir = Path(task_dir)
     config_path = task_dir / "sse" / "config.yaml"
-    config = validate(TaskConfig, config_path, read_yaml(config_path))
+    data = read_yaml(config_path)
+    try:
+        config = validate(TaskConfig, config_path, data)
+    except ConfigErrors as exc:  # with the files it names that are missing, so that one pass says all
+        raise ConfigErrors(
+            exc.errors + (_missing_files(task_dir, config_path, named_files(data)) if check_files else [])
+        ) from None
     task = Task(
         path=task_dir, config=config, dataset=dataset or task_dir.resolve().parent.name, dataset_version=dataset_version
     )
@@ -406,14 +427,21 @@ def load_task(
             problems.append(
                 ConfigError(task.dockerfile, "", "file not found; every task builds its case image from it")
             )
-        for field, inside in task.referenced_files():
-            where = task_file(task_dir, inside)
-            if not where.exists():
-                problems.append(
-                    ConfigError(
-                        config_path, field, f"'{inside}' does not exist (looked for {where.relative_to(task_dir)})"
-                    )
-                )
+        problems += _missing_files(task_dir, config_path, task.referenced_files())
     if problems:
         raise ConfigErrors(problems)
     return task
+
+
+def _missing_files(task_dir: Path, config_path: Path, named: list[tuple[str, str]]) -> list[ConfigError]:
+    problems = []
+    for field, inside in named:
+        path = PurePosixPath(inside)
+        if path.is_absolute() or ".." in path.parts:
+            continue  # a path the schema refuses: its problem is said already
+        where = task_file(task_dir, inside)
+        if not where.exists():
+            problems.append(
+                ConfigError(config_path, field, f"'{inside}' does not exist (looked for {where.relative_to(task_dir)})")
+            )
+    return problems

@@ -49,6 +49,9 @@ def grade() -> PatchResult:
 
     prepared = connection.prepare_grading()
     if not prepared.get("applied", False):
+        # The patched project cannot be built when the patch does not apply: a failed build, so the
+        # result is graded (failed), never "no check ran" (an error the agent could trade a failure for).
+        result.build_success = False
         result.mark_failure(str(prepared.get("reason") or "Patch apply failed"), str(prepared.get("log") or ""))
         return result
 

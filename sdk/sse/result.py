@@ -104,7 +104,7 @@ class PatchResult:
 
     def status(self) -> GradeStatus:
         """Return the verdict of the checks alone (`grade`'s last rule): passed, failed, or error when no
-        check ran."""
+        check ran (whatever `error_msg` says: a result without a check was not graded)."""
         return grade(self).status
 
     def mark_failure(self, msg: str, log: str | None = None) -> None:
@@ -278,9 +278,10 @@ def grade(
        patch was applied (what ran was the agent's code: checks that do not
        finish are the patch's failure), else error.
     6. no checks at all (no result.json) -> error, `no_result` saying why.
-    7. the checks: none ran and nothing failed -> error (not graded); every
-       check that ran passed -> passed; else failed (a check failed, or the
-       patch did not apply).
+    7. the checks: none ran -> error (not graded, whatever `error_msg`
+       says); every check that ran passed -> passed; else failed. A patch
+       that does not apply is a failed build (`sse.grading.grade`), so it
+       stays the agent's failure.
     """
     if infrastructure is not None:
         return Verdict("error", INFRASTRUCTURE, infrastructure)
@@ -311,6 +312,6 @@ def grade(
         return Verdict("error", NO_RESULT, no_result or "the run recorded no result")
     if checks.is_fully_successful():
         return Verdict("passed", CHECKS)
-    if checks.checks_ran() or checks.error_msg is not None:
+    if checks.checks_ran():
         return Verdict("failed", CHECKS, checks.error_msg)
-    return Verdict("error", CHECKS, "no check ran")
+    return Verdict("error", CHECKS, f"no check ran: {checks.error_msg}" if checks.error_msg else "no check ran")

@@ -14,7 +14,14 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Literal
 
-from ssebench.engine._errors import ConflictError, EngineRefusedError, NotFoundError, engine_errors
+from ssebench.engine._errors import (
+    ConflictError,
+    EngineError,
+    EngineRefusedError,
+    NotFoundError,
+    engine_errors,
+    translate,
+)
 from ssebench.engine._protocols import Attrs, Binds, Cleanup, Containers, Images
 from ssebench.errors import BuildCancelled, SSEBenchError
 
@@ -30,10 +37,34 @@ def client() -> docker.DockerClient:
     """A client of the local engine, checked once per process (the engine's own modules, and tests)."""
     import docker
 
-    with engine_errors("connecting"):
+    failed: EngineError | None = None
+    try:
         c = docker.from_env(timeout=CLIENT_TIMEOUT)
-        c.ping()
+        try:
+            c.ping()
+        except BaseException:
+            c.close()
+            raise
+    except Exception as exc:
+        failed = translate(exc, "connecting")
+        if failed is None:
+            raise
+    if failed is not None:
+        # Raised once the library's error is gone: it holds the half-made client's connection pool, whose
+        # socket the garbage collector would close whenever, with a ResourceWarning a test session prints
+        # as a page of traceback. Closed here, quietly, instead.
+        _collect_quietly()
+        raise failed
     return c
+
+
+def _collect_quietly() -> None:
+    import gc
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        gc.collect()
 
 
 def version() -> str:

@@ -14,6 +14,7 @@ library's error under `__cause__`.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -21,7 +22,15 @@ from functools import lru_cache
 
 from ssebench.errors import SSEBenchError
 
-HINT = "start the Docker engine (systemctl start docker) or point DOCKER_HOST at one, then run `ssebench doctor`"
+
+def hint() -> str:
+    """What to do when no engine answers, naming where it was looked for (DOCKER_HOST's value)."""
+    host = os.environ.get("DOCKER_HOST")
+    where = f"DOCKER_HOST={host}" if host else "unix:///var/run/docker.sock (DOCKER_HOST is not set)"
+    return (
+        f"no engine answers at {where}: start the Docker engine (systemctl start docker) or point DOCKER_HOST "
+        "at one, then run `ssebench doctor`"
+    )
 
 
 class EngineError(SSEBenchError):
@@ -93,7 +102,7 @@ def translate(exc: BaseException, doing: str) -> EngineError | None:
     engine's (the caller's own errors pass through)."""
     for row in table():
         if row.matches(exc):
-            return row.leaf(_message(row.leaf, exc, doing) + (f"; {HINT}" if row.hint else ""), doing=doing)
+            return row.leaf(_message(row.leaf, exc, doing) + (f"; {hint()}" if row.hint else ""), doing=doing)
     return None
 
 

@@ -14,7 +14,7 @@ HTTP client are imported by the modules that serve and call.
 
 from ssebench.defaults import MODEL_PROTOCOLS, ModelProtocol
 from ssebench.gateway._client import GatewayClient, GatewayError, GatewayLink, GatewayProcess, RunKey
-from ssebench.gateway._models import MODEL_NAME, Budget, ModelConfig, Price, load_model, load_models
+from ssebench.gateway._models import MODEL_NAME, Budget, ModelConfig, Price, load_model, load_models, read_models
 from ssebench.gateway._usage import Usage, UsageRecord
 
 __all__ = [
@@ -33,4 +33,5 @@ __all__ = [
     "UsageRecord",
     "load_model",
     "load_models",
+    "read_models",
 ]

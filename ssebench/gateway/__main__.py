@@ -33,6 +33,12 @@ def main(argv: list[str] | None = None) -> None:
         "--model-port", type=int, default=MODEL_PORT, help=f"port of the model listeners (default {MODEL_PORT})"
     )
     parser.add_argument("--parent-pid", type=int, help="stop when this process is gone")
+    parser.add_argument(
+        "--serve",
+        action="append",
+        metavar="NAME",
+        help="serve this model only (repeatable; default: every model file); other files are not read",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
     token = os.environ.pop(TOKEN_VARIABLE, "")
@@ -50,7 +56,7 @@ def main(argv: list[str] | None = None) -> None:
 
     try:
         limits = GatewayLimits.from_settings(get_settings())
-        models = load_models(args.models)
+        models = load_models(args.models, args.serve)
     except SSEBenchError as exc:
         print(f"ssebench-gateway: refusing to start: {exc}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -23,7 +23,6 @@ from typing import Any
 # A model API as its wire format (what an upstream speaks and what an agent calls): one home, ssebench.defaults.
 from ssebench.defaults import ModelProtocol
 
-
 # Anthropic's smallest extended-thinking budget.
 MIN_THINKING_BUDGET = 1024
 

@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -186,7 +187,7 @@ class GatewayLink:
 class GatewayProcess:
     """The gateway as a child process of this one: started on enter, stopped (for sure) on exit.
 
-    It serves the models of `models_dir`, writes its log, `control.json`
+    It serves the models of `models_dir` (those named in `serve`, when given), writes its log, `control.json`
     and `usage/<run_id>.jsonl` under `state_dir`, and stops by itself when
     this process dies.
     """
@@ -199,8 +200,11 @@ class GatewayProcess:
         model_port: int = MODEL_PORT,
         start_timeout: float = 30.0,
         python: str = sys.executable,
+        serve: Sequence[str] | None = None,
     ) -> None:
         self.models_dir = Path(models_dir)
+        # The models to serve (None: every file of models_dir): the others' files are not read.
+        self.serve = None if serve is None else list(serve)
         self.state_dir = Path(state_dir)
         self.model_port = model_port
         self.start_timeout = start_timeout
@@ -240,6 +244,7 @@ class GatewayProcess:
             str(self.model_port),
             "--parent-pid",
             str(os.getpid()),
+            *(f"--serve={name}" for name in self.serve or ()),
         ]
         self.process = subprocess.Popen(
             command,

@@ -20,6 +20,7 @@ Only `*.yaml` files at the top of the folder are models (so a
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import urlsplit
@@ -207,17 +208,28 @@ def load_model(path: Path) -> ModelConfig:
     return model
 
 
-def load_models(folder: Path) -> dict[str, ModelConfig]:
-    """Every `*.yaml` at the top of `folder`, by name. A missing folder has none.
+def load_models(folder: Path, names: Collection[str] | None = None) -> dict[str, ModelConfig]:
+    """Every `*.yaml` at the top of `folder` (only those of `names`, when given), by name. A missing folder
+    has none.
 
-    Raises ConfigErrors naming every bad file's problems at once.
+    With `names`, the other files are not read: one broken model file does
+    not keep a session from the models it asked for. Raises ConfigErrors
+    naming every bad file's problems at once.
     """
+    models, errors = read_models(folder, names)
+    if errors:
+        raise ConfigErrors(errors)
+    return models
+
+
+def read_models(folder: Path, names: Collection[str] | None = None) -> tuple[dict[str, ModelConfig], list[ConfigError]]:
+    """`load_models`'s models, and the problems of the files that could not be read, apart."""
     if not folder.is_dir():
-        return {}
+        return {}, []
     models: dict[str, ModelConfig] = {}
     errors: list[ConfigError] = []
     for path in sorted(folder.glob("*.yaml")):
-        if not path.is_file():
+        if not path.is_file() or (names is not None and path.stem not in names):
             continue
         try:
             model = load_model(path)
@@ -227,6 +239,4 @@ def load_models(folder: Path) -> dict[str, ModelConfig]:
             errors.append(exc)
         else:
             models[model.name] = model
-    if errors:
-        raise ConfigErrors(errors)
-    return models
+    return models, errors

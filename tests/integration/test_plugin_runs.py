@@ -174,6 +174,7 @@ def test_an_interrupted_sweep_resumes_with_what_had_not_finished(demo: pytest.Py
         "no:randomly",
     )
     first.assert_outcomes(failed=1)
+    assert "resumed:" not in first.stdout.str() and "ran again" not in first.stdout.str()  # no --resume: no word of it
     [done] = run_dirs()
     resumed = demo.runpytest_subprocess(
         "datasets/demo/c-demo",
@@ -190,7 +191,13 @@ def test_an_interrupted_sweep_resumes_with_what_had_not_finished(demo: pytest.Py
         "no:cacheprovider",
     )
     resumed.assert_outcomes(failed=3)
-    resumed.stdout.fnmatch_lines(["resumed: 1 item(s) reported from finished runs, not run again"])
+    resumed.stdout.fnmatch_lines(
+        [
+            "resumed: 1 item(s) reported from finished runs, not run again; 2 run again",
+            "  ran again: datasets/demo/c-demo/sse/config.yaml::dummy[[]none-d2-sandbox-t2[]]: no earlier run of this trial",
+            "  ran again: datasets/demo/c-demo/sse/config.yaml::dummy[[]none-d2-sandbox-t3[]]: no earlier run of this trial",
+        ]
+    )
     # Two new runs; the finished one was reported from its directory, not run again.
     assert len(run_dirs()) == 3 and done in run_dirs()
     props = [
@@ -214,7 +221,7 @@ def test_an_interrupted_sweep_resumes_with_what_had_not_finished(demo: pytest.Py
         "no:cacheprovider",
     )
     again.assert_outcomes(failed=3)
-    again.stdout.fnmatch_lines(["resumed: 3 item(s) reported from finished runs, not run again"])
+    again.stdout.fnmatch_lines(["resumed: 3 item(s) reported from finished runs, not run again; 0 run again"])
     assert len(run_dirs()) == 3
 
 
@@ -467,6 +474,12 @@ def test_ssebench_run_cli(demo: pytest.Pytester) -> None:
             "--results",
             "out",
             "--require-pass",
+            # Upstream's spellings: the run's id names its directory.
+            "--run-id",
+            "first-try",
+            "--timeout",
+            "300",
+            "--local",
         ],
         cwd=demo.path,
         capture_output=True,
@@ -475,6 +488,9 @@ def test_ssebench_run_cli(demo: pytest.Pytester) -> None:
     )
     assert failed.returncode == 1
     assert "grade: failed (PoC failed: /ssebench/pocs/" in failed.stdout
+    run_dir = demo.path / "out" / "go-demo" / "none" / "dummy" / "first-try"
+    assert f"run directory: {run_dir}" in failed.stdout
+    assert json.loads((run_dir / "summary.json").read_text())["run_id"] == "first-try"
 
 
 FLAKY_CONFTEST = """

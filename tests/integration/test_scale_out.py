@@ -171,7 +171,8 @@ def test_the_demo_over_two_ray_nodes_grades_as_a_local_session(
         assert s["files"]["home"]["dropped_count"] == 0 and s["files"]["home"]["files"] >= 5
     # Dummy's failures name the proof of concept, as in a local session.
     result.stdout.fnmatch_lines(
-        [f"*{task}::dummy[[]none-d2-sandbox[]]*" for task in ("c-demo", "go-demo", "rust-demo")], consecutive=False
+        [f"*{task}/sse/config.yaml::dummy[[]none-d2-sandbox[]]*" for task in ("c-demo", "go-demo", "rust-demo")],
+        consecutive=False,
     )
     # Each names its own task's PoC (the line may show twice: in the failure and, on a wide terminal, the summary).
     for poc in ("long_value.tlv", "missing_value_length.kv", "offset_overflow.pak"):

@@ -6,6 +6,7 @@ import io
 import json
 import tarfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -80,7 +81,9 @@ def test_models_list_shows_who_serves_each_its_price_and_budget(
         assert row["budget"] == {"tokens": 2000000, "cost": 5.0} and row["upstream_model"] == "gpt-x"
         (tmp_path / "broken.yaml").write_text("name: broken\nprice: cheap\n")
         assert main(["models", "list"]) == 1
-        assert "broken.yaml" in capsys.readouterr().err
+        said = capsys.readouterr()
+        # The broken file is said, and the model that can be used is still listed.
+        assert "broken.yaml: price" in said.err and said.out.splitlines()[1].startswith("remote ")
     finally:
         get_settings.cache_clear()
 
@@ -128,16 +131,44 @@ EXPECTED = {
 def test_validate_prints_one_line_per_problem(tmp_path: Path, how: str, capsys: pytest.CaptureFixture[str]) -> None:
     dataset = write_dataset(tmp_path)
     _break(dataset, how)
-    assert main(["dataset", "validate", str(dataset), "--no-build"]) == 1
+    assert main(["dataset", "validate", str(dataset)]) == 1
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 1
     assert lines[0].startswith(str(dataset / "tiny-1" / "sse" / "config.yaml"))
     assert EXPECTED[how] in lines[0]
 
 
-def test_validate_accepts_the_demo_files(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["dataset", "validate", str(DEMO), "--no-build"]) == 0
-    assert "3 task(s): config.yaml and files OK" in capsys.readouterr().out
+def test_a_schema_problem_and_a_missing_file_are_said_together(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dataset = write_dataset(tmp_path)
+    _break(dataset, "unknown key")
+    _break(dataset, "missing file")
+    assert main(["dataset", "validate", str(dataset)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(": ", 1)[1] for line in lines] == [
+        "colour: unknown key (check its spelling against the file format)",
+        "files.poc[0]: 'pocs/crash.bin' does not exist (looked for sse/pocs/crash.bin)",
+    ]
+
+
+def test_validate_checks_files_and_builds_nothing_unless_asked(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ssebench.build
+
+    built: list[object] = []
+
+    def build_images(*args: object, **kwargs: object) -> SimpleNamespace:
+        built.append(args)
+        return SimpleNamespace(failures={})
+
+    monkeypatch.setattr(ssebench.build, "build_images", build_images)
+    for flags in ([], ["--no-build"]):  # the old flag is still accepted: it is the default now
+        assert main(["dataset", "validate", str(DEMO), *flags]) == 0
+        assert capsys.readouterr().out.strip() == "3 task(s): config.yaml and files OK" and not built
+    assert main(["dataset", "validate", str(DEMO), "--build"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "3 task(s): images build" and len(built) == 1
 
 
 def test_unknown_agent_is_one_error_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -253,3 +284,76 @@ def test_dataset_verify_refuses_results_that_cannot_hold_runs_before_it_builds(
     assert main(["dataset", "verify", str(DEMO), "--results", str(a_file)]) == 1
     err = capsys.readouterr().err
     assert err == f"error: --results {a_file}: not a directory; give a directory for the run results\n"
+
+
+def test_ssebench_run_speaks_upstreams_flags_and_the_plugins_spellings() -> None:
+    from ssebench.cli import parser
+
+    base = ["run", "--task", "t", "--agent", "dummy"]
+    upstream = parser().parse_args(
+        [
+            *base,
+            "--timeout",
+            "60",
+            "--limits",
+            "pids=512",
+            "--keep-container",
+            "--local",
+            "--build",
+            "--backend",
+            "docker",
+        ]
+    )
+    ours = parser().parse_args(
+        [
+            *base,
+            "--agent-timeout",
+            "60",
+            "--run-limits",
+            "pids=512",
+            "--keep-containers",
+            "--dispatch",
+            "local",
+            "--rebuild",
+        ]
+    )
+    for name in ("agent_timeout", "limits", "keep_container", "dispatch", "build", "backend"):
+        assert getattr(upstream, name) == getattr(ours, name), name
+    assert (ours.agent_timeout, ours.limits, ours.keep_container, ours.dispatch) == (
+        60.0,
+        {"pids": "512"},
+        True,
+        "local",
+    )
+    assert parser().parse_args([*base, "--run-id", "my-run.1"]).run_id == "my-run.1"
+
+
+@pytest.mark.parametrize(
+    "args, said",
+    [
+        (["--agent-timeout", "0"], "argument --agent-timeout/--timeout: '0': give a time in seconds above zero"),
+        (["--timeout", "nan"], "argument --agent-timeout/--timeout: 'nan': give a time in seconds above zero"),
+        (["--limits", "disk=1g"], "argument --run-limits/--limits: unknown limit 'disk'"),
+        (["--run-id", "../up"], "argument --run-id: '../up': give letters, digits"),
+        (["--backend", "podman"], "argument --backend: invalid choice: 'podman'"),
+        (["--local", "--dispatch", "ray"], "argument --dispatch: not allowed with argument --local"),
+    ],
+)
+def test_ssebench_run_refuses_a_bad_flag_in_one_line_before_anything_starts(
+    args: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["run", "--task", str(DEMO / "c-demo"), "--agent", "dummy", *args])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and said in err.splitlines()[-1], err
+
+
+def test_ssebench_run_never_reuses_a_run_id(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    taken = tmp_path / "c-demo" / "none" / "dummy" / "mine"
+    taken.mkdir(parents=True)
+    status = main(
+        ["run", "--task", str(DEMO / "c-demo"), "--agent", "dummy", "--results", str(tmp_path), "--run-id", "mine"]
+    )
+    err = capsys.readouterr().err
+    assert status == 2 and err == f"error: --run-id mine: c-demo's run of that id is in {tmp_path}; give another id\n"
+    assert list(taken.iterdir()) == []

@@ -9,6 +9,8 @@ import pytest
 from ssebench import ConfigError, ConfigErrors, load_dataset, load_tasks
 from tests.helpers import task_config, write_dataset, write_task
 
+pytest_plugins = ["pytester"]
+
 
 def test_tasks_found_from_dataset_task_or_folder_above(tmp_path: Path) -> None:
     dataset = write_dataset(tmp_path / "datasets", tasks=("b-task", "a-task"))
@@ -21,6 +23,22 @@ def test_tasks_found_from_dataset_task_or_folder_above(tmp_path: Path) -> None:
         ("tinyset", "a-task"),
         ("tinyset", "b-task"),
     ]
+
+
+def test_a_folder_of_tasks_without_dataset_yaml_holds_what_pytest_collects(
+    tmp_path: Path, pytester: pytest.Pytester
+) -> None:
+    loose = tmp_path / "mine"
+    write_task(loose, "z-task")
+    write_task(loose / "deeper", "y-task")
+    write_dataset(tmp_path, name="set", tasks=("x-task",))
+    found = sorted((t.dataset, t.id) for t in load_tasks(tmp_path))
+    assert found == [("deeper", "y-task"), ("mine", "z-task"), ("set", "x-task")]
+    assert [t.id for t in load_tasks(loose)] == ["y-task", "z-task"]
+    # pytest collects the same tasks there.
+    collected = pytester.runpytest(str(tmp_path), "--agent", "dummy", "--collect-only", "-q", "-p", "no:cacheprovider")
+    ids = sorted(line.split("/sse/config.yaml::")[0].rsplit("/", 1)[-1] for line in collected.outlines if "::" in line)
+    assert ids == ["x-task", "y-task", "z-task"], collected.outlines
 
 
 def test_dataset_version_is_required(tmp_path: Path) -> None:

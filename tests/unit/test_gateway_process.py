@@ -152,6 +152,19 @@ def test_a_gateway_that_cannot_start_says_why(tmp_path: Path) -> None:
     assert "exited (2) while starting" in message and "bad.yaml: give exactly one of base_url" in message
 
 
+def test_a_broken_model_file_does_not_keep_the_gateway_from_the_models_it_serves(
+    models_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("UPSTREAM_KEY", SECRET)
+    (models_dir / "broken.yaml").write_text("name: broken\n")
+    with pytest.raises(GatewayError, match=r"broken\.yaml: give exactly one of base_url"):  # the control: it is broken
+        GatewayProcess(models_dir, tmp_path / "all", start_timeout=30).start()
+    with GatewayProcess(models_dir, tmp_path / "state", model_port=0, serve=["local"]) as gateway:
+        client = GatewayClient(gateway.control_url or "", gateway.admin_token)
+        assert client.health()["models"] == ["local"]
+        client.close()
+
+
 def test_the_gateway_refuses_to_start_without_a_token(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "ssebench.gateway", "--models", str(MODELS), "--state-dir", str(tmp_path)],

@@ -66,7 +66,8 @@ def test_the_reasons_are_the_words_the_grades_always_had() -> None:
     [
         (PASSING, "passed"),
         (FAILING, "failed"),
-        (PatchResult(error_msg="Patch apply failed"), "failed"),  # no check ran, but the patch did not apply
+        (PatchResult(build_success=False, error_msg="Patch apply failed"), "failed"),  # as sse.grading records it
+        (PatchResult(error_msg="Daemon unreachable"), "error"),  # no check ran: not graded, as seed 003 says
         (PatchResult(), "error"),  # nothing ran, nothing failed: not graded
         (PatchResult(build_success=True, error_msg="PoC failed: p"), "failed"),
     ],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -29,13 +30,13 @@ def test_collects_task_x_agent_x_difficulty(demo: pytest.Pytester) -> None:
     )
     ids = _ids(result)
     assert len(ids) == 18
-    assert "datasets/demo/c-demo::reference[none-d2-sandbox]" in ids
-    assert "datasets/demo/rust-demo::dummy[none-d4-sandbox]" in ids
+    assert "datasets/demo/c-demo/sse/config.yaml::reference[none-d2-sandbox]" in ids
+    assert "datasets/demo/rust-demo/sse/config.yaml::dummy[none-d4-sandbox]" in ids
 
 
 def test_single_task_folder_and_folder_above(demo: pytest.Pytester) -> None:
     one = _ids(demo.runpytest("datasets/demo/go-demo", "--agent", "dummy", "--collect-only", "-q"))
-    assert one == ["datasets/demo/go-demo::dummy[none-d2-sandbox]"]
+    assert one == ["datasets/demo/go-demo/sse/config.yaml::dummy[none-d2-sandbox]"]
     above = _ids(demo.runpytest("datasets", "--agent", "dummy", "--collect-only", "-q"))
     assert len(above) == 3
 
@@ -46,25 +47,38 @@ def test_models_multiply_only_model_agents(demo: pytest.Pytester) -> None:
             "datasets/demo/c-demo", "--agent", "dummy", "--model", "m1", "--model", "m2", "--collect-only", "-q"
         )
     )
-    assert ids == ["datasets/demo/c-demo::dummy[none-d2-sandbox]"]
+    assert ids == ["datasets/demo/c-demo/sse/config.yaml::dummy[none-d2-sandbox]"]
 
 
 def test_markers_and_keywords_select(demo: pytest.Pytester) -> None:
     go = _ids(demo.runpytest("datasets/demo", "--agent", "dummy", "-m", "go", "--collect-only", "-q"))
-    assert go == ["datasets/demo/go-demo::dummy[none-d2-sandbox]"]
+    assert go == ["datasets/demo/go-demo/sse/config.yaml::dummy[none-d2-sandbox]"]
     rust = _ids(demo.runpytest("datasets/demo", "--agent", "dummy", "-k", "rust", "--collect-only", "-q"))
-    assert rust == ["datasets/demo/rust-demo::dummy[none-d2-sandbox]"]
+    assert rust == ["datasets/demo/rust-demo/sse/config.yaml::dummy[none-d2-sandbox]"]
     dataset = _ids(demo.runpytest("datasets", "--agent", "dummy", "-m", "dataset_demo and c", "--collect-only", "-q"))
-    assert dataset == ["datasets/demo/c-demo::dummy[none-d2-sandbox]"]
+    assert dataset == ["datasets/demo/c-demo/sse/config.yaml::dummy[none-d2-sandbox]"]
 
 
-@pytest.mark.parametrize("where", ["datasets/demo", "datasets", "datasets/demo/c-demo", "datasets/demo/c-demo::x"])
+@pytest.mark.parametrize(
+    "where",
+    [
+        "datasets/demo",
+        "datasets",
+        "datasets/demo/c-demo",
+        "datasets/demo/c-demo::x",
+        "datasets/demo/c-demo/sse/config.yaml",
+    ],
+)
 def test_tasks_without_an_agent_say_how_to_pick_one(demo: pytest.Pytester, where: str) -> None:
     result = demo.runpytest(where, "--collect-only", "-q")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     said = "\n".join(result.errlines)
     assert "holds tasks, but no agent is given: add --agent NAME (agents: chat-agent, codex, dummy" in said, said
-    assert f"e.g. pytest {where.split('::')[0]} --agent reference" in said
+    assert (
+        "e.g. pytest datasets/demo/c-demo --agent reference" in said
+        if "c-demo" in where
+        else f"e.g. pytest {where} --agent reference" in said
+    )
 
 
 def test_without_agent_other_tests_run_as_ever(pytester: pytest.Pytester) -> None:
@@ -83,9 +97,29 @@ def test_agents_and_models_given_twice_or_comma_separated_make_each_item_once(de
     models = ["--agent", "chat-agent", "--model", "scripted-fix,scripted-budget", "--model", "scripted-fix"]
     ids = _ids(demo.runpytest("datasets/demo/c-demo", *models, "--collect-only", "-q"))
     assert ids == [
-        "datasets/demo/c-demo::chat-agent[scripted-budget-d2-sandbox]",
-        "datasets/demo/c-demo::chat-agent[scripted-fix-d2-sandbox]",
+        "datasets/demo/c-demo/sse/config.yaml::chat-agent[scripted-budget-d2-sandbox]",
+        "datasets/demo/c-demo/sse/config.yaml::chat-agent[scripted-fix-d2-sandbox]",
     ]
+
+
+def test_a_run_is_taken_back_by_the_node_id_pytest_printed(demo: pytest.Pytester) -> None:
+    printed = _ids(demo.runpytest("datasets/demo", "--agent", "dummy,reference", "--collect-only", "-q"))
+    one = "datasets/demo/go-demo/sse/config.yaml::reference[none-d2-sandbox]"
+    assert one in printed and len(printed) == 6
+    again = demo.runpytest(one, "--agent", "dummy,reference", "--collect-only", "-q")
+    assert again.ret == pytest.ExitCode.OK, again.stdout.str() + "\n".join(again.errlines)
+    assert _ids(again) == [one]
+    # The task folder's own name with the run after `::` (pytest refuses `::` after a folder) means the same.
+    short = demo.runpytest(
+        "datasets/demo/go-demo::reference[none-d2-sandbox]", "--agent", "dummy,reference", "--collect-only", "-q"
+    )
+    assert _ids(short) == [one]
+    # The task's file alone is its runs; anything else in the task's folder is not collected.
+    (demo.path / "datasets/demo/go-demo/sse/test_planted.py").write_text("def test_x():\n    pass\n")
+    whole = _ids(
+        demo.runpytest("datasets/demo/go-demo/sse/config.yaml", "--agent", "dummy,reference", "--collect-only", "-q")
+    )
+    assert whole == [one.replace("reference", "dummy"), one]
 
 
 @pytest.mark.parametrize(
@@ -103,10 +137,13 @@ def test_agents_and_models_given_twice_or_comma_separated_make_each_item_once(de
         (["--trials", "0"], "argument --trials: '0': give a whole number of at least 1"),
         (["--egress", "wide"], "argument --egress: 'wide': use restricted or open"),
         (["--model-budget", "tokens=1.5"], "argument --model-budget: 'tokens=1.5': give tokens=N"),
-        (["--run-limits", "pids=10"], "argument --run-limits: pids=10 is too low for the runtime itself"),
-        (["--run-limits", "memory=lots"], "argument --run-limits: memory: 'lots' is not a size"),
-        (["--run-limits", "disk=1g"], "argument --run-limits: unknown limit 'disk'; use pids, memory, cpus, file_size"),
-        (["--run-limits", "cpus=999"], "argument --run-limits: cpus=999: give 0.01 to"),
+        (["--run-limits", "pids=10"], "argument --run-limits/--limits: pids=10 is too low for the runtime itself"),
+        (["--run-limits", "memory=lots"], "argument --run-limits/--limits: memory: 'lots' is not a size"),
+        (
+            ["--run-limits", "disk=1g"],
+            "argument --run-limits/--limits: unknown limit 'disk'; use pids, memory, cpus, file_size",
+        ),
+        (["--run-limits", "cpus=999"], "argument --run-limits/--limits: cpus=999: give 0.01 to"),
         (["--dispatch", "k8s"], "argument --dispatch: 'k8s': use local or ray"),
         (["--registry", "http://x"], "argument --registry: 'http://x': give the registry as HOST:PORT"),
         (["--registry", "127.0.0.1:99999"], "argument --registry: '127.0.0.1:99999': give the registry as HOST:PORT"),
@@ -128,7 +165,10 @@ def test_bad_options_are_usage_errors(demo: pytest.Pytester, args: list[str], me
             "9",
             "SSEBENCH_DIFFICULTY: '9': give levels 0-4 separated by commas, e.g. 0,2,4 (or give --difficulty)",
         ),
-        ("SSEBENCH_TIMEOUT", "soon", "SSEBENCH_TIMEOUT: 'soon': give a time in seconds above zero"),
+        ("SSEBENCH_AGENT_TIMEOUT", "soon", "SSEBENCH_AGENT_TIMEOUT: 'soon': give a time in seconds above zero"),
+        ("SSEBENCH_TIMEOUT", "soon", "SSEBENCH_TIMEOUT: 'soon': give a time in seconds above zero"),  # its old name
+        ("SSEBENCH_INFRA_RETRIES", "-1", "SSEBENCH_INFRA_RETRIES: '-1': give a whole number of at least 0"),
+        ("SSEBENCH_RETRIES", "-1", "SSEBENCH_RETRIES: '-1': give a whole number of at least 0"),
         ("SSEBENCH_EGRESS", "wide", "SSEBENCH_EGRESS: 'wide': use restricted or open"),
         ("SSEBENCH_TRIALS", "-2", "SSEBENCH_TRIALS: '-2': give a whole number of at least 1"),
     ],
@@ -155,11 +195,11 @@ def test_a_flag_wins_over_environment_and_ini(demo: pytest.Pytester, monkeypatch
     demo.makeini("[pytest]\nssebench_difficulty = 1\n")
     monkeypatch.setenv("SSEBENCH_DIFFICULTY", "3")
     assert _ids(demo.runpytest("datasets/demo/c-demo", "--agent", "dummy", "--collect-only", "-q")) == [
-        "datasets/demo/c-demo::dummy[none-d3-sandbox]"
+        "datasets/demo/c-demo/sse/config.yaml::dummy[none-d3-sandbox]"
     ]
     assert _ids(
         demo.runpytest("datasets/demo/c-demo", "--agent", "dummy", "--difficulty", "4", "--collect-only", "-q")
-    ) == ["datasets/demo/c-demo::dummy[none-d4-sandbox]"]
+    ) == ["datasets/demo/c-demo/sse/config.yaml::dummy[none-d4-sandbox]"]
 
 
 def test_trials_make_one_item_each(demo: pytest.Pytester) -> None:
@@ -169,7 +209,9 @@ def test_trials_make_one_item_each(demo: pytest.Pytester) -> None:
         )
     )
     assert ids == [
-        f"datasets/demo/c-demo::{agent}[none-d2-sandbox-t{n}]" for agent in ("dummy", "reference") for n in (1, 2, 3)
+        f"datasets/demo/c-demo/sse/config.yaml::{agent}[none-d2-sandbox-t{n}]"
+        for agent in ("dummy", "reference")
+        for n in (1, 2, 3)
     ]
 
 
@@ -210,7 +252,10 @@ def test_duplicate_task_ids_are_a_collection_error_as_in_the_cli(demo: pytest.Py
     result.stdout.fnmatch_lines(["*c-demo/sse/config.yaml: id: 'c-demo' clashes with C-Demo*"])
     # The task it clashes with still collects, and so do the others.
     ok = demo.runpytest("datasets/demo/C-Demo", "datasets/demo/go-demo", "--agent", "dummy", "--collect-only", "-q")
-    assert _ids(ok) == ["datasets/demo/C-Demo::dummy[none-d2-sandbox]", "datasets/demo/go-demo::dummy[none-d2-sandbox]"]
+    assert _ids(ok) == [
+        "datasets/demo/C-Demo/sse/config.yaml::dummy[none-d2-sandbox]",
+        "datasets/demo/go-demo/sse/config.yaml::dummy[none-d2-sandbox]",
+    ]
 
 
 def test_a_task_with_a_broken_dataset_yaml_is_a_collection_error(demo: pytest.Pytester) -> None:
@@ -233,7 +278,10 @@ def test_a_folder_with_an_sse_package_is_not_a_task(demo: pytest.Pytester) -> No
 def test_ini_keys_give_defaults(demo: pytest.Pytester) -> None:
     demo.makeini("[pytest]\nssebench_agents = dummy\nssebench_difficulty = 1,3\n")
     ids = _ids(demo.runpytest("datasets/demo/c-demo", "--collect-only", "-q"))
-    assert ids == ["datasets/demo/c-demo::dummy[none-d1-sandbox]", "datasets/demo/c-demo::dummy[none-d3-sandbox]"]
+    assert ids == [
+        "datasets/demo/c-demo/sse/config.yaml::dummy[none-d1-sandbox]",
+        "datasets/demo/c-demo/sse/config.yaml::dummy[none-d3-sandbox]",
+    ]
 
 
 # Popular plugins the suite loads beside ours in subprocesses only: pytest-retry
@@ -288,7 +336,7 @@ def test_options_live_beside_popular_plugins(demo: pytest.Pytester, monkeypatch:
         "-q",
     )
     assert ran.ret == 0, ran.stderr.str()
-    assert "datasets/demo/c-demo::dummy[none-d2-sandbox]" in ran.stdout.str()
+    assert "datasets/demo/c-demo/sse/config.yaml::dummy[none-d2-sandbox]" in ran.stdout.str()
 
 
 @pytest.mark.parametrize(
@@ -304,3 +352,32 @@ def test_a_model_that_is_not_declared_is_a_usage_error(demo: pytest.Pytester, na
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"*{message}*"])
     assert not (demo.path / "results").exists()
+
+
+def test_an_engine_that_does_not_answer_is_one_line_before_any_run(
+    demo: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    host = f"unix:///tmp/ssebench-no-engine-{os.getpid()}.sock"  # nothing listens there (and the path is short)
+    monkeypatch.setenv("DOCKER_HOST", host)
+    for workers in ([], ["-n", "2"]):
+        result = demo.runpytest_subprocess(
+            # -W error: as this repository's own settings (pyproject.toml) run it, where a socket left open is an error.
+            "datasets/demo",
+            "--agent",
+            "dummy",
+            "--results",
+            "out",
+            "-p",
+            "no:cacheprovider",
+            "-W",
+            "error",
+            *workers,
+        )
+        said = [line for line in result.outlines + result.errlines if line.strip()]
+        assert result.ret == pytest.ExitCode.USAGE_ERROR, said
+        assert len(said) == 1 and said[0].startswith("ERROR: ssebench: Docker failed while connecting: "), said
+        assert said[0].endswith(
+            f"no engine answers at DOCKER_HOST={host}: start the Docker engine (systemctl start docker) "
+            "or point DOCKER_HOST at one, then run `ssebench doctor`"
+        ), said
+        assert not (demo.path / "out").exists() or not any((demo.path / "out").iterdir())

@@ -132,7 +132,7 @@ def test_every_field_of_the_record_travels_through_summary_json() -> None:
     """What a node ships and resume reads: every field but the local ones comes back as it was written."""
     hints = get_type_hints(RunRecord)
     local = {f.name for f in fields(RunRecord) if not f.metadata.get("summary", True)}
-    assert local == {"config", "run_dir", "result", "resumed"}
+    assert local == {"config", "run_dir", "result", "resumed", "rerun"}
     sent = RunRecord(
         config=_config(),
         run_dir=Path("/node/scratch"),

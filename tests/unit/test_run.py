@@ -579,3 +579,27 @@ def test_a_graded_run_out_of_memory_keeps_its_grade(tmp_path: Path) -> None:
     graded = {"patch_result": {"status": "failed", "error_msg": "Build failed"}}
     record = execute(config, get_settings(), _Backend([_OutOfMemory(graded)]), Session.new(), tmp_path, build=False)
     assert record.grade == "failed" and record.patch_result.error_msg == "Build failed"
+
+
+def test_resume_says_why_a_run_runs_again(tmp_path: Path) -> None:
+    from ssebench.record import resumable
+
+    task = load_task(DEMO / "c-demo")
+    config = RunConfig(task=task, agent=load_agent(get_settings().agents_dir, "dummy"))
+    assert resumable(config, tmp_path) == (None, "no earlier run")
+    errored = _finished(config, tmp_path, "error", "20261201T000000-d2-sandbox-aaaaaa")
+    assert resumable(config, tmp_path) == (None, f"{errored.name} ended in an error")
+    failed = _finished(config, tmp_path, "failed", "20261201T000001-d2-sandbox-bbbbbb")
+    found, why = resumable(config, tmp_path)
+    assert found is not None and found.run_dir == failed and why == ""
+    _, why = resumable(replace(config, timeout=60.0), tmp_path)
+    assert why.startswith(f"{failed.name} ran under other conditions (timeout ") and "-> 60.0)" in why, why
+    changed = tmp_path / "copy" / "c-demo"
+    shutil.copytree(DEMO / "c-demo", changed)
+    (changed / "sse" / "build.sh").write_text((changed / "sse" / "build.sh").read_text() + "\n# changed\n")
+    assert resumable(replace(config, task=load_task(changed)), tmp_path) == (
+        None,
+        f"the task changed since {failed.name}",
+    )
+    # Another trial of the same run is no reason: the trial has none of its own yet.
+    assert resumable(replace(config, trial=2), tmp_path) == (None, f"{errored.name} ended in an error")

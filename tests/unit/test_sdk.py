@@ -131,10 +131,10 @@ def test_patch_result_rules() -> None:
     assert PatchResult(build_success=True, pov_passed=0, pov_total=2).status() == "failed"
 
 
-def test_patch_apply_failure_is_failed_not_error() -> None:
+def test_an_error_message_without_a_check_is_an_error_as_seed_003_says() -> None:
     result = PatchResult()
     result.mark_failure("Patch apply failed", "does not apply")
-    assert result.status() == "failed"
+    assert result.status() == "error" and not result.checks_ran()
 
 
 def test_versions() -> None:

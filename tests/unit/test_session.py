@@ -167,7 +167,7 @@ def test_ssebench_run_over_ray_sends_the_nodes_the_provider_key_and_the_budget(
     )
     (made,) = [m for m in fake_ray if "address" in m]
     assert made["provider_env"] == {"SSEBENCH_TEST_KEY": "sk-test"}
-    assert made["models"] == dispatch.NodeModels(models, {"tokens": 1000, "cost": 2.0})
+    assert made["models"] == dispatch.NodeModels(models, {"tokens": 1000, "cost": 2.0}, ("keyed",))
 
 
 def test_ssebench_run_checks_the_model_before_anything_starts(
@@ -221,7 +221,7 @@ def test_the_plugin_over_ray_sends_the_nodes_what_ssebench_run_does(
     )
     (made,) = [m for m in fake_ray if "address" in m]
     assert made["provider_env"] == {"SSEBENCH_TEST_KEY": "sk-test"}
-    assert made["models"] == dispatch.NodeModels(models, {"tokens": 1000, "cost": 2.0})
+    assert made["models"] == dispatch.NodeModels(models, {"tokens": 1000, "cost": 2.0}, ("keyed",))
 
 
 def test_a_session_removes_what_it_started_once_however_often_it_is_closed(
@@ -302,3 +302,18 @@ def test_each_attempt_goes_through_the_session_s_executor_here_or_on_the_cluster
         over_ray.execute(config)  # type: ignore[arg-type]
     over_ray.close()
     assert isinstance(over_ray.executor, LocalExecutor) and len(seen) == 1  # closed: back to this machine
+
+
+def test_a_broken_model_file_does_not_block_the_models_asked_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ssebench.session import OptionError, check_models, provider_env
+
+    (tmp_path / "good.yaml").write_text("name: good\nbase_url: https://api.example.com/v1\napi_key_env: GOOD_KEY\n")
+    (tmp_path / "broken.yaml").write_text("name: broken\nprice: cheap\n")
+    monkeypatch.setenv("GOOD_KEY", "k")
+    settings = get_settings().model_copy(update={"models_dir": tmp_path})
+    check_models(settings, ["good"])
+    assert provider_env(settings, ["good"]) == {"GOOD_KEY": "k"}
+    with pytest.raises(OptionError, match=r"broken.yaml: price"):  # asked for, it is said
+        check_models(settings, ["good", "broken"])

@@ -55,3 +55,22 @@ def test_a_bad_value_names_its_variable(monkeypatch: pytest.MonkeyPatch, name: s
 def test_settings_are_frozen() -> None:
     with pytest.raises(ValueError):
         Settings().build_jobs = 4
+
+
+@pytest.mark.parametrize(
+    "name, value, said",
+    [
+        ("SSEBENCH_LIMIT_MEMORY", "lots", "memory: 'lots' is not a size"),
+        ("SSEBENCH_LIMIT_FILE_SIZE", "1", "file_size=1 is below 1m"),
+        ("SSEBENCH_LIMIT_CPUS", "-1", "cpus=-1: give 0.01 to"),
+        ("SSEBENCH_LIMIT_PIDS", "0", "pids=0"),
+    ],
+)
+def test_a_bad_default_limit_names_its_variable_once_when_the_settings_are_read(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str, said: str
+) -> None:
+    monkeypatch.setenv(name, value)
+    with pytest.raises(SSEBenchError) as raised:
+        get_settings()
+    message = str(raised.value)
+    assert message.startswith(f"{name}: ") and said in message and message.count("SSEBENCH_") == 1, message
