@@ -35,8 +35,9 @@ def demo(pytester: pytest.Pytester, demo_images: list[Task]) -> pytest.Pytester:
     return pytester
 
 
-def _runs(root: Path, model: str) -> list[Path]:
-    return sorted((root / "out").glob(f"*/{model}/codex/*-d2-sandbox-*"))
+def _runs(root: Path, model: str, mode: str = "sandbox") -> list[Path]:
+    """The run directories (not the `latest` links beside them)."""
+    return sorted((root / "out").glob(f"*/{model}/codex/*-d2-{mode}-*"))
 
 
 def _dialog(run_dir: Path) -> list[dict[str, Any]]:
@@ -52,11 +53,21 @@ def _usage(run_dir: Path) -> dict[str, Any]:
 
 def test_codex_fixes_every_demo_task_with_the_scripts_usage(demo: pytest.Pytester) -> None:
     result = demo.runpytest_subprocess(
-        "datasets/demo", "--agent", "codex", "--model", "scripted-fix", "--results", "out", "-p", "no:cacheprovider"
+        "datasets/demo",
+        "--agent",
+        "codex",
+        "--model",
+        "scripted-fix",
+        "--mode",
+        "sandbox,sidecar",
+        "--results",
+        "out",
+        "-p",
+        "no:cacheprovider",
     )
-    result.assert_outcomes(passed=3)
-    runs = _runs(demo.path, "scripted-fix")
-    assert len(runs) == 3
+    result.assert_outcomes(passed=6)
+    runs = _runs(demo.path, "scripted-fix", "*")
+    assert len(runs) == 6
     for run_dir in runs:
         dialog = _dialog(run_dir)
         init, complete = dialog[0], dialog[-1]
