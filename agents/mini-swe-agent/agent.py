@@ -1,10 +1,11 @@
 """mini-swe-agent (2.4.6) as an SSEBench agent: its default agent, a LiteLLM model and a local environment.
 
 Two processes. This file runs first under the runtime's Python (it has the
-SDK): it asks the daemon for the task prompt (`sse.prompt`), writes the
-dialog's head, and starts itself again under the agent's own venv
+SDK). It starts itself again at once under the agent's own venv
 (/opt/agents/mini-swe-agent, the read-only volume of its software) with
-`--inner`. That process runs mini-swe-agent's `DefaultAgent` with the
+`--inner`, whose import of LiteLLM takes seconds; meanwhile it asks the
+daemon for the task prompt (`sse.prompt`), writes the dialog's head and
+hands the job to the second process on its standard input. That process runs mini-swe-agent's `DefaultAgent` with the
 package's own `mini.yaml` templates, a `LitellmModel` that speaks Chat
 Completions to the run's gateway (`openai/<SSE_MODEL_NAME>` at SSE_BASE_URL)
 and a `LocalEnvironment` in the task's source tree; it saves its trajectory
@@ -67,7 +68,7 @@ def margin(timeout: float) -> float:
 
 def main(argv: list[str]) -> int:
     if argv[1:2] == ["--inner"]:
-        return inner(Path(argv[2]))
+        return inner()
     return outer()
 
 
@@ -75,26 +76,38 @@ def main(argv: list[str]) -> int:
 
 
 def outer() -> int:
+    started = time.monotonic()
+    timeout = float(os.environ.get("TIMEOUT") or 3600)
+    deadline = started + timeout - margin(timeout)
+    missing = [n for n in ("SSE_BASE_URL", "SSE_API_KEY", "SSE_MODEL_NAME") if not os.environ.get(n)]
+    # mini-swe-agent's process starts first: importing LiteLLM takes seconds, which the SDK's import and the
+    # prompt's fetch below overlap. It reads its job from its standard input once it has imported.
+    work = Path(tempfile.mkdtemp(prefix=f"{NAME}-"))
+    inner_process = None
+    if not missing and PYTHON.is_file():
+        env = {k: v for k, v in os.environ.items() if k not in PROXIES}
+        env.update(
+            QUIET, MSWEA_GLOBAL_CONFIG_DIR=str(work / "config"), NO_PROXY="*", OPENAI_API_KEY=os.environ["SSE_API_KEY"]
+        )
+        inner_process = subprocess.Popen(
+            [str(PYTHON), "-I", str(Path(__file__).resolve()), "--inner", "-"], env=env, stdin=subprocess.PIPE
+        )
+
     from sse import project
     from sse.dialog import Dialog
     from sse.prompt import task_prompt
 
-    started = time.monotonic()
     dialog = Dialog()
     model = os.environ.get("SSE_MODEL_NAME") or "none"
     dialog.init(agent=NAME, model=model, version=VERSION, software="mini-swe-agent==2.4.6")
-    missing = [n for n in ("SSE_BASE_URL", "SSE_API_KEY", "SSE_MODEL_NAME") if not os.environ.get(n)]
-    timeout = float(os.environ.get("TIMEOUT") or 3600)
     prompt = task_prompt()
     dialog.prompt(prompt)
     if missing:
         dialog.complete("error", f"{', '.join(missing)} not set: the harness gives them to a run with a model")
         return 1
-    if not PYTHON.is_file():
+    if inner_process is None:
         dialog.complete("error", f"{PYTHON} is missing: the agent's software volume is not mounted")
         return 1
-    work = Path(tempfile.mkdtemp(prefix=f"{NAME}-"))
-    deadline = started + timeout - margin(timeout)
     job: dict[str, Any] = {
         "task": prompt,
         "cwd": str(project.source),
@@ -105,27 +118,21 @@ def outer() -> int:
         "command_timeout": COMMAND_TIMEOUT,
         "trajectory": str(work / "trajectory.json"),
     }
-    (work / "job.json").write_text(json.dumps(job), encoding="utf-8")
-    env = {k: v for k, v in os.environ.items() if k not in PROXIES}
-    env.update(
-        QUIET, MSWEA_GLOBAL_CONFIG_DIR=str(work / "config"), NO_PROXY="*", OPENAI_API_KEY=os.environ["SSE_API_KEY"]
-    )
     timed_out = False
     try:
-        status = subprocess.run(
-            [str(PYTHON), "-I", str(Path(__file__).resolve()), "--inner", str(work / "job.json")],
-            env=env,
-            timeout=max(1.0, deadline - time.monotonic()),
-            check=False,
-        ).returncode
+        inner_process.communicate(json.dumps(job).encode(), timeout=max(1.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
-        status, timed_out = -1, True
+        inner_process.kill()
+        inner_process.wait()
+        timed_out = True
+    except BrokenPipeError:  # it ended before it read its job (its own error is on stderr)
+        inner_process.wait()
     trajectory = _read(Path(job["trajectory"]))
     end, reason = translate(trajectory.get("messages") or [], dialog)
     if timed_out:
         end, reason = "timeout", f"stopped {margin(timeout):.0f} s before TIMEOUT"
     elif end is None:
-        end, reason = "error", f"mini-swe-agent ended (status {status}) without an exit message"
+        end, reason = "error", f"mini-swe-agent ended (status {inner_process.returncode}) without an exit message"
     dialog.complete(end, reason)
     return 0 if end == "done" else 1
 
@@ -225,9 +232,9 @@ def translate(messages: list[Any], dialog: Any) -> tuple[str | None, str | None]
 # -- the second process: the agent's venv, with mini-swe-agent -------------------------------------------------
 
 
-def inner(job_path: Path) -> int:
-    """Run mini-swe-agent on the job that `outer` wrote; its trajectory is saved after every step."""
-    job = json.loads(job_path.read_text(encoding="utf-8"))
+def inner() -> int:
+    """Run mini-swe-agent on the job `outer` writes to its standard input once it has imported; its trajectory
+    is saved after every step."""
     yaml: Any = importlib.import_module("yaml")
     litellm: Any = importlib.import_module("litellm")
     minisweagent: Any = importlib.import_module("minisweagent")
@@ -235,6 +242,12 @@ def inner(job_path: Path) -> int:
     local: Any = importlib.import_module("minisweagent.environments.local")
     models: Any = importlib.import_module("minisweagent.models.litellm_model")
     litellm.suppress_debug_info = True  # its "Provider List" banner after every cost lookup it cannot do
+    try:
+        job = json.loads(sys.stdin.read().strip() or "null")
+    except ValueError:
+        job = None
+    if not isinstance(job, dict):
+        return 1  # the first process ended without a job for it (it says why in the dialog)
 
     # The package's own configuration of its `mini` command (tool calls, its templates), run unattended.
     config = yaml.safe_load((Path(minisweagent.package_dir) / "config" / "mini.yaml").read_text(encoding="utf-8"))
