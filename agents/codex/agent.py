@@ -378,8 +378,10 @@ def config_toml(model: str, base_url: str, mcp_url: str | None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def find_binary(root: Path = SOFTWARE) -> Path:
-    """The codex executable of the venv at `root`. Raises FileNotFoundError with one line saying what is missing."""
+def find_binary(root: Path | None = None) -> Path:
+    """The codex executable of the venv at `root` (SOFTWARE). Raises FileNotFoundError with one line saying what
+    is missing."""
+    root = SOFTWARE if root is None else root
     found = sorted(root.glob(f"lib/python3*/site-packages/{PACKAGE}/bin/codex"))
     if not found:
         raise FileNotFoundError(

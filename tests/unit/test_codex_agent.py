@@ -20,6 +20,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+import yaml
 from sse.dialog import Dialog, read, validate
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -465,3 +466,35 @@ def test_the_launcher_waits_for_the_mcp_server_to_answer(tmp_path: Path) -> None
     thread.start()
     assert agent.wait_for_mcp(url, time.monotonic() + 10, pause=0.1) == "ready"
     thread.join()
+
+
+def test_agent_yaml_pins_the_cli_its_version_names() -> None:
+    config = yaml.safe_load((ROOT / "agents" / "codex" / "agent.yaml").read_text())
+    assert config["software"]["python"] == [f"openai-codex-cli-bin=={config['version']}"]
+    assert config["protocol"] == "openai-responses"
+    closure = (ROOT / "agents" / "codex" / "requirements.txt").read_text().splitlines()
+    assert [line for line in closure if line and not line.startswith("#")] == config["software"]["python"]
+
+
+def test_a_run_without_the_cli_ends_its_dialog_with_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import sse.prompt
+
+    def no_daemon() -> str:
+        raise ConnectionRefusedError("no daemon here")
+
+    monkeypatch.setattr(agent, "SOFTWARE", tmp_path / "empty")
+    monkeypatch.setattr(sse.prompt, "task_prompt", no_daemon)
+    monkeypatch.setenv("SSE_ARCHIVE", str(tmp_path))
+    monkeypatch.setenv("SSE_MODEL_NAME", "scripted-fix")
+    assert agent.main() == 1
+    said = capsys.readouterr().err.splitlines()
+    assert said == [
+        f"codex: no Codex CLI under {tmp_path / 'empty'} (looked for lib/python3*/site-packages/codex_cli_bin/bin/"
+        "codex): agent.yaml's software was not installed for this run"
+    ]
+    records = _records(tmp_path)
+    assert [r["type"] for r in records] == ["init", "prompt", "complete"]
+    assert records[1]["text"] == "(no task prompt: ConnectionRefusedError: no daemon here)"
+    assert records[-1]["status"] == "error" and records[-1]["reason"] == said[0].removeprefix("codex: ")
