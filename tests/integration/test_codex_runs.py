@@ -127,11 +127,14 @@ SEARCH_PROC = (
     '> /tmp/seen; echo "provider key in /proc: $(grep -c -- "$k" /tmp/seen)"; '
     # The positive control: the run's own key, in Codex's environment, is found the same way.
     'echo "run key in /proc: $(grep -c -- ^SSE_API_KEY=sse- /tmp/seen)"; rm /tmp/seen; '
-    # Every file takes longer than a command may (30 s): in the background, its end marked. The positive
-    # control: a text the task's source holds, which the same scan must find.
-    'setsid sh -c \'grep -rlF --exclude-dir=proc --exclude-dir=sys -e "$0" -e TLV_VALUE_MAX / > /tmp/found '
+    # Every file takes longer than a command may (30 s): in the background, its end marked, devices, FIFOs and
+    # sockets skipped (a read of one can block for good). The positive control: a text the task's source holds,
+    # which the same scan must find.
+    'setsid sh -c \'grep -rlF -D skip --exclude-dir=proc --exclude-dir=sys -e "$0" -e TLV_VALUE_MAX / > /tmp/found '
     '2>/dev/null; touch /tmp/found.done\' "$k" < /dev/null > /dev/null 2>&1 &'
 )
+# Polls of up to 25 s each: the scan took 20 s on an idle machine, over 100 s on a busy one.
+POLLS = 12
 POLL = (
     KEY + "for i in $(seq 25); do [ -e /tmp/found.done ] && break; sleep 1; done; "
     "if [ -e /tmp/found.done ]; then "
@@ -151,7 +154,7 @@ def test_a_codex_run_holds_no_provider_key_anywhere_its_user_can_look(
     poll = {"name": "exec_command", "arguments": {"cmd": POLL, "yield_time_ms": 30000}}
     steps = [
         {"tool_calls": [{"name": "exec_command", "arguments": {"cmd": SEARCH_PROC}}], "usage": {"prompt_tokens": 10}},
-        *({"tool_calls": [poll], "usage": {"prompt_tokens": 10}} for _ in range(4)),
+        *({"tool_calls": [poll], "usage": {"prompt_tokens": 10}} for _ in range(POLLS)),
         {"content": "Searched.", "usage": {"prompt_tokens": 20, "completion_tokens": 2}},
     ]
     conversation = {"match": "# Task: tlvkit", "tools": sorted(CODEX_TOOLS), "steps": steps}
@@ -184,4 +187,4 @@ def test_a_codex_run_holds_no_provider_key_anywhere_its_user_can_look(
     assert proc[:2] == ["1000", "provider key in /proc: 0"] and len(proc) == 3, outputs
     assert int(proc[2].removeprefix("run key in /proc: ")) >= 1, outputs
     assert "provider key in files: \ncontrol text found in /src/tlvkit/tlv.h\n" in outputs[1:], outputs
-    assert _usage(run_dir)["calls"] == 6  # the upstream that wants the key answered every call
+    assert _usage(run_dir)["calls"] == 2 + POLLS  # the upstream that wants the key answered every call
