@@ -23,11 +23,14 @@ $(BIN)/ssebench: pyproject.toml sdk/pyproject.toml Makefile
 
 install: $(BIN)/ssebench
 
+# $(call has,COMMAND) is a shell test: true when COMMAND can be run (sbin included, which a user's PATH may lack).
+has = { command -v $(1) >/dev/null || [ -x /usr/sbin/$(1) ] || [ -x /usr/bin/$(1) ]; }
+
 # Installs a Debian package the set-up needs when it is missing: as root, or
 # with sudo; otherwise it stops with the one command to run.
-# $(call need,COMMAND,PACKAGE,WHY)
-define need
-	@if ! command -v $(1) >/dev/null && [ ! -x /usr/sbin/$(1) ] && [ ! -x /usr/bin/$(1) ]; then \
+# $(call install_missing,COMMAND,PACKAGE,WHY) is a shell command; $(call need,...) the recipe line.
+define install_missing
+if ! $(call has,$(1)); then \
 	  if ! command -v apt-get >/dev/null; then \
 	    echo "make: $(1) is missing ($(3)) and this host has no apt-get: install $(2) with its package manager, then run make again" >&2; exit 1; fi; \
 	  if [ "$$(id -u)" != 0 ] && ! sudo -n true 2>/dev/null; then \
@@ -36,11 +39,20 @@ define need
 	  $(SUDO) apt-get update -q >/dev/null && $(SUDO) apt-get install -y -q $(2) >/dev/null || { \
 	    echo "make: installing $(2) failed: run 'sudo apt-get install $(2)', then run make again" >&2; exit 1; }; fi
 endef
+need = @$(call install_missing,$(1),$(2),$(3))
 
-# The OS image: pulled if a registry answers, else made with debootstrap (needs root).
+# The OS image: present, else pulled if a registry answers, else made with debootstrap (needs root).
+# debootstrap is installed only when the image can be had no other way: without it, `ssebench images
+# bootstrap` finds or pulls the image, or fails saying debootstrap is missing (DEBOOTSTRAP_HINT in
+# ssebench/bootstrap.py, "install debootstrap: ..."); any other failure (no engine) is shown as it is.
 bootstrap: install
-	$(call need,debootstrap,debootstrap,it makes the OS image when no registry can supply it)
-	$(BIN)/ssebench images bootstrap || $(SUDO) $(BIN)/ssebench images bootstrap
+	@if $(call has,debootstrap); then \
+	  $(BIN)/ssebench images bootstrap || $(SUDO) $(BIN)/ssebench images bootstrap; \
+	elif ! $(BIN)/ssebench images bootstrap 2>$(VENV)/bootstrap.err; then \
+	  grep -q 'install debootstrap' $(VENV)/bootstrap.err || { cat $(VENV)/bootstrap.err >&2; exit 1; }; \
+	  $(call install_missing,debootstrap,debootstrap,the OS image cannot be pulled: debootstrap makes it); \
+	  $(BIN)/ssebench images bootstrap || $(SUDO) $(BIN)/ssebench images bootstrap; \
+	fi
 
 images: bootstrap
 	$(BIN)/ssebench images build $(DATASET) --agent reference --agent dummy

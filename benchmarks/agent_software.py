@@ -35,8 +35,9 @@ def mb(size: float) -> str:
     return f"{size / 1e6:8.2f} MB"
 
 
-def run_times(run_dir: Path, results: Path) -> tuple[float, float | None]:
-    """(serving -> agent start, serving -> first model call) of one run, in seconds."""
+def run_times(run_dir: Path, results: Path) -> tuple[float, float, float | None]:
+    """(serving -> the agent's process started, -> its first record, -> its first model call) of one run, in
+    seconds."""
     from sse.dialog import read
 
     from ssebench.inflight import entrypoint_lines
@@ -44,9 +45,9 @@ def run_times(run_dir: Path, results: Path) -> tuple[float, float | None]:
 
     summary = json.loads((run_dir / "summary.json").read_text())
     near = summary["timeline"]["container_started"]
-    serving = next(
-        _stamp(near, at) for at, said in entrypoint_lines((run_dir / "container.log").read_text()) if said == SERVING
-    )
+    lines = entrypoint_lines((run_dir / "container.log").read_text())
+    serving = next(_stamp(near, at) for at, said in lines if said == SERVING)
+    process = next(_stamp(near, at) for at, said in lines if said.startswith("agent: "))
     started = read(run_dir / "archive" / "dialog.jsonl")[0]["ts"]
     calls = [
         json.loads(line)
@@ -54,7 +55,7 @@ def run_times(run_dir: Path, results: Path) -> tuple[float, float | None]:
         for line in usage.read_text().splitlines()
     ]
     first = min((c["ts"] - c["latency"] for c in calls), default=None)
-    return started - serving, (first - serving if first is not None else None)
+    return process - serving, started - serving, (first - serving if first is not None else None)
 
 
 def main() -> int:
@@ -76,7 +77,7 @@ def main() -> int:
     settings = get_settings()
     agent = load_agent(settings.agents_dir, args.agent)
     tasks = load_tasks(ROOT / "datasets" / args.dataset)
-    times: dict[str, list[tuple[float, float | None]]] = {t.id: [] for t in tasks}
+    times: dict[str, list[tuple[float, float, float | None]]] = {t.id: [] for t in tasks}
     with tempfile.TemporaryDirectory(prefix="ssebench-agent-bench-") as folder:
         for round_ in range(args.rounds):
             results = Path(folder) / f"round-{round_}"
@@ -99,16 +100,17 @@ def main() -> int:
         name = agent_volume_name(settings, agent)
         size = next((v["UsageData"]["Size"] for v in client().df()["Volumes"] if v["Name"] == name), None)
         print(f"software volume {name}: {mb(size) if size is not None else 'missing'}, once for every task")
-    print(f"\n{'task':12} {'agent layer':>12} {'serving->agent start':>22} {'serving->first model call':>27}")
+    print(f"\n{'task':12} {'agent layer':>12}   from the daemon serving to the agent's:")
+    print(f"{'':12} {'':>12} {'process':>10} {'first record':>14} {'first model call':>18}")
     for task in tasks:
         names = image_names(settings, task, args.agent, args.mode)
         agent_image, tool = images().inspect(names["agent"]), images().inspect(names["tool"])
         added = (agent_image or {}).get("Size", 0) - (tool or {}).get("Size", 0)
-        starts = [s for s, _ in times[task.id]]
-        firsts = [f for _, f in times[task.id] if f is not None]
-        start = f"{statistics.median(starts):.3f} s" if starts else "-"
-        first = f"{statistics.median(firsts):.3f} s" if firsts else "-"
-        print(f"{task.id:12} {mb(added):>12} {start:>22} {first:>27}")
+        columns = []
+        for index, width in ((0, 10), (1, 14), (2, 18)):
+            values = [t[index] for t in times[task.id] if t[index] is not None]
+            columns.append(f"{statistics.median(values):.3f} s".rjust(width) if values else "-".rjust(width))  # type: ignore[type-var]
+        print(f"{task.id:12} {mb(added):>12} {' '.join(columns)}")
     return 0
 
 

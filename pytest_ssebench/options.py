@@ -22,6 +22,8 @@ import pytest
 
 from ssebench.defaults import (
     AGENT_TIMEOUT,
+    SKIP_MODEL_CHECK,
+    SKIP_MODEL_CHECK_HELP,
     Dispatch,
     Egress,
     Mode,
@@ -188,6 +190,7 @@ FLAGS = (
         "report an item from its finished run in the results directory (same task "
         "and version, agent, model, difficulty, mode and trial) instead of running it",
     ),
+    ((SKIP_MODEL_CHECK,), "ssebench_skip_model_check", SKIP_MODEL_CHECK_HELP),
 )
 
 
@@ -259,6 +262,7 @@ class Options:
     resume: bool
     limits: dict[str, str]
     budget: dict[str, float] | None
+    model_check: bool = True
     dispatch: Dispatch = "local"
     ray_address: str | None = None
     registry: str | None = None
@@ -274,6 +278,14 @@ def parse_options(config: pytest.Config) -> Options:
     """Every option's value; a bad one raises pytest.UsageError naming where it came from."""
     opt = config.option
     value = {s.dest: _value(config, s) for s in SETTINGS}
+    if value["ssebench_limits"] and value["ssebench_dispatch"] == "local":
+        # Runs here: this machine's CPUs bound them, said once rather than for every task.
+        from ssebench.limits import Limits, LimitsError
+
+        try:
+            Limits().merged(value["ssebench_limits"], "--run-limits")
+        except LimitsError as exc:
+            raise pytest.UsageError(f"argument {exc}") from None
     results = Path(value["ssebench_results"])
     if not results.is_absolute():
         results = config.invocation_params.dir / results
@@ -292,6 +304,7 @@ def parse_options(config: pytest.Config) -> Options:
         resume=bool(opt.ssebench_resume),
         limits=value["ssebench_limits"] or {},
         budget=value["ssebench_budget"],
+        model_check=not opt.ssebench_skip_model_check,
         dispatch=value["ssebench_dispatch"],
         ray_address=value["ssebench_ray_address"] or None,
         registry=value["ssebench_registry"] or None,

@@ -72,6 +72,7 @@ class Sweep:
             models=o.models,
             agents=tuple(self.agents),
             budget=o.budget,
+            model_check=o.model_check and not config.option.collectonly,  # collecting runs nothing: no call
             dispatch=o.dispatch,
             ray_address=o.ray_address,
             egress=o.egress,
@@ -162,7 +163,7 @@ class Sweep:
             self.config.addinivalue_line("markers", f"{marker}: a task of the {task.dataset} dataset")
             self._registered_markers.add(marker)
         try:
-            limits = limits_for(self.settings, task, self.options.limits)
+            limits = limits_for(self.settings, task, self.options.limits, here=self.options.dispatch == "local")
         except SSEBenchError as exc:
             raise CollectError(str(exc)) from None
         runs = []

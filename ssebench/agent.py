@@ -16,8 +16,9 @@ from pathlib import Path
 
 from pydantic import field_validator
 
-from ssebench.defaults import ModelProtocol
 from ssebench.errors import ConfigError, ConfigErrors
+from ssebench.gateway import ModelProtocol
+from ssebench.runtime import contract
 from ssebench.schema import Strict, load
 from ssebench.task import TASK_ID_PATTERN
 
@@ -43,8 +44,9 @@ def parse_pin(text: str) -> tuple[str, str] | None:
 class Software(Strict):
     """`software:`: what the agent runs, pinned; installed on the host's download into the agent's volume."""
 
-    # The packages the agent is, each `name==version` (their dependencies are pinned in requirements.txt).
     python: tuple[str, ...] = ()
+    """The Python packages the agent is, each name==version; their whole closure is pinned in requirements.txt
+    beside agent.yaml (`ssebench agents lock NAME` makes it)."""
 
     @field_validator("python")
     @classmethod
@@ -59,13 +61,19 @@ class AgentConfig(Strict):
     """`agent.yaml`."""
 
     name: str
+    """The agent's name, `--agent NAME`: its folder's name, in lower case."""
     version: str = "0"
+    """Bump it when the agent changes: results record it, and `--resume` reruns runs of another version."""
     description: str | None = None
-    # An agent that calls no model (dummy, reference) runs once with model "none".
+    """One line for `ssebench agents list`."""
     needs_model: bool = True
-    # The protocol it speaks to its model: a model must serve it (`ssebench.session.check_models`).
+    """Whether the agent calls a model; one that does not (dummy, reference) runs once, with model "none"."""
     protocol: ModelProtocol = "openai-chat"
+    """The protocol it speaks to its model: openai-chat, openai-responses or anthropic-messages. A session
+    refuses a model that does not serve it (a scripted model serves all three)."""
     software: Software | None = None
+    """What it runs, pinned: installed once per agent version into a volume every run of it mounts read-only
+    at /opt/agents/<name> (docs/agents.md)."""
 
     @field_validator("name")
     @classmethod
@@ -95,7 +103,7 @@ class Agent:
     @property
     def gets_reference_patch(self) -> bool:
         """Only the reference agent ever sees the answer."""
-        return self.name == "reference"
+        return self.name == contract.REFERENCE_AGENT
 
     @property
     def home(self) -> str:

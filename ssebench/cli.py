@@ -14,6 +14,8 @@ from ssebench.defaults import (
     AGENT_TIMEOUT,
     EGRESS,
     MODES,
+    SKIP_MODEL_CHECK,
+    SKIP_MODEL_CHECK_HELP,
     parse_budget,
     parse_dispatch,
     parse_modes,
@@ -23,7 +25,7 @@ from ssebench.defaults import (
     parse_seconds,
 )
 from ssebench.errors import ConfigError, ConfigErrors, SSEBenchError
-from ssebench.logs import columns, for_terminal
+from ssebench.logs import columns, for_terminal, shown_path
 from ssebench.version import __version__
 
 if TYPE_CHECKING:
@@ -135,6 +137,27 @@ def cmd_dataset_verify(args: argparse.Namespace) -> int:
     return 0 if valid == len(verdicts) else 1
 
 
+def cmd_dataset_schema(args: argparse.Namespace) -> int:
+    from ssebench.formats import write_schemas
+
+    out: Path = args.out
+    if out.exists() and not out.is_dir():
+        print(for_terminal(f"error: --out {out}: is a file; give a folder to write the schemas into"), file=sys.stderr)
+        return 2
+    try:
+        written = write_schemas(out)
+    except OSError as exc:
+        print(
+            for_terminal(f"error: --out {out}: cannot write there ({exc.strerror}); give a folder you can write"),
+            file=sys.stderr,
+        )
+        return 2
+    for path in written:
+        print(for_terminal(str(path)))
+    print(f"{len(written)} JSON Schema(s) (draft 2020-12) written; the formats are described in docs/formats.md")
+    return 0
+
+
 def _positive(text: str) -> int:
     try:
         value = int(text)
@@ -230,7 +253,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     task = load_task(_find_task(args.task, args.datasets))
     agent = load_agent(settings.agents_dir, args.agent)
     model = (args.model or "") if agent.needs_model else "none"
-    limits = limits_for(settings, task, args.limits)
+    limits = limits_for(settings, task, args.limits, here=args.dispatch == "local")
     results = args.results.resolve()
     if args.run_id and (runs_parent(results, task.id, model, agent.name) / path_component(args.run_id)).exists():
         print(
@@ -256,6 +279,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         models=(model,) if agent.needs_model and model else (),
         agents=(agent,),
         budget=args.model_budget,
+        model_check=not args.skip_model_check,
         dispatch=args.dispatch,
         ray_address=args.ray_address,
         egress=args.egress,
@@ -358,7 +382,7 @@ def cmd_agents_lock(args: argparse.Namespace) -> int:
     )
     (agent.path / PYTHON_CLOSURE).write_text(header + "".join(f"{pin}\n" for pin in pins), encoding="utf-8")
     load_agent(settings.agents_dir, args.name)  # the closure now bears agent.yaml's pins out
-    print(f"{agent.path / PYTHON_CLOSURE}: {len(pins)} packages")
+    print(f"{shown_path(agent.path / PYTHON_CLOSURE)}: {len(pins)} packages")
     return 0
 
 
@@ -374,6 +398,7 @@ def cmd_models_list(args: argparse.Namespace) -> int:
         {
             "name": m.name,
             "served_by": "script" if m.script else (m.base_url or ""),
+            "protocols": sorted(m.protocols),
             "upstream_model": m.upstream_model,
             "price_per_mtok": {"input": m.price.input, "output": m.price.output},
             "budget": None if m.budget is None else m.budget.model_dump(),
@@ -393,11 +418,12 @@ def cmd_models_list(args: argparse.Namespace) -> int:
         return ", ".join(filter(None, said)) or "none"
 
     _table(
-        ["MODEL", "SERVED BY", "PRICE IN/OUT (USD per Mtok)", "BUDGET PER RUN"],
+        ["MODEL", "SERVED BY", "PROTOCOL", "PRICE IN/OUT (USD per Mtok)", "BUDGET PER RUN"],
         [
             [
                 m["name"],
                 m["served_by"],
+                "any" if len(m["protocols"]) > 1 else m["protocols"][0],
                 f"{m['price_per_mtok']['input']:g} / {m['price_per_mtok']['output']:g}",
                 budget(m),
             ]
@@ -455,8 +481,8 @@ def parser() -> argparse.ArgumentParser:
     validate = dataset_sub.add_parser(
         "validate",
         help="check every task's config and files (and, with --build, that its images build)",
-        description="Check every task under PATH: config.yaml against the task format and the files it names; "
-        "with --build, that its images build too. Prints one line per problem; exits 1 if there is any.",
+        description="Check every task under PATH: config.yaml against its format (docs/formats.md) and the files "
+        "it names; with --build, that its images build too. Prints one line per problem; exits 1 if there is any.",
     )
     validate.add_argument("path", nargs="?", type=Path, default=DEFAULT_PATH, help="default: ./datasets")
     validate.add_argument("--build", action="store_true", help="also build every task's images (can take an hour)")
@@ -477,6 +503,19 @@ def parser() -> argparse.ArgumentParser:
     check.add_argument("-n", "--jobs", type=_positive, default=1, metavar="N", help="runs at a time (default 1)")
     check.add_argument("--results", type=Path, default=Path("results"), metavar="DIR", help="default ./results")
     check.set_defaults(func=cmd_dataset_verify)
+
+    schema = dataset_sub.add_parser(
+        "schema",
+        help="write JSON Schemas of the file formats, for editors",
+        description="Write JSON Schemas (draft 2020-12) of dataset.yaml, a task's config.yaml, agent.yaml, "
+        "model files and their scripts, result.json and summary.json into DIR, one file each "
+        "(e.g. config.schema.json), made from the models that read them; print each file written. "
+        "docs/formats.md describes the formats.",
+    )
+    schema.add_argument(
+        "--out", type=Path, default=Path("schemas"), metavar="DIR", help="default ./schemas (made if missing)"
+    )
+    schema.set_defaults(func=cmd_dataset_schema)
 
     images = sub.add_parser("images", help="build images", description="Build and bootstrap images.")
     images_sub = images.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -577,6 +616,7 @@ def parser() -> argparse.ArgumentParser:
         help="leave the container in place afterwards",
     )
     run.add_argument("--require-pass", action="store_true", help="exit 1 unless the grade is passed")
+    run.add_argument(SKIP_MODEL_CHECK, action="store_true", help=SKIP_MODEL_CHECK_HELP)
     run.add_argument(
         "--build",
         "--rebuild",

@@ -22,9 +22,11 @@ class DatasetConfig(Strict):
     """`dataset.yaml`."""
 
     version: str
+    """The dataset's version (e.g. pilot-v1): bump it whenever results could change; results record it."""
     description: str | None = None
+    """What the dataset holds, for people."""
 
-    @field_validator("version", mode="before")
+    @field_validator("version", mode="before", json_schema_input_type=str | int | float)
     @classmethod
     def _version(cls, value: object) -> str:
         if value is None or not str(value).strip():

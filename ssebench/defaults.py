@@ -25,10 +25,13 @@ EGRESS: tuple[Egress, ...] = get_args(Egress)
 # local: every run on this machine's engine; ray: each run a task of a Ray cluster (ssebench.dispatch).
 Dispatch = Literal["local", "ray"]
 DISPATCHES: tuple[Dispatch, ...] = get_args(Dispatch)
-# The wire protocol an agent speaks to its model, and a model serves (agent.yaml `protocol`, a model file's
-# `protocol`): OpenAI's Chat Completions and Responses, Anthropic's Messages.
-ModelProtocol = Literal["openai-chat", "openai-responses", "anthropic-messages"]
-MODEL_PROTOCOLS: tuple[ModelProtocol, ...] = get_args(ModelProtocol)
+# The flag that skips the models' preflight (ssebench.session.RunSession.start_models), for the plugin and
+# `ssebench run` alike, and what it says in their help.
+SKIP_MODEL_CHECK = "--skip-model-check"
+SKIP_MODEL_CHECK_HELP = (
+    "do not check before the first run that each model's server answers and takes its key "
+    "(a run whose every model call then fails upstream is an error, not a grade)"
+)
 # The agent's time limit per run, and grading's after it, AGENT_TIMEOUT and GRADING_TIMEOUT, are the
 # contract's (the runtime in the container gets both in its environment).
 
@@ -144,8 +147,8 @@ def parse_run_limits(text: str) -> dict[str, str]:
 
     try:
         parsed = parse_limits(text, "--run-limits")
-        if parsed:
-            Limits().merged(parsed, "--run-limits")
+        if parsed:  # this machine's CPUs bound them only for runs here: the session checks that, knowing where
+            Limits().merged(parsed, "--run-limits", here=False)
     except LimitsError as exc:
         raise argparse.ArgumentTypeError(str(exc).removeprefix("--run-limits: ")) from None
     return parsed

@@ -53,7 +53,7 @@ from ssebench.errors import SSEBenchError
 from ssebench.live import ModelLink
 from ssebench.reaper import Session
 from ssebench.record import RunRecord
-from ssebench.result import make_run_dir, new_run_id, point_latest, read_result
+from ssebench.result import SOURCE_CAP, make_run_dir, new_run_id, point_latest, read_result
 from ssebench.run import execute
 from ssebench.runspec import RESULTS_CAP, RESULTS_FILE_CAP, RunConfig
 from ssebench.runtime.contract import ARCHIVE_CAP
@@ -62,7 +62,7 @@ from ssebench.version import __version__
 
 # What a run directory may bring home: its results, its archive, and its logs.
 HOME_FILE_CAP = RESULTS_FILE_CAP
-HOME_CAP = RESULTS_CAP + ARCHIVE_CAP + (64 << 20)
+HOME_CAP = RESULTS_CAP + ARCHIVE_CAP + SOURCE_CAP + (64 << 20)
 # The form of `ssebench.result.new_run_id`'s ids: a node sends nothing else as one.
 RUN_ID = re.compile(r"[0-9]{8}T[0-9]{6}-d[0-4]-[a-z]+-[0-9a-f]{6}")
 RAY_HINT = "start one with `ray start --head` (docs/scale-out.md), or give --ray-address HOST:PORT"

@@ -53,19 +53,25 @@ class Limits:
     cpus: float = 2.0
     file_size: int = 4 << 30
 
-    def check(self, where: str) -> Limits:
-        """Raise LimitsError naming `where` when a value cannot work; return self."""
+    def check(self, where: str, *, here: bool = True) -> Limits:
+        """Raise LimitsError naming `where` when a value cannot work; return self.
+
+        `here`: the run is on this machine, so its CPUs bound `cpus`; a run of a Ray cluster's is bounded by
+        the cluster's nodes instead (`ssebench.dispatch`, before it is submitted).
+        """
         if self.pids < 64:
             raise LimitsError(f"{where}: pids={self.pids} is too low for the runtime itself; give at least 64")
         if self.memory < 128 << 20:
             raise LimitsError(f"{where}: memory={self.memory} is below 128m, too little for the runtime itself")
-        if not 0.01 <= self.cpus <= host_cpus():
+        if not here and not (0.01 <= self.cpus < float("inf")):
+            raise LimitsError(f"{where}: cpus={self.cpus:g}: give 0.01 or more (the cluster's nodes bound it)")
+        if here and not 0.01 <= self.cpus <= host_cpus():
             raise LimitsError(f"{where}: cpus={self.cpus:g}: give 0.01 to {host_cpus()} (the CPUs of this machine)")
         if self.file_size < 1 << 20:
             raise LimitsError(f"{where}: file_size={self.file_size} is below 1m")
         return self
 
-    def merged(self, overrides: dict[str, Any], where: str) -> Limits:
+    def merged(self, overrides: dict[str, Any], where: str, *, here: bool = True) -> Limits:
         """These limits with `overrides` (field -> value as written) applied; LimitsError names `where`."""
         values: dict[str, Any] = {}
         for key, raw in overrides.items():
@@ -80,7 +86,7 @@ class Limits:
                     values[key] = parse_size(raw, f"{where}: {key}")
             except ValueError:
                 raise LimitsError(f"{where}: {key}={raw!r} is not a number") from None
-        return replace(self, **values).check(where)
+        return replace(self, **values).check(where, here=here)
 
     def describe(self) -> dict[str, Any]:
         """What summary.json records."""

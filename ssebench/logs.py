@@ -45,3 +45,13 @@ def columns(rows: Sequence[Sequence[str]]) -> list[str]:
     """Rows of cells (the header first) as lines of aligned columns, two spaces apart, no trailing blanks."""
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))] if rows else []
     return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+
+
+def shown_path(path: Path | None) -> str:
+    """A file as a person finds it from here: relative to the working directory when under it."""
+    if path is None:
+        return "?"
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)

@@ -15,7 +15,7 @@ read: it may mean what this code does not know.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, get_type_hints
 
@@ -36,35 +36,49 @@ KEY = "key"
 
 @dataclass
 class RunRecord:
-    """What a run produced, whatever happened."""
+    """What a run produced, whatever happened.
+
+    The docstring under each field summary.json keeps is its description in
+    summary.json's JSON Schema and in docs/formats.md (`ssebench.formats`).
+    """
 
     config: RunConfig = field(metadata=LOCAL)
     run_id: str
+    """The run's id and the name of its directory: start time, difficulty, mode and a random suffix."""
     run_dir: Path = field(metadata=LOCAL)
     started_at: str
-    grade: GradeStatus = "error"  # `sse.result.grade`'s verdict
+    """When the run started (ISO 8601, UTC)."""
+    grade: GradeStatus = "error"
+    """The run's grade (`sse.result.grade`'s verdict): passed, failed, or error when nothing was graded."""
     result: RunResult | None = field(default=None, metadata=LOCAL)
-    # The infrastructure error, when the grade is error.
     infra_error: str | None = field(default=None, metadata={KEY: "error"})
+    """Why nothing was graded, when the grade is error; else null."""
     exit_code: int | None = None
+    """The run container's exit status; null when the harness did not see it end (an error came first, or the run's
+    time limit)."""
     network: str | None = None
+    """The Docker network of the run's own."""
     limits_hit: list[str] = field(default_factory=list)
+    """The resource limits the run's containers reached (memory, pids, file size), one sentence each."""
     files: dict[str, Any] = field(default_factory=dict)
-    # The model gateway's account of the run's calls (tokens, cost, calls), never the agent's own.
+    """What was brought home from the container (results, the agent's archive): files, bytes, what was dropped."""
     usage: dict[str, Any] | None = None
+    """The model gateway's account of the run's calls (calls, tokens, cost, why it stopped), never the agent's
+    own; null for a run without a model."""
     durations: dict[str, float] = field(default_factory=dict)
+    """Seconds spent on each phase (images, container, agent, total, ...)."""
     # Taken from a finished run in the results directory (--resume), not run now.
     resumed: bool = field(default=False, metadata=LOCAL)
-    # Why --resume ran it again rather than read it back (`resumable`); None without --resume.
     rerun: str | None = field(default=None, metadata=LOCAL)
-    # The session (ssebench.reaper) whose labels its container and network carried.
+    """Why --resume ran it again rather than read it back (`resumable`); None without --resume."""
     session: str | None = None
-    # When things happened (seconds since the epoch, host clock): the container's start and end.
+    """The session (ssebench.reaper) whose labels the run's container and network carried."""
     timeline: dict[str, float] = field(default_factory=dict)
-    # The Ray node it ran on (`--dispatch ray`: host/node id); None for a run on this machine.
+    """When things happened (seconds since the epoch, host clock): the container's start and end, and more."""
     node: str | None = None
-    # The images this run built, and pulled from a registry, before it started (none when all were current).
+    """The Ray node it ran on (`--dispatch ray`: host/node id); null for a run on this machine."""
     images: dict[str, list[str]] = field(default_factory=dict)
+    """The images this run built, and pulled from a registry, before it started (none when all were current)."""
 
     @property
     def patch_result(self) -> PatchResult:
@@ -96,7 +110,7 @@ class RunRecord:
         self.infra_error = verdict.reason if verdict.status == "error" else None
 
     @staticmethod
-    def _kept() -> Iterator[tuple[str, str]]:
+    def summary_keys() -> Iterator[tuple[str, str]]:
         """(field, summary.json's key) of the fields summary.json holds."""
         for f in fields(RunRecord):
             if f.metadata.get("summary", True):
@@ -108,7 +122,7 @@ class RunRecord:
             "schema_version": SCHEMA_VERSION,
             "task": task_summary(self.config.task),
             "config": self.config.describe(),
-            **{key: getattr(self, name) for name, key in self._kept()},
+            **{key: getattr(self, name) for name, key in self.summary_keys()},
         }
 
     @classmethod
@@ -132,7 +146,7 @@ class RunRecord:
             return None
         hints = get_type_hints(cls)
         kept: dict[str, Any] = {}
-        for name, key in cls._kept():
+        for name, key in cls.summary_keys():
             if key not in data:
                 continue  # its default (version 0 may lack node and images)
             if not fits(data[key], hints[name]):
@@ -157,7 +171,7 @@ class RunRecord:
             ("run_dir", str(self.run_dir)),
         ]
         hints = get_type_hints(RunRecord)
-        for name, _ in self._kept():
+        for name, _ in self.summary_keys():
             if not fits({}, hints[name]) and not fits([], hints[name]):  # of one value, by its type
                 props.append((name, getattr(self, name)))
         props.append(("status", self.result.status if self.result else None))
@@ -166,18 +180,42 @@ class RunRecord:
         return props
 
 
+@dataclass(frozen=True)
+class TaskSummary:
+    """summary.json's `task`: who the task is, and the version of its files that ran."""
+
+    id: str
+    """The task's id."""
+    dataset: str
+    """The dataset's name (its folder's)."""
+    dataset_version: str | None
+    """The dataset's version (dataset.yaml); null for a task outside a dataset."""
+    digest: str
+    """A digest of the task folder's files: the results belong to this version of the task."""
+    language: str
+    """The task's language: c, go or rust."""
+    project: str
+    """The upstream project."""
+    advisories: list[str]
+    """The advisory ids (CVE, RUSTSEC, GHSA) the task names in its id and references."""
+    path: str
+    """The task folder, as the run was given it."""
+
+
 def task_summary(task: Task) -> dict[str, Any]:
-    """summary.json's `task`: who the task is, and the version of its files (`digest`) that ran."""
-    return {
-        "id": task.id,
-        "dataset": task.dataset,
-        "dataset_version": task.dataset_version,
-        "digest": task.digest,
-        "language": task.language,
-        "project": task.config.project,
-        "advisories": task.advisories(),
-        "path": str(task.path),
-    }
+    """summary.json's `task`."""
+    return asdict(
+        TaskSummary(
+            id=task.id,
+            dataset=task.dataset,
+            dataset_version=task.dataset_version,
+            digest=task.digest,
+            language=task.language,
+            project=task.config.project,
+            advisories=task.advisories(),
+            path=str(task.path),
+        )
+    )
 
 
 def read_record(config: RunConfig, run_dir: Path, *, resumed: bool = False) -> RunRecord | None:

@@ -2,7 +2,7 @@
 
     results/<task>/<model>/<agent>/<run-id>/
         (each name escaped into one path component: openai/gpt-4o -> openai%2Fgpt-4o)
-        summary.json  result.json  final.patch  commits.log  *.log  archive/
+        summary.json  result.json  final.patch  reference.patch  source.tar.gz  commits.log  *.log  archive/
 
 What summary.json holds is `ssebench.record.RunRecord`'s; what result.json
 holds, `sse.result.RunResult`'s. A run never reuses another's directory; `latest` points at the newest run of
@@ -26,6 +26,12 @@ from urllib.parse import quote, unquote
 from sse.result import RunResult
 
 from ssebench.errors import SSEBenchError
+
+# The task's reference patch, copied into each run's directory once the run is over (`run.save_reference_patch`).
+REFERENCE_PATCH_FILE = "reference.patch"
+# The agent's final tree as the engine tars it, gzipped, and the most of it (as a tar) kept (`run.save_source`).
+SOURCE_FILE = "source.tar.gz"
+SOURCE_CAP = 128 << 20
 
 # What the report shows of a log: enough to see a failure, never megabytes.
 TAIL_BYTES = 64 * 1024

@@ -11,9 +11,13 @@ grade decided (`sse.result.grade`) and the record written
 
 from __future__ import annotations
 
+import gzip
 import json
+import shutil
 import time
+from collections.abc import Iterator
 from contextlib import suppress
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -29,6 +33,9 @@ from ssebench.logs import last_lines
 from ssebench.reaper import Session
 from ssebench.record import RunRecord
 from ssebench.result import (
+    REFERENCE_PATCH_FILE,
+    SOURCE_CAP,
+    SOURCE_FILE,
     make_run_dir,
     new_run_id,
     point_latest,
@@ -48,11 +55,48 @@ from ssebench.runspec import (
     network_name,
 )
 from ssebench.settings import Settings
+from ssebench.task import Task, task_file
 
 
-def collect(handle: Handle, run_dir: Path) -> dict[str, Any]:
-    """Copy the run's results and the agent's archive out of its container; say what was dropped."""
+def save_source(handle: Handle, source: str, run_dir: Path) -> dict[str, Any]:
+    """The agent's final tree, `source` in the container that grades, as `source.tar.gz` in the run's directory;
+    what happened to it.
+
+    The engine writes the tar (no link in the tree is followed) and the host only compresses it, never
+    unpacks it; a tree over SOURCE_CAP as a tar is not kept (an agent's build output can be gigabytes).
+    """
+    final = run_dir / SOURCE_FILE
+    partial = run_dir / f".{SOURCE_FILE}.partial"
+    size = 0
+    chunks: Iterator[bytes] = iter(())
+    try:
+        chunks = handle.export(source)
+        with gzip.open(partial, "wb", compresslevel=6) as out:
+            for chunk in chunks:
+                size += len(chunk)
+                if size > SOURCE_CAP:
+                    break
+                out.write(chunk)
+        if size > SOURCE_CAP:
+            partial.unlink()
+            return {"dropped": f"over {SOURCE_CAP >> 20} MiB as a tar"}
+        partial.replace(final)
+        return {"tar_bytes": size, "bytes": final.stat().st_size}
+    except (SSEBenchError, OSError) as exc:
+        partial.unlink(missing_ok=True)
+        return {"error": str(exc)}
+    finally:
+        close = getattr(chunks, "close", None)
+        if close is not None:
+            close()  # the engine's stream, when the tree was over the cap
+
+
+def collect(handle: Handle, run_dir: Path, source: str | None = None) -> dict[str, Any]:
+    """Copy the run's results and the agent's archive out of its container, and its final tree when `source`
+    (the tree's path) is given; say what was dropped."""
     report: dict[str, Any] = {}
+    if source is not None:
+        report["source"] = save_source(handle, source, run_dir)
     for name, path, dest, file_cap, total_cap in (
         ("results", RESULTS_IN_CONTAINER, run_dir, RESULTS_FILE_CAP, RESULTS_CAP),
         ("archive", ARCHIVE_IN_CONTAINER, run_dir / "archive", ARCHIVE_FILE_CAP, ARCHIVE_CAP),
@@ -113,7 +157,8 @@ def salvage(live: LiveRun, run_dir: Path, record: RunRecord) -> None:
                 write_text_atomic(run_dir / f"{name}.log", handle.logs())
         except SSEBenchError as exc:
             error = error or exc
-    record.files = collect(live.grader, run_dir)  # each of these records its own engine errors
+    # Each of these records its own engine errors.
+    record.files = collect(live.grader, run_dir, record.config.task.config.source)
     record.limits_hit = _limits_hit(run_dir, live, record.config)
     if error is not None:
         raise error
@@ -228,9 +273,38 @@ def live_run(
         no_result += "; limits hit: " + "; ".join(record.limits_hit)
     # The grading container's memory (not sidecar mode's agent container's, which grades nothing): used up,
     # it ended what could have graded (sidecar mode's task container as a whole, killed with its init).
-    verdict = grade(recorded=said, memory_hit=record.limits_hit, no_result=no_result)
-    if verdict.rule == MEMORY_LIMIT:
+    verdict = grade(
+        infrastructure=_model_broken(usage), recorded=said, memory_hit=record.limits_hit, no_result=no_result
+    )
+    if verdict.rule == MEMORY_LIMIT or said is None:
+        # An override of the host's graded, or the container wrote no result (upstream's "No result" text):
+        # result.json says so, as the run's consumers read it.
         said = RunResult.by_host(verdict, said)
-        write_json(record.run_dir / "result.json", said.to_json())
+    # The run's settings, as the host ran it: added here, never the container's to write.
+    said = replace(said, config=config.describe())
+    write_json(record.run_dir / "result.json", said.to_json())
+    save_reference_patch(config.task, record.run_dir)
     record.result = said
     record.judged(verdict)
+
+
+def save_reference_patch(task: Task, run_dir: Path) -> None:
+    """The task's reference patch (the upstream fix) as `reference.patch` in the run's directory, once the run
+    is over: what reports and viewers show beside the agent's patch, read from the task folder on the host
+    (inside the container only root's daemon serves it)."""
+    inside = task.config.files.patch
+    if not inside:
+        return
+    source = task_file(task.path, inside)
+    if source.is_file() and not source.is_symlink():
+        shutil.copyfile(source, run_dir / REFERENCE_PATCH_FILE)
+
+
+def _model_broken(usage: dict[str, Any]) -> str | None:
+    """Why the run's model is the infrastructure that failed (every call failed upstream, by the gateway's
+    account), or None: a run with one answer, or with no call, is graded."""
+    if not usage:
+        return None
+    from ssebench.gateway import Usage
+
+    return Usage.from_summary(usage).upstream_broken()

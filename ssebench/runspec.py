@@ -104,13 +104,16 @@ class RunConfig:
         }
 
 
-def limits_for(settings: Settings, task: Task, overrides: dict[str, str] | None = None) -> Limits:
-    """A run's limits: the settings' defaults, then the task's config.yaml, then the run's own option."""
+def limits_for(settings: Settings, task: Task, overrides: dict[str, str] | None = None, *, here: bool = True) -> Limits:
+    """A run's limits: the settings' defaults, then the task's config.yaml, then the run's own option.
+
+    `here`: the run is on this machine, whose CPUs bound them; a Ray cluster's nodes bound a run of theirs.
+    """
     limits = settings.default_limits()
     if task.config.limits is not None:
-        limits = limits.merged(task.config.limits.overrides(), f"{task.config_path}: limits")
+        limits = limits.merged(task.config.limits.overrides(), f"{task.config_path}: limits", here=here)
     if overrides:
-        limits = limits.merged(overrides, "--run-limits")
+        limits = limits.merged(overrides, "--run-limits", here=here)
     return limits
 
 

@@ -11,10 +11,16 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from ssebench.errors import ConfigError, ConfigErrors
 
 M = TypeVar("M", bound=BaseModel)
+# Where every file format is described; errors about a file's keys point there.
+FORMATS_DOC = "docs/formats.md"
 
 
 class Strict(BaseModel):
-    """A file section: unknown keys are an error, values are immutable."""
+    """A file section: unknown keys are an error, values are immutable.
+
+    Each field's docstring (the string under it) is its description in the
+    file's JSON Schema and in docs/formats.md (`ssebench.formats`).
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -29,7 +35,7 @@ def _field_of(loc: tuple[int | str, ...]) -> str:
 def _problem(error: Any) -> str:
     kind = error["type"]
     if kind == "extra_forbidden":
-        return "unknown key (check its spelling against the file format)"
+        return f"unknown key (check its spelling against the file format: {FORMATS_DOC})"
     if kind == "missing":
         return "required key is missing"
     return str(error["msg"]).removeprefix("Value error, ")

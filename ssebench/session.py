@@ -3,9 +3,11 @@
 A session is the runs one command asks for. Its life is always the same:
 check that the options make sense together and that every model is declared
 with its provider key exported, remove what dead sessions left, start the
-model gateway (here) or connect to the Ray cluster (whose nodes each start
-one, with the provider keys and budget sent along), run, then stop the
-gateway or the connection and remove everything labelled with the session.
+model gateway (here) and have it call each model once (its server answers
+and takes the key; `--skip-model-check` skips this), or connect to the Ray
+cluster (whose nodes each start one, with the provider keys and budget sent
+along), run, then stop the gateway or the connection and remove everything
+labelled with the session.
 `RunSession` is that life; its `run` is one run with its retries and
 `--resume`, here or through the cluster.
 
@@ -28,11 +30,11 @@ from typing import TYPE_CHECKING
 
 from sse.result import grade
 
-from ssebench.defaults import Dispatch, Egress
+from ssebench.defaults import SKIP_MODEL_CHECK, Dispatch, Egress
 from ssebench.errors import ConfigError, ConfigErrors, SSEBenchError
 from ssebench.executor import Executor, LocalExecutor
 from ssebench.live import ModelLink
-from ssebench.logs import for_terminal
+from ssebench.logs import for_terminal, shown_path
 from ssebench.reaper import Session
 from ssebench.record import RunRecord, resumable
 from ssebench.runspec import RunConfig
@@ -41,7 +43,7 @@ from ssebench.settings import Settings
 if TYPE_CHECKING:
     from ssebench.agent import Agent
     from ssebench.backend import Backend
-    from ssebench.gateway import GatewayLink, GatewayProcess
+    from ssebench.gateway import GatewayClient, GatewayLink, GatewayProcess
 
 
 class OptionError(SSEBenchError):
@@ -59,6 +61,7 @@ class Plan:
     # The agents of the session: each that needs a model must speak a protocol each model serves.
     agents: tuple[Agent, ...] = ()
     budget: dict[str, float] | None = None
+    model_check: bool = True  # call each model once before the first run (not with --skip-model-check)
     dispatch: Dispatch = "local"
     ray_address: str | None = None
     egress: Egress = "restricted"
@@ -127,19 +130,23 @@ def check_models(settings: Settings, names: Iterable[str], agents: Iterable[Agen
             if agent.needs_model and agent.protocol not in model.protocols:
                 serves = " and ".join(sorted(model.protocols))
                 raise OptionError(
-                    f"--agent {agent.name} speaks {agent.protocol}; model {name} ({_shown(model.source)}) serves "
+                    f"--agent {agent.name} speaks {agent.protocol}; model {name} ({shown_path(model.source)}) serves "
                     f"{serves} only: pick a model that serves {agent.protocol}"
                 )
 
 
-def _shown(path: Path | None) -> str:
-    """A file as a person finds it from here: relative to the working directory when under it."""
-    if path is None:
-        return "?"
-    try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(path)
+def check_upstreams(client: GatewayClient, names: Iterable[str]) -> None:
+    """Each model's server answers and takes its provider key, by the gateway's call; OptionError (one line:
+    the model, the URL, the cause, the fix) for the first that does not."""
+    from ssebench.gateway import GatewayError
+
+    for name in names:
+        try:
+            found = client.check_model(name)
+        except GatewayError as exc:
+            raise OptionError(f"--model {name}: the model gateway could not check it: {exc}") from None
+        if not found.ok:
+            raise OptionError(f"--model {name}: {found.url} {found.cause}; {found.fix}, or pass {SKIP_MODEL_CHECK}")
 
 
 def provider_env(settings: Settings, names: Iterable[str]) -> dict[str, str]:
@@ -192,7 +199,9 @@ class RunSession:
     # -- start ----------------------------------------------------------------
 
     def start_models(self) -> None:
-        """Check every model, then start the gateway that serves them (here; with Ray each node starts its own)."""
+        """Check every model, then start the gateway that serves them (here; with Ray each node starts its own)
+        and have it call each once (`check_upstream`): a server that does not answer or refuses the key stops
+        the session before its first run, with the gateway it started."""
         if not (self.is_controller and self.plan.needs_model) or self.gateway_access is not None:
             return
         check_models(self.settings, self.plan.models, self.plan.agents)
@@ -209,6 +218,16 @@ class RunSession:
         except (GatewayError, OSError) as exc:
             self.gateway = None
             raise OptionError(f"--model: the model gateway did not start: {exc}") from None
+        if self.plan.model_check:
+            client = self.gateway.client()
+            try:
+                check_upstreams(client, self.plan.models)
+            except BaseException:
+                self.gateway.stop()
+                self.gateway = None
+                raise
+            finally:
+                client.close()
         assert self.gateway.control_url is not None
         self.gateway_access = (self.gateway.control_url, self.gateway.admin_token)
 

@@ -58,6 +58,10 @@ def _as_list(value: Any) -> list[Any]:
     return [item for item in value if not _is_none(item)]
 
 
+# What a list field takes in the file (`_as_list`), for its JSON Schema: a list, one string, or none.
+LIST_INPUT = list[str] | str | None
+
+
 def _required_path(value: Any) -> str:
     path = _relative_path(value)
     if path is None:
@@ -134,8 +138,12 @@ class TaskDescription(Strict):
     """What the agent is told. At least one field must be non-empty."""
 
     issue: str | None = None
+    """The upstream issue's text, given to the agent as it is."""
     crash_report: list[RelPath] = Field(default_factory=list)
+    """Report files (paths inside /ssebench, e.g. reports/issue.md) whose contents the agent is given, in this
+    order: the upstream issue, a sanitizer's log."""
     bug_description: str | None = None
+    """A short description of the bug."""
 
     @field_validator("issue", "bug_description", mode="before")
     @classmethod
@@ -146,7 +154,7 @@ class TaskDescription(Strict):
             raise ValueError("must be text")
         return value
 
-    @field_validator("crash_report", mode="before")
+    @field_validator("crash_report", mode="before", json_schema_input_type=LIST_INPUT)
     @classmethod
     def _reports(cls, value: Any) -> list[Any]:
         return _as_list(value)
@@ -159,9 +167,17 @@ class TaskDescription(Strict):
 
 
 class Scripts(Strict):
+    """`scripts:` in config.yaml: the task's scripts, paths inside /ssebench (scripts/NAME is the folder's
+    sse/NAME)."""
+
     build: str | None = None
+    """Builds the source tree in place (run again on a built tree by test.sh); without it there is no build
+    check."""
     run: str | None = None
+    """Runs one proof of concept, given as its argument, against the build: exit 0 means the bug no longer
+    triggers."""
     test: str | None = None
+    """Runs the project's tests (the function test; with files.future_test applied, the intent test)."""
 
     @field_validator("build", "run", "test", mode="before")
     @classmethod
@@ -170,19 +186,26 @@ class Scripts(Strict):
 
 
 class Files(Strict):
+    """`files:` in config.yaml: the task's hidden files, paths inside /ssebench."""
+
     patch: str | None = None
+    """The upstream fix as a diff of the source tree (e.g. diffs/patch.diff): what the reference agent applies."""
     poc: list[RelPath] = Field(default_factory=list)
+    """Proofs of concept (e.g. pocs/crash.bin): inputs that trigger the bug, each given to scripts.run."""
     future_test: str | None = None
-    # Legacy keys of older upstream tasks: accepted, ignored.
+    """The fix's own tests as a diff (e.g. diffs/test.diff), applied for the intent test; never shown to the
+    agent."""
     security_test: Any = None
+    """A key of older upstream tasks: accepted and ignored."""
     intent_test: Any = None
+    """A key of older upstream tasks: accepted and ignored."""
 
     @field_validator("patch", "future_test", mode="before")
     @classmethod
     def _path(cls, value: Any) -> str | None:
         return _relative_path(value)
 
-    @field_validator("poc", mode="before")
+    @field_validator("poc", mode="before", json_schema_input_type=LIST_INPUT)
     @classmethod
     def _pocs(cls, value: Any) -> list[Any]:
         return _as_list(value)
@@ -192,9 +215,13 @@ class TaskLimits(Strict):
     """`limits:` in config.yaml (an SSEBench extension): this task's resource limits, where the defaults do not fit."""
 
     pids: int | None = Field(default=None, ge=64)
+    """How many processes the run's container may have at once (at least 64)."""
     memory: str | None = None
+    """The run container's memory, in bytes or with k, m, g (e.g. 8g)."""
     cpus: float | None = Field(default=None, gt=0)
+    """How many CPUs the run's container may use (e.g. 2 or 0.5)."""
     file_size: str | None = None
+    """The largest file a process of the run may write, in bytes or with k, m, g."""
 
     @field_validator("memory", "file_size", mode="before")
     @classmethod
@@ -217,25 +244,47 @@ class TaskConfig(Strict):
     """`sse/config.yaml`, the upstream SSEBench schema (plus the optional `limits`)."""
 
     id: str
+    """The task's id: the folder's name; letters and digits separated by '.', '_', '__' or '-' (at most 128)."""
     project: str
+    """The upstream project's name."""
     repository: str
+    """The upstream project's repository (an https:// URL)."""
     language: Literal["c", "go", "rust"]
+    """The project's language: it decides which files grading counts as code and which it protects by
+    default."""
     source: str
+    """Where the Dockerfile puts the source tree in the image (absolute, e.g. /src/tlvkit): what the agent
+    edits."""
     task_description: TaskDescription
+    """What the agent is told of the bug; at least one of its fields must be given."""
     scripts: Scripts
+    """The build, PoC and test scripts."""
     files: Files
+    """The hidden files: the fix, the proofs of concept, the fix's tests."""
     sanitizer: str | None = None
+    """The sanitizer that reports the bug (address, undefined, leak, none): for people; grading does not
+    read it."""
     type: str | None = None
+    """The kind of bug (e.g. Heap-buffer-overflow): for people; grading does not read it."""
     binary: str | None = None
+    """The program the proofs of concept run (upstream's key): for people; grading does not read it."""
     trigger_commit: str | None = None
+    """The upstream commit with the bug (upstream's key): for people; grading does not read it."""
     patch_commit: str | None = None
+    """The upstream commit with the fix (upstream's key): for people; grading does not read it."""
     reference: list[str] = Field(default_factory=list)
+    """URLs of the advisories, the fix and the report; the advisory ids in them are the task's (tasks list)."""
     originality: Literal["public", "crafted"] | None = None
+    """public: a disclosed vulnerability of a real project; crafted: a bug made for the benchmark."""
     limits: TaskLimits | None = None
-    # SSEBench extensions: paths grading takes from the original beyond the language's defaults (a PoC
-    # harness or test script in the tree), and paths beyond code the fix may change (ssebench.runtime.protection).
+    """This task's resource limits where the defaults (SSEBENCH_LIMIT_*) do not fit; a run's own option
+    overrides them."""
     protected_files: list[TreePattern] = Field(default_factory=list)
+    """Paths in the tree (git pathspec globs) grading takes from the original beyond the language's defaults,
+    such as a PoC harness or a test script in the tree (an SSEBench extension)."""
     fix_may_change: list[TreePattern] = Field(default_factory=list)
+    """Paths beyond code (tests, build files) the fix may change, whose changes grading keeps (an SSEBench
+    extension)."""
 
     @field_validator("id")
     @classmethod
@@ -278,12 +327,12 @@ class TaskConfig(Strict):
     def _optional_text(cls, value: Any) -> Any:
         return None if _is_none(value) else value
 
-    @field_validator("protected_files", "fix_may_change", mode="before")
+    @field_validator("protected_files", "fix_may_change", mode="before", json_schema_input_type=LIST_INPUT)
     @classmethod
     def _patterns(cls, value: Any) -> list[Any]:
         return _as_list(value)
 
-    @field_validator("reference", mode="before")
+    @field_validator("reference", mode="before", json_schema_input_type=LIST_INPUT)
     @classmethod
     def _urls(cls, value: Any) -> list[str]:
         value = _as_list(value)

@@ -67,6 +67,13 @@ def write_dataset(root: Path, name: str = "tinyset", tasks: tuple[str, ...] = ("
     return folder
 
 
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound, then closed): connecting to it is refused."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
 @contextmanager
 def scripted_upstream(script: Path, key_variable: str, key: str, model: str | None = None) -> Iterator[int]:
     """A scripted model served as a real OpenAI-compatible HTTP server on loopback that wants `key`; its port."""

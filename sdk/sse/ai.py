@@ -102,35 +102,54 @@ class OpenCodeAgent:
     async def start(self, timeout: int = 120) -> None:
         """Start the OpenCode server and block until it is ready.
 
-        Raises RuntimeError if the server process exits prematurely, and
-        TimeoutError if the server does not become ready in time.
+        Raises RuntimeError if the server process exits prematurely (or
+        `opencode` is not on PATH), and TimeoutError if the server does not
+        become ready in time; either way the process is ended first.
         """
         import asyncio  # here, not at import: `import sse` loads this module, and asyncio costs 60 ms
 
         import httpx
 
         env = {**os.environ, "OPENCODE_CONFIG_CONTENT": json.dumps(self.config)}
-        self._process = await asyncio.create_subprocess_exec(
-            "opencode",
-            "serve",
-            "--port",
-            str(self.port),
-            "--hostname",
-            self.hostname,
-            cwd=self.directory,
-            env=env,
-            stdin=asyncio.subprocess.DEVNULL,
-        )
+        try:
+            self._process = await asyncio.create_subprocess_exec(
+                "opencode",
+                "serve",
+                "--port",
+                str(self.port),
+                "--hostname",
+                self.hostname,
+                cwd=self.directory,
+                env=env,
+                stdin=asyncio.subprocess.DEVNULL,
+            )
+        except FileNotFoundError:
+            raise RuntimeError(
+                "opencode is not on PATH: install OpenCode in the agent's image (sdk/README.md, sse.ai)"
+            ) from None
         self._client = httpx.AsyncClient(base_url=self.base_url, timeout=30.0)
+        try:
+            await self._ready(timeout)
+        except BaseException:
+            await self.stop()  # a server that never served is not left running
+            raise
+
+    async def _ready(self, timeout: float) -> None:
+        import asyncio
+
+        import httpx
+
+        assert self._process is not None
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        while (left := deadline - time.monotonic()) > 0:
             if self._process.returncode is not None:
-                raise RuntimeError(f"opencode serve exited with status {self._process.returncode}")
+                raise RuntimeError(f"opencode serve exited with status {self._process.returncode} before it served")
             try:
-                await self._client.get("/config")
+                # A server that accepts but never answers must not hold this past the deadline.
+                await self._http().get("/config", timeout=min(left, 5.0))
                 return
             except httpx.TransportError:
-                await asyncio.sleep(0.5)
+                await asyncio.sleep(min(0.2, max(deadline - time.monotonic(), 0)))
         raise TimeoutError(f"opencode serve did not answer on {self.base_url} within {timeout} s")
 
     async def stop(self) -> None:
@@ -189,15 +208,20 @@ class OpenCodeAgent:
         messages were available. Raises httpx.HTTPStatusError on HTTP-level
         failures from the server.
         """
+        import asyncio
+
         import httpx
 
         body = {"parts": [{"type": "text", "text": text}]}
         try:
-            response = await self._http().post(f"/session/{session_id}/message", json=body, timeout=timeout)
-            response.raise_for_status()
-        except httpx.TimeoutException:
+            # The whole answer within `timeout`, not each read of it.
+            response = await asyncio.wait_for(
+                self._http().post(f"/session/{session_id}/message", json=body, timeout=None), timeout
+            )
+        except (TimeoutError, httpx.TimeoutException):
             _, log = await self._log(session_id)
-            return AgentResponse(final_message=f"[timeout after {timeout:.0f} s]", full_log=log)
+            return AgentResponse(final_message=f"[timeout: no answer within {timeout:g} s]", full_log=log)
+        response.raise_for_status()
         final, log = await self._log(session_id)
         if not final:
             final = "\n".join(_text_parts(response.json()))

@@ -32,6 +32,9 @@ GRADES: tuple[GradeStatus, ...] = get_args(GradeStatus)
 # What one-line summaries of a result (junit-xml properties) leave out: logs.
 BRIEF = {"brief": False}
 
+# The docstrings under the fields of result.json's classes are the descriptions of its JSON Schema and of
+# docs/formats.md (the host's ssebench.formats makes both).
+
 _T = TypeVar("_T", bound="DataclassInstance")
 
 
@@ -74,12 +77,19 @@ class PatchResult:
     """
 
     build_success: bool | None = None
+    """Whether the patched tree built (the build script)."""
     pov_passed: int | None = None
+    """How many proofs of concept no longer trigger the bug."""
     pov_total: int | None = None
+    """How many proofs of concept ran."""
     func_test_success: bool | None = None
+    """Whether the project's tests passed (the test script): the function test."""
     intent_test_success: bool | None = None
+    """Whether the project's tests passed with the fix's hidden tests applied: the intent test."""
     error_msg: str | None = None
+    """The first failure, in one line: a check that failed, a patch that did not apply, why grading stopped."""
     error_log: str | None = field(default=None, metadata=BRIEF)
+    """The first failure's log (its tail)."""
 
     def checks_ran(self) -> bool:
         """Return True when at least one check ran."""
@@ -123,9 +133,13 @@ class RuntimeResult:
     """result.json's `runtime_result`: how the agent's phase went."""
 
     agent_duration: float | None = None
+    """Seconds the agent ran."""
     agent_timeout: bool | None = None
+    """Whether the agent was stopped at its time limit."""
     evaluator_timeout: bool | None = None
+    """Whether grading was stopped at its time limit."""
     agent_exit_code: int | None = None
+    """The agent's exit status."""
 
     @classmethod
     def of(cls, data: object) -> RuntimeResult:
@@ -143,9 +157,13 @@ class Signals:
     """
 
     protected_files: list[str] = field(default_factory=list)
+    """Changed files grading set aside: outside the code under repair (build files, tests, harnesses)."""
     protected_files_count: int = 0
+    """How many changed files were set aside."""
     hiding_code: list[dict[str, str]] = field(default_factory=list)
+    """Graded lines that can hide a bug from the checks rather than fix it, each as {path, line}."""
     hiding_code_count: int = 0
+    """How many such lines there were."""
 
     @classmethod
     def of(cls, data: object) -> Signals:
@@ -180,11 +198,21 @@ class RunResult:
     the agent phase, the signals, and who graded when not the evaluator (`graded_by`)."""
 
     status: GradeStatus
+    """The container's grade of the run: passed, failed, or error (nothing was graded, so the score leaves it
+    out)."""
     patch_result: PatchResult = field(default_factory=PatchResult)
+    """The checks of the agent's patch, and the grade as `status`."""
     runtime_result: RuntimeResult = field(default_factory=RuntimeResult)
+    """How the agent's phase went."""
     signals: Signals = field(default_factory=Signals)
+    """What grading noticed of the change beyond the checks; never a grade."""
     graded_by: str | None = None
+    """Who graded, when not the evaluator: `host: RULE` when an override of the host's decided."""
+    config: dict[str, Any] | None = None
+    """The run's settings (agent, model, difficulty, mode, time limits, egress, reference_run, limits), added
+    by the host once the run is over; never the container's to write."""
     schema_version: int = SCHEMA_VERSION
+    """The format's version; a file without it is version 0."""
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -195,6 +223,8 @@ class RunResult:
         }
         if self.graded_by is not None:
             data["graded_by"] = self.graded_by
+        if self.config is not None:
+            data["config"] = self.config
         return data
 
     @classmethod
@@ -215,6 +245,7 @@ class RunResult:
             runtime_result=RuntimeResult.of(data.get("runtime_result")),
             signals=Signals.of(data.get("signals")),
             graded_by=data["graded_by"] if isinstance(data.get("graded_by"), str) else None,
+            config=data["config"] if isinstance(data.get("config"), dict) else None,
         )
 
     @classmethod
@@ -237,6 +268,10 @@ INFRASTRUCTURE = "infrastructure"
 MEMORY_LIMIT = "memory limit"
 RECORDED = "recorded"
 GRADING_RAISED = "grading raised"
+# Upstream's words, which its consumers look for: a run whose container wrote no result, and grading that raised
+# (`EXCEPTION_TEXT` + the exception's type and message).
+NO_RESULT_TEXT = "No result: evaluator did not produce output"
+EXCEPTION_TEXT = "Exception: "
 GRADING_TIME_LIMIT = "grading time limit"
 NO_RESULT = "no result"
 CHECKS = "checks"
@@ -263,8 +298,10 @@ def grade(
     host sees). The rules, and why each overrides the ones after it:
 
     1. infrastructure (the host's own failure: images, engine, the whole
-       run's time limit, bringing a run home) -> error: nothing can be
-       trusted of a run the harness could not run or keep.
+       run's time limit, bringing a run home; or the run's model, every
+       call of which failed upstream) -> error: nothing can be trusted of a
+       run the harness could not run or keep, and a run whose model never
+       answered measured its model's server, not its agent.
     2. memory_hit (the grading container used up its memory) and no grade
        recorded, or an error -> failed, rule "memory limit": only the
        agent's processes, or its patch's code in a check, can fill a run's
@@ -309,9 +346,9 @@ def grade(
             "error", GRADING_TIME_LIMIT, f"grading did not finish within its time limit of {grading_time_limit:.0f} s"
         )
     if checks is None:
-        return Verdict("error", NO_RESULT, no_result or "the run recorded no result")
+        return Verdict("error", NO_RESULT, NO_RESULT_TEXT + (f" ({no_result})" if no_result else ""))
     if checks.is_fully_successful():
         return Verdict("passed", CHECKS)
     if checks.checks_ran():
         return Verdict("failed", CHECKS, checks.error_msg)
-    return Verdict("error", CHECKS, f"no check ran: {checks.error_msg}" if checks.error_msg else "no check ran")
+    return Verdict("error", CHECKS, f"No check ran: {checks.error_msg}" if checks.error_msg else "No check ran")

@@ -12,8 +12,9 @@ Importing this package loads no web framework: starlette, uvicorn and the
 HTTP client are imported by the modules that serve and call.
 """
 
-from ssebench.defaults import MODEL_PROTOCOLS, ModelProtocol
+from ssebench.gateway._apis import MODEL_PROTOCOLS, ModelProtocol
 from ssebench.gateway._client import GatewayClient, GatewayError, GatewayLink, GatewayProcess, RunKey
+from ssebench.gateway._health import ModelCheck
 from ssebench.gateway._models import MODEL_NAME, Budget, ModelConfig, Price, load_model, load_models, read_models
 from ssebench.gateway._usage import Usage, UsageRecord
 
@@ -25,6 +26,7 @@ __all__ = [
     "GatewayError",
     "GatewayLink",
     "GatewayProcess",
+    "ModelCheck",
     "ModelConfig",
     "ModelProtocol",
     "Price",

@@ -18,10 +18,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, get_args
 
-# A model API as its wire format (what an upstream speaks and what an agent calls): one home, ssebench.defaults.
-from ssebench.defaults import ModelProtocol
+ModelProtocol = Literal["openai-chat", "openai-responses", "anthropic-messages"]
+"""A model API as its wire format: what an upstream speaks and what an agent calls."""
+
+MODEL_PROTOCOLS: tuple[ModelProtocol, ...] = get_args(ModelProtocol)
+
 
 # Anthropic's smallest extended-thinking budget.
 MIN_THINKING_BUDGET = 1024

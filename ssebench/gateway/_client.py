@@ -23,6 +23,7 @@ from types import TracebackType
 from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from ssebench.errors import SSEBenchError
+from ssebench.gateway._health import ModelCheck
 from ssebench.gateway._models import MODEL_PORT, Budget
 from ssebench.gateway._usage import Usage
 from ssebench.logs import file_tail
@@ -141,6 +142,11 @@ class GatewayClient:
 
     def usage(self, run_id: str) -> Usage:
         return Usage.model_validate(self._send("GET", f"/runs/{run_id}/usage"))
+
+    def check_model(self, name: str) -> ModelCheck:
+        """Whether the model's server answers and takes the provider key (the gateway calls it with the key,
+        which never leaves the gateway). Raises GatewayError (unknown model)."""
+        return ModelCheck.model_validate(self._send("POST", f"/models/{name}/check"))
 
     def close(self) -> None:
         if self._http is not None:

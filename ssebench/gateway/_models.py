@@ -10,7 +10,6 @@
     # price: {input: 3, output: 15, cache_read: 0.3, cache_write: 3.75}   # cached input (default: input)
     budget: {tokens: 2000000, cost: 5.0}      # per run (optional)
     max_output_tokens: 4096                   # cap on each answer (optional)
-    protocol: openai-chat                     # what the upstream speaks (default; a script serves all three)
 
 Only `*.yaml` files at the top of the folder are models (so a
 `*.yaml.example` or a `scripted/` subfolder is not). A bad file is a
@@ -26,9 +25,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic.json_schema import SkipJsonSchema
 
-from ssebench.defaults import MODEL_PROTOCOLS, ModelProtocol
 from ssebench.errors import ConfigError, ConfigErrors
+from ssebench.gateway._apis import MODEL_PROTOCOLS, ModelProtocol
 from ssebench.schema import Strict, load
 
 # The model listeners' port, the same on every run network (each has its own IP). Not 4000,
@@ -53,9 +53,13 @@ class Price(_StrictModel):
     """
 
     input: float = Field(default=0.0, ge=0)
+    """USD per million prompt tokens."""
     output: float = Field(default=0.0, ge=0)
+    """USD per million completion tokens."""
     cache_read: float | None = Field(default=None, ge=0)
+    """USD per million input tokens read from the provider's cache (default: the input price)."""
     cache_write: float | None = Field(default=None, ge=0)
+    """USD per million input tokens written to the provider's cache (default: the input price)."""
 
     def cost(
         self, prompt_tokens: int, completion_tokens: int, cache_read_tokens: int = 0, cache_write_tokens: int = 0
@@ -73,7 +77,9 @@ class Budget(_StrictModel):
     """What one run may spend; a limit left out is no limit."""
 
     tokens: int | None = Field(default=None, gt=0)
+    """Tokens (prompt and completion) one run may use."""
     cost: float | None = Field(default=None, gt=0)
+    """USD one run may spend, at `price`."""
 
     def exhausted(self, tokens: int, cost: float) -> str | None:
         """Why a run that has used `tokens` and `cost` may not call again, or None."""
@@ -88,17 +94,29 @@ class ModelConfig(_StrictModel):
     """One model the gateway serves (see the module's docstring for the file)."""
 
     name: str
+    """The model's name, `--model NAME`: the file's name without .yaml."""
     base_url: str | None = None
-    script: str | None = None
-    upstream_model: str | None = None
-    api_key_env: str | None = None
-    price: Price = Price()
-    budget: Budget | None = None
-    max_output_tokens: int | None = Field(default=None, gt=0)
-    # The protocol the upstream speaks, which an agent must speak too (`protocols`).
+    """An OpenAI-compatible server: the URL /chat/completions is under (e.g. https://api.openai.com/v1). Give
+    this or script."""
     protocol: ModelProtocol = "openai-chat"
-    # Where the file was read from; scripts are relative to its folder.
-    source: Path | None = Field(default=None, exclude=True)
+    """The protocol the upstream at base_url speaks: openai-chat, openai-responses or anthropic-messages (a
+    scripted model serves all three; it takes no protocol)."""
+    script: str | None = None
+    """A scripted playback file, relative to the model file (e.g. scripted/fix.yaml), for tests and demos.
+    Give this or base_url."""
+    upstream_model: str | None = None
+    """The model id sent upstream (default: name)."""
+    api_key_env: str | None = None
+    """The name of the host's environment variable that holds the provider key; never the key itself."""
+    price: Price = Price()
+    """USD per million tokens, for the cost the gateway counts."""
+    budget: Budget | None = None
+    """What one run may use; the gateway refuses further calls (429 budget_exhausted) once either limit is
+    reached. `--model-budget` overrides it."""
+    max_output_tokens: int | None = Field(default=None, gt=0)
+    """A cap on each answer: the max_tokens sent upstream."""
+    # Where the file was read from; scripts are relative to its folder. Set by load_model, never in the file.
+    source: SkipJsonSchema[Path | None] = Field(default=None, exclude=True)
 
     @model_validator(mode="before")
     @classmethod

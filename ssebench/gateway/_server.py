@@ -53,8 +53,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from ssebench.defaults import ModelProtocol
-from ssebench.gateway._apis import ANTHROPIC_VERSION, APIS, MESSAGES, Api, BadCall, counted_tokens
+from ssebench.gateway._apis import ANTHROPIC_VERSION, APIS, MESSAGES, Api, BadCall, ModelProtocol, counted_tokens
+from ssebench.gateway._health import check_upstream, failed_upstream
 from ssebench.gateway._limits import (
     KEPT_REFUSALS,
     LOGGED_REFUSALS,
@@ -164,6 +164,10 @@ class Run:
     rejected: int = 0
     unrecorded: int = 0
     stopped: str | None = None
+    # Calls forwarded that the upstream answered (200), and that failed there (_health.failed_upstream).
+    answered: int = 0
+    upstream_failed: int = 0
+    upstream_failure: str | None = None
     # Requests under way (from the key's check to the answer), and the calls among them, queued or upstream.
     active: int = 0
     calls_under_way: set[asyncio.Task[Reply]] = field(default_factory=set)
@@ -187,6 +191,9 @@ class Run:
             unrecorded=self.unrecorded,
             stopped=self.stopped,
             budget=self.budget,
+            answered=self.answered,
+            upstream_failed=self.upstream_failed,
+            upstream_failure=self.upstream_failure,
             records=list(self.records),
         )
 
@@ -226,12 +233,17 @@ class Gateway:
 
     # -- runs --------------------------------------------------------------
 
-    async def register(self, request: RunRequest) -> dict[str, Any]:
-        """A key for a run of one model, served on `bind_host`. Raises GatewayRefusal."""
-        model = self.models.get(request.model)
+    def model(self, name: str) -> ModelConfig:
+        """The model served as `name`. Raises GatewayRefusal (404)."""
+        model = self.models.get(name)
         if model is None:
             known = ", ".join(sorted(self.models)) or "none"
-            raise GatewayRefusal(404, "unknown_model", f"no model '{request.model}' (models: {known})")
+            raise GatewayRefusal(404, "unknown_model", f"no model '{name}' (models: {known})")
+        return model
+
+    async def register(self, request: RunRequest) -> dict[str, Any]:
+        """A key for a run of one model, served on `bind_host`. Raises GatewayRefusal."""
+        model = self.model(request.model)
         if request.run_id in self.runs or request.run_id in self._registering:
             raise GatewayRefusal(409, "conflict", f"run '{request.run_id}' is already registered")
         if model.api_key_env and not self.environ.get(model.api_key_env):
@@ -597,6 +609,11 @@ class Gateway:
             return error_reply(
                 503, "run_finished", f"run {run.run_id} finished while this call was upstream", call.api.protocol
             )
+        if reply.status == 200:
+            run.answered += 1
+        elif (failure := failed_upstream(reply)) is not None:
+            run.upstream_failed += 1
+            run.upstream_failure = failure
         self._record(run, self._usage_record(run, reply.status, tokens, started, error))
         log.info(
             "run %s: %s %s -> %d, %d+%d tokens, %.2fs%s",
@@ -771,6 +788,21 @@ class Gateway:
             check(request)
             return JSONResponse(self.find(request.path_params["run_id"]).usage().model_dump())
 
+        async def check_model(request: Request) -> Response:
+            check(request)
+            model = self.model(request.path_params["name"])
+            if model.base_url is None:
+                log.info("model %s: scripted, nothing to check", model.name)
+            found = await check_upstream(model, self.environ, self.upstream_transport)
+            if found.url is not None:
+                log.info(
+                    "model %s: checked %s: %s",
+                    model.name,
+                    found.url,
+                    f"{found.status}" if found.ok else f"{found.cause}; {found.fix}",
+                )
+            return JSONResponse(found.model_dump())
+
         async def on_refusal(request: Request, exc: Exception) -> Response:
             assert isinstance(exc, GatewayRefusal)
             return exc.response()
@@ -781,6 +813,7 @@ class Gateway:
                 Route("/runs", register, methods=["POST"]),
                 Route("/runs/{run_id}/finish", finish, methods=["POST"]),
                 Route("/runs/{run_id}/usage", usage, methods=["GET"]),
+                Route("/models/{name}/check", check_model, methods=["POST"]),
             ],
             exception_handlers={GatewayRefusal: on_refusal},
         )

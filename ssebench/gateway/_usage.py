@@ -16,11 +16,12 @@ adds them. `cache_read_tokens` and `cache_write_tokens` are the part of
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
-from ssebench.defaults import ModelProtocol
+from ssebench.gateway._apis import ModelProtocol
 from ssebench.gateway._models import Budget
 
 
@@ -49,6 +50,14 @@ class Usage(BaseModel):
     refused for the budget, `rejected` ones for themselves (a bad body, too
     many at once, after the run's finish). Refusals are records only up to a
     few per run: `unrecorded` counts the rest.
+
+    Of the calls forwarded, `answered` got a 200 from the upstream and
+    `upstream_failed` did not reach a working model (the upstream did not
+    answer or refused the provider key, did not know the model, or answered
+    5xx), `upstream_failure` saying why for the last of them; the others
+    were refused for themselves (a 400 or 429 of the upstream) or cut short
+    by the run's finish. Usage written before these counts existed reads
+    with them at 0.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -67,7 +76,23 @@ class Usage(BaseModel):
     unrecorded: int = 0
     stopped: str | None = None
     budget: Budget | None = None
+    answered: int = 0
+    upstream_failed: int = 0
+    upstream_failure: str | None = None
     records: list[UsageRecord] = []
+
+    @classmethod
+    def from_summary(cls, summary: Mapping[str, Any]) -> Usage:
+        """The usage a run's summary.json holds (`summary()`); of any version: what it lacks is 0 or unknown."""
+        return cls.model_validate({"run_id": "", "model": "", **summary})
+
+    def upstream_broken(self) -> str | None:
+        """Why the run measured its model's server rather than its agent: every call it made failed upstream;
+        None when one was answered, one failed for itself, or none was made (the agent chose not to call)."""
+        if not self.calls or self.answered or self.upstream_failed < self.calls:
+            return None
+        calls = f"{self.calls} call{'s' if self.calls != 1 else ''}"
+        return f"model {self.model}: every call failed upstream ({calls}): {self.upstream_failure or 'no cause kept'}"
 
     def summary(self) -> dict[str, object]:
         """The totals without the records, as a run's summary.json holds them."""

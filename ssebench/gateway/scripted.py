@@ -70,9 +70,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ConfigDict, Field, model_validator
 
-from ssebench.defaults import ModelProtocol
 from ssebench.errors import SSEBenchError
-from ssebench.gateway._apis import APIS, counted_tokens
+from ssebench.gateway._apis import APIS, ModelProtocol, counted_tokens
 from ssebench.gateway._usage import Tokens
 from ssebench.schema import Strict, load
 
@@ -93,9 +92,13 @@ class _Strict(Strict):
 
 class TokenUsage(_Strict):
     prompt_tokens: int = Field(default=0, ge=0)
+    """The prompt tokens the answer reports (and the gateway counts)."""
     completion_tokens: int = Field(default=0, ge=0)
+    """The completion tokens the answer reports (and the gateway counts)."""
     cache_read_tokens: int = Field(default=0, ge=0)
+    """Of the prompt tokens, those read from the provider's cache."""
     cache_write_tokens: int = Field(default=0, ge=0)
+    """Of the prompt tokens, those written to the provider's cache."""
 
     @model_validator(mode="after")
     def _cached_within_input(self) -> TokenUsage:
@@ -115,11 +118,16 @@ class ToolCall(_Strict):
     """A function call (`arguments`, a JSON object) or, with `custom: true`, a freeform one (`input`, a string)."""
 
     name: str = Field(min_length=1)
+    """The tool's name."""
     arguments: dict[str, Any] = Field(default_factory=dict)
+    """The tool's arguments, sent as JSON."""
     custom: bool = False
+    """A freeform (custom) tool call, answered with `input` rather than JSON arguments."""
     input: str | None = None
-    # A Responses function call of a tool inside a `namespace` tool (how Codex declares an MCP server's tools).
+    """The freeform tool call's input text."""
     namespace: str | None = Field(default=None, min_length=1)
+    """A Responses function call of a tool inside this `namespace` tool (how Codex declares an MCP server's
+    tools, e.g. mcp__ssebench); other protocols leave it out."""
 
     @model_validator(mode="after")
     def _one_form(self) -> ToolCall:
@@ -132,20 +140,30 @@ class ToolCall(_Strict):
 
 class ErrorReply(_Strict):
     status: int = Field(ge=400, le=599)
+    """The HTTP status served (400 to 599)."""
     body: str = ""
+    """The body served (JSON or text)."""
 
 
 class Step(_Strict):
     """One step: an answer (content, tool_calls, reasoning, usage) or a fault (error, garbage, malformed_tool_call)."""
 
     content: str | None = None
+    """An answer's text."""
     reasoning: str | None = None
+    """An answer's reasoning (served as reasoning_content)."""
     tool_calls: list[ToolCall] = Field(default_factory=list)
+    """An answer's tool calls."""
     usage: TokenUsage = TokenUsage()
+    """The tokens the answer reports."""
     error: ErrorReply | None = None
+    """A fault: an HTTP error."""
     garbage: str | None = None
+    """A fault: a 200 whose body is this text, not JSON."""
     malformed_tool_call: bool = False
+    """A fault the agent keeps in its history: a tool call whose arguments are not JSON."""
     times: int = Field(default=1, ge=1)
+    """How many times a fault is served (faults only)."""
 
     @model_validator(mode="after")
     def _one_kind(self) -> Step:
@@ -178,9 +196,14 @@ class Step(_Strict):
 
 class Conversation(_Strict):
     match: str
+    """Plays when this is a substring of the request's opening user text (its user messages before the model's
+    first answer); the first conversation that matches plays."""
     tools: list[str] = Field(default_factory=list)
+    """Plays only when the request declares all these tools (one conversation per agent for one task)."""
     repeat: bool = False
+    """Its one answer is served at every position (side calls: put it last with match "")."""
     steps: list[Step] = Field(min_length=1)
+    """The replies, in order (see the module's docstring for how a request's position is counted)."""
 
     @model_validator(mode="after")
     def _repeat_is_one_answer(self) -> Conversation:
@@ -191,6 +214,7 @@ class Conversation(_Strict):
 
 class Script(_Strict):
     conversations: list[Conversation] = Field(min_length=1)
+    """The conversations the script can play."""
 
     def conversation_for(self, text: str, tools: set[str]) -> tuple[int, Conversation] | None:
         """The conversation that plays (and its index): the first whose match is in the opening user `text`

@@ -416,6 +416,10 @@ OWNER_LABEL = "ssebench.owner"
 RUN_LABEL = "ssebench.run"
 ROLE_LABEL = "ssebench.role"
 
+# The agent that applies the task's known fix, and the label its runs' containers carry.
+REFERENCE_AGENT = "reference"
+REFERENCE_RUN_LABEL = "ssebench.reference-run"
+
 
 @dataclass(frozen=True)
 class RunLabels:
@@ -430,7 +434,11 @@ class RunLabels:
     trial: str
 
     def to_labels(self) -> dict[str, str]:
-        return {f"ssebench.{f.name}": getattr(self, f.name) for f in fields(self)}
+        labels = {f"ssebench.{f.name}": getattr(self, f.name) for f in fields(self)}
+        if self.agent == REFERENCE_AGENT:
+            # A run of the known fix: it rates the task and the grader, never a model (upstream's label).
+            labels[REFERENCE_RUN_LABEL] = "true"
+        return labels
 
     @classmethod
     def from_labels(cls, labels: Mapping[str, str]) -> RunLabels:

@@ -20,7 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any
 
-from sse.result import RunResult, RuntimeResult, Signals
+from sse.result import EXCEPTION_TEXT, RunResult, RuntimeResult, Signals
 
 from ssebench.runtime.contract import AgentEnd, SettingsError, load_settings
 from ssebench.runtime.files import read_no_follow, write_atomic
@@ -39,7 +39,7 @@ def grade_with_limit(limit: float, results: Path | None = None) -> tuple[RunResu
 
             outcome["checks"] = run_checks()
         except BaseException as exc:  # everything here is an infrastructure error
-            outcome["raised"] = f"grading raised {type(exc).__name__}: {exc}"
+            outcome["raised"] = f"{EXCEPTION_TEXT}{type(exc).__name__}: {exc}"
             outcome["log"] = traceback.format_exc()[-8000:]
 
     thread = threading.Thread(target=work, name="grading", daemon=True)

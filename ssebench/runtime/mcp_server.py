@@ -189,7 +189,11 @@ def create_server(difficulty: int, checks: Callable[[], Checks] = sdk_checks) ->
         Returns a headline, one line per check (passed, FAILED, or not run and
         why), and the log of the first failure.
         """
-        return await to_thread.run_sync(lambda: patch_report(difficulty, checks()))
+        report = await to_thread.run_sync(lambda: patch_report(difficulty, checks()))
+        # Kept in the run's directory too: the server's output is its mcp.log, root's (each check's whole
+        # output is a scriptrunner log beside it).
+        print(f"[test_patch] {time.strftime('%H:%M:%S')} the agent was told:\n{report}\n[test_patch] end", flush=True)
+        return report
 
     return server
 

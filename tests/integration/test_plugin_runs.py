@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tarfile
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -459,6 +460,16 @@ def test_ssebench_run_cli(demo: pytest.Pytester) -> None:
     )
     assert passed.returncode == 0, passed.stdout + passed.stderr
     assert "grade: passed" in passed.stdout and "run directory: " in passed.stdout
+    [reference_dir] = (demo.path / "out" / "go-demo" / "none" / "reference").glob("*-d2-sandbox-*")
+    # What the run's consumers read: the known fix beside the agent's patch, and the run's settings in result.json.
+    task_patch = demo.path / "datasets" / "demo" / "go-demo" / "sse" / "diffs" / "patch.diff"
+    assert (reference_dir / "reference.patch").read_bytes() == task_patch.read_bytes()
+    config = json.loads((reference_dir / "result.json").read_text())["config"]
+    assert config["reference_run"] is True and config["egress"] == "restricted" and config["agent"] == "reference"
+    # The agent's final tree, as the engine tarred it: the fix the reference agent applied is in it.
+    with tarfile.open(reference_dir / "source.tar.gz") as tar:
+        fixed = tar.extractfile(next(n for n in tar.getnames() if n.endswith("/kvrec.go")))
+        assert fixed is not None and b"value length: %w" in fixed.read()  # a line the fix adds
     failed = subprocess.run(
         [
             sys.executable,
@@ -491,6 +502,7 @@ def test_ssebench_run_cli(demo: pytest.Pytester) -> None:
     run_dir = demo.path / "out" / "go-demo" / "none" / "dummy" / "first-try"
     assert f"run directory: {run_dir}" in failed.stdout
     assert json.loads((run_dir / "summary.json").read_text())["run_id"] == "first-try"
+    assert json.loads((run_dir / "result.json").read_text())["config"]["reference_run"] is False
 
 
 FLAKY_CONFTEST = """
@@ -574,6 +586,9 @@ def test_chat_agent_fixes_the_demo_through_the_gateway_and_the_report_shows_it(d
         assert (usage["prompt_tokens"], usage["completion_tokens"]) == expected, run_dir
         assert usage["calls"] == len(steps) and usage["stopped"] is None
         assert usage["cost"] == pytest.approx((expected[0] * 3.0 + expected[1] * 15.0) / 1e6)
+        # Each test_patch report the agent was told is in the run's directory (mcp.log).
+        asked = sum(1 for s in steps for call in s.get("tool_calls") or [] if call["name"] == "test_patch")
+        assert (run_dir / "mcp.log").read_text().count("[test_patch] end") == asked, run_dir
     text = rendered_text(demo.path / "report.html")
     # What a person sees: the runs, the vulnerability column, and each transcript with its tool calls.
     assert "3 Passed" in text and "Vulnerability" in text
@@ -624,3 +639,39 @@ def test_sidecar_runs_through_the_plugin_are_graded_where_the_task_is(demo: pyte
     result.stdout.fnmatch_lines(["*A proof of concept still reproduces*"])
     (session,) = {s["session"] for s in summaries.values()}
     assert cleanup().containers({"label": f"ssebench.session={session}"}) == []  # the workers' runs, reaped
+
+
+def test_a_run_whose_model_never_answered_is_an_error_not_a_failure(
+    demo: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past the check (--skip-model-check), a model whose server is down: every call of the run fails upstream,
+    so the run measured nothing of its agent: an infrastructure error naming the model and the cause."""
+    from tests.helpers import closed_port
+
+    (demo.path / "models").mkdir()
+    (demo.path / "models" / "down.yaml").write_text(f"name: down\nbase_url: http://127.0.0.1:{closed_port()}/v1\n")
+    monkeypatch.setenv("SSEBENCH_MODELS_DIR", str(demo.path / "models"))
+    result = demo.runpytest_subprocess(
+        "datasets/demo/c-demo",
+        "--agent",
+        "chat-agent",
+        "--model",
+        "down",
+        "--skip-model-check",
+        "--results",
+        "out",
+        "-p",
+        "no:cacheprovider",
+    )
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*Infrastructure error, not a grade: model down: every call failed upstream (* calls): "
+            "the upstream of model down did not answer: ConnectError*"
+        ]
+    )
+    [summary_file] = (demo.path / "out").glob("c-demo/down/chat-agent/*-d2-sandbox-*/summary.json")
+    summary = json.loads(summary_file.read_text())
+    assert summary["grade"] == "error" and summary["error"].startswith("model down: every call failed upstream")
+    usage = summary["usage"]
+    assert usage["answered"] == 0 and usage["upstream_failed"] == usage["calls"] >= 1

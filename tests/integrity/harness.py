@@ -12,16 +12,24 @@ sandbox mode's one container, sidecar mode's agent container); checks of
 what root does to the task run where the task is (`task_container`, the same
 container in sandbox mode). `agent_socket` and `daemon_url` are how the agent
 reaches its daemon in that mode.
+
+A `Target` stands for the demo's images: images of any task, named by the
+environment (`SSEBENCH_INTEGRITY_*`), with the task read from the image
+itself, so that the bypass suite can attack a task's images as built
+elsewhere (docs/integrity.md#checking-your-own-task-images).
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shlex
+import shutil
+import tarfile
 import textwrap
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,15 +37,18 @@ from typing import Any
 
 from ssebench.agent import load_agent
 from ssebench.defaults import Egress, Mode
-from ssebench.engine import DockerBackend, cleanup, client
-from ssebench.image import image_names
+from ssebench.engine import DockerBackend, NotFoundError, cleanup, client, containers, images
+from ssebench.errors import ConfigErrors, SSEBenchError
+from ssebench.image import LABEL_DATASET, image_names
 from ssebench.live import LiveRun, ModelLink, running
 from ssebench.reaper import Session, reap_session
 from ssebench.result import make_run_dir, new_run_id, read_json_object, read_result, read_safely
 from ssebench.run import collect
 from ssebench.runspec import SIDECAR_AGENT_SOCKET, RunConfig, limits_for
+from ssebench.runtime.contract import TASK_DIR
+from ssebench.schema import read_yaml, validate
 from ssebench.settings import Settings
-from ssebench.task import Task
+from ssebench.task import Task, TaskConfig
 from tests.helpers import in_the_checks as in_the_checks  # the suite's tests import it from here
 from tests.helpers import wait_for_agent_phase
 
@@ -56,6 +67,102 @@ for pid in filter(str.isdigit, os.listdir("/proc")):
     except OSError:
         pass
 """
+
+
+# The images the bypass suite attacks in each mode instead of the demo's, and the source tree's path in them.
+IMAGE_VARIABLES = {
+    "sandbox": ("SSEBENCH_INTEGRITY_IMAGE",),
+    "sidecar": ("SSEBENCH_INTEGRITY_SIDECAR_ENV_IMAGE", "SSEBENCH_INTEGRITY_SIDECAR_AGENT_IMAGE"),
+}
+SOURCE_VARIABLE = "SSEBENCH_INTEGRITY_SOURCE"
+_BUILD_HINT = "`ssebench images build DATASET --agent dummy --mode sandbox,sidecar` builds a task's and names them"
+
+
+class ImagesNotNamed(SSEBenchError):
+    """The environment names images, but none for this mode: its tests are skipped (or, run as a script, the
+    mode asked for cannot run)."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """Images to attack in one mode in place of the demo's, with the task they hold.
+
+    `agent` is where the agent runs (sandbox mode's one image: a task's tool image with an agent; sidecar
+    mode's agent image), `tool` where the task is (sidecar mode's task image; sandbox mode's same image).
+    """
+
+    agent: str
+    tool: str
+    task: Task
+
+
+def target_from_environment(mode: str, tmp: Path, environ: Mapping[str, str] = os.environ) -> Target | None:
+    """The images the environment names for `mode`; None when it names none at all (the demo's are used).
+
+    Raises ImagesNotNamed when it names only the other mode's, SSEBenchError (one line naming the variable and
+    the fix) for an image that is missing or holds no task.
+    """
+    named = {v: environ[v].strip() for vs in IMAGE_VARIABLES.values() for v in vs if environ.get(v, "").strip()}
+    if not named:
+        if environ.get(SOURCE_VARIABLE, "").strip():
+            raise SSEBenchError(
+                f"{SOURCE_VARIABLE} is the source tree's path in the images the other SSEBENCH_INTEGRITY_* "
+                "variables name, and none is set: set them too, or unset it to attack the demo's images"
+            )
+        return None
+    wanted = IMAGE_VARIABLES[mode]
+    missing = [v for v in wanted if v not in named]
+    if len(missing) == len(wanted):
+        raise ImagesNotNamed(f"{mode} mode's images are not named: set {' and '.join(wanted)} to attack them")
+    if missing:
+        raise SSEBenchError(f"{missing[0]} is not set: {mode} mode attacks two images; set it beside {wanted[0]}")
+    for variable in wanted:
+        if images().labels(named[variable]) is None:
+            raise SSEBenchError(
+                f"{variable}: there is no image {named[variable]} on this engine: name one `docker images` "
+                f"lists ({_BUILD_HINT})"
+            )
+    holder = wanted[0]  # sandbox mode's image, sidecar mode's task image
+    task = task_in_image(named[holder], holder, tmp, environ.get(SOURCE_VARIABLE, "").strip() or None)
+    return Target(agent=named[wanted[-1]], tool=named[holder], task=task)
+
+
+def task_in_image(image: str, variable: str, tmp: Path, source: str | None = None) -> Task:
+    """The task an image holds, read from its /ssebench (config.yaml, the fix, the PoCs) into `tmp`, laid out
+    as a task folder's `sse/`; `source` stands for config.yaml's."""
+    made = containers().create(image, command=["true"], user="root")  # never started: only read
+    try:
+        archive = containers().archive(made, TASK_DIR)
+    except NotFoundError:
+        raise SSEBenchError(
+            f"{variable}: {image} holds no {TASK_DIR}: name a task's image (its tool image, with an agent in "
+            f"sandbox mode; {_BUILD_HINT})"
+        ) from None
+    finally:
+        containers().remove(made)
+    unpacked = tmp / "image"
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(unpacked, filter="data")
+    for path in unpacked.rglob("*"):  # as a task folder's files are: the reference agent reads its patch as model
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    data = read_yaml(unpacked / TASK_DIR.strip("/") / "config.yaml")
+    if source is not None and isinstance(data, dict):
+        data["source"] = source
+    try:
+        config = validate(TaskConfig, unpacked / "config.yaml", data)
+    except ConfigErrors as exc:
+        first = exc.errors[0]
+        if source is not None and first.field == "source":
+            raise SSEBenchError(f"{SOURCE_VARIABLE}: {first.problem}") from None
+        raise SSEBenchError(
+            f"{variable}: {image}'s {TASK_DIR}/config.yaml: {first.field}: {first.problem} (fix the task, or name "
+            "another image)"
+        ) from None
+    folder = tmp / config.id
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.move(unpacked / TASK_DIR.strip("/"), folder / "sse")
+    dataset = (images().labels(image) or {}).get(LABEL_DATASET) or "image"
+    return Task(path=folder, config=config, dataset=dataset)
 
 
 @dataclass
@@ -174,6 +281,8 @@ class Launcher:
     tmp: Path
     stack: ExitStack
     mode: Mode = "sandbox"
+    # Images named by the environment in place of the demo's (the bypass suite), with their task.
+    target: Target | None = None
     session: Session = field(
         default_factory=lambda: Session(id=f"integrity{uuid.uuid4().hex[:8]}", controller=os.getpid())
     )
@@ -185,7 +294,7 @@ class Launcher:
 
     def start(
         self,
-        task_id: str = "c-demo",
+        task_id: str | None = None,
         *,
         agent: str = "dummy",
         level: int = 2,
@@ -201,8 +310,9 @@ class Launcher:
         backend: DockerBackend | None = None,
         image: str | None = None,
     ) -> HeldRun:
-        """A run of `task_id`, held in its agent phase unless `hold` is false; `image` stands for the agent's."""
-        task = self.task(task_id)
+        """A run of `task_id` (c-demo, or the target's task), held in its agent phase unless `hold` is false;
+        `image` stands for the agent's."""
+        task = self.task(task_id or (self.target.task.id if self.target else "c-demo"))
         config = RunConfig(
             task=task,
             agent=load_agent(self.settings.agents_dir, agent),
@@ -217,6 +327,8 @@ class Launcher:
         run_id = new_run_id(level, config.mode)
         run_dir = make_run_dir(self.tmp / "results", task.id, config.model, agent, run_id)
         names = image_names(self.settings, task, agent, config.mode)
+        if self.target is not None:  # its images in place of the ones built for the task (the runtime's is)
+            names = {**names, "agent": self.target.agent, "tool": self.target.tool}
         own = ExitStack()
         self.stack.callback(own.close)
         backend = backend or DockerBackend()
@@ -242,9 +354,11 @@ class Launcher:
 
 
 @contextmanager
-def launching(settings: Settings, tasks: list[Task], tmp: Path, mode: Mode = "sandbox") -> Iterator[Launcher]:
+def launching(
+    settings: Settings, tasks: list[Task], tmp: Path, mode: Mode = "sandbox", target: Target | None = None
+) -> Iterator[Launcher]:
     with ExitStack() as stack:
-        launcher = Launcher(settings=settings, tasks=tasks, tmp=tmp, stack=stack, mode=mode)
+        launcher = Launcher(settings=settings, tasks=tasks, tmp=tmp, stack=stack, mode=mode, target=target)
         try:
             yield launcher
         finally:

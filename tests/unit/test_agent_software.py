@@ -170,12 +170,13 @@ def test_pytest_collection_refuses_the_pair(
     tmp_agents(models.parent)
     monkeypatch.setenv("SSEBENCH_AGENTS_DIR", str(models.parent / "agents"))
     get_settings.cache_clear()
-    result = pytester.runpytest(
+    result = pytester.runpytest_subprocess(
         str(pytester.path / "datasets" / "demo"), "--agent", "anthropic", "--model", "chat", "--collect-only"
     )
     assert result.ret == pytest.ExitCode.USAGE_ERROR
+    # A process of its own: the control's session starts a gateway, which an in-process run would leave behind.
     result.stderr.fnmatch_lines(["*--agent anthropic speaks anthropic-messages; model chat (*chat.yaml) serves*"])
-    control = pytester.runpytest(
+    control = pytester.runpytest_subprocess(
         str(pytester.path / "datasets" / "demo"), "--agent", "anthropic", "--model", "played", "--collect-only"
     )
     assert control.ret == pytest.ExitCode.OK, control.stderr.str()

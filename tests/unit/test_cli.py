@@ -17,6 +17,7 @@ from tests.helpers import DEMO, write_dataset
 COMMANDS = [
     ["tasks", "list"],
     ["dataset", "validate"],
+    ["dataset", "schema"],
     ["images", "build"],
     ["images", "bootstrap"],
     ["run"],
@@ -69,6 +70,7 @@ def test_models_list_shows_who_serves_each_its_price_and_budget(
         assert lines[1].split() == [
             "remote",
             "https://api.example.com/v1",
+            "openai-chat",
             "2.5",
             "/",
             "10",
@@ -79,6 +81,7 @@ def test_models_list_shows_who_serves_each_its_price_and_budget(
         assert main(["models", "list", "--json"]) == 0
         [row] = json.loads(capsys.readouterr().out)
         assert row["budget"] == {"tokens": 2000000, "cost": 5.0} and row["upstream_model"] == "gpt-x"
+        assert row["protocols"] == ["openai-chat"]
         (tmp_path / "broken.yaml").write_text("name: broken\nprice: cheap\n")
         assert main(["models", "list"]) == 1
         said = capsys.readouterr()
@@ -147,7 +150,7 @@ def test_a_schema_problem_and_a_missing_file_are_said_together(
     assert main(["dataset", "validate", str(dataset)]) == 1
     lines = capsys.readouterr().out.splitlines()
     assert [line.split(": ", 1)[1] for line in lines] == [
-        "colour: unknown key (check its spelling against the file format)",
+        "colour: unknown key (check its spelling against the file format: docs/formats.md)",
         "files.poc[0]: 'pocs/crash.bin' does not exist (looked for sse/pocs/crash.bin)",
     ]
 

@@ -145,3 +145,32 @@ def test_a_phase_reads_back_and_nothing_else_reads_as_one() -> None:
         assert parse_phase(phase_record(phase, 1.5)) == phase
     for forged in (b'{"phase": "passed"}', b'{"phase": ["agent"]}', b"[]", b"agent", b"\xff", b" " * 300 + b"{}"):
         assert parse_phase(forged) is None
+
+
+def test_only_a_reference_runs_containers_carry_the_reference_run_label() -> None:
+    from ssebench.runtime.contract import REFERENCE_RUN_LABEL, RunLabels
+
+    def labels(agent: str) -> dict[str, str]:
+        return RunLabels(
+            run="r", task="t", agent=agent, model="none", difficulty="2", mode="sandbox", trial="1"
+        ).to_labels()
+
+    assert labels("reference")[REFERENCE_RUN_LABEL] == "true"
+    assert REFERENCE_RUN_LABEL not in labels("dummy") and REFERENCE_RUN_LABEL not in labels("reference-ish")
+    # Read back, the labels are the run's (the extra one is not a field).
+    assert RunLabels.from_labels(labels("reference")).agent == "reference"
+
+
+def test_a_reference_run_is_labelled_so_and_another_agents_run_is_not() -> None:
+    from ssebench.agent import load_agent
+    from ssebench.reaper import Session
+    from ssebench.runspec import RunConfig, run_labels
+    from ssebench.runtime.contract import REFERENCE_RUN_LABEL
+    from ssebench.settings import get_settings
+    from ssebench.task import load_task
+    from tests.helpers import DEMO
+
+    task = load_task(DEMO / "c-demo")
+    for agent, labelled in (("reference", True), ("dummy", False)):
+        config = RunConfig(task=task, agent=load_agent(get_settings().agents_dir, agent))
+        assert (REFERENCE_RUN_LABEL in run_labels(config, Session.new(), "r1")) is labelled, agent

@@ -27,6 +27,7 @@ def test_exports_are_pinned() -> None:
         "GatewayError",
         "GatewayLink",
         "GatewayProcess",
+        "ModelCheck",
         "ModelConfig",
         "ModelProtocol",
         "Price",

@@ -62,5 +62,7 @@ def test_an_evaluator_that_ends_without_a_grade_is_not_graded_naming_its_status(
     grader.write_error(settings, str(info.value))
     grade = json.loads((tmp_path / "result.json").read_text())["patch_result"]
     assert grade["status"] == "error"
-    assert grade["error_msg"].startswith("the evaluator exited with status 5 without a grade")
+    assert grade["error_msg"].startswith(
+        "No result: evaluator did not produce output (the evaluator exited with status 5 without a grade"
+    )
     assert "something broke" in grade["error_msg"]

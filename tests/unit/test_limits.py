@@ -8,11 +8,13 @@ import pytest
 import yaml
 
 from ssebench.errors import ConfigErrors
-from ssebench.limits import Limits, LimitsError, parse_limits, parse_size
+from ssebench.limits import Limits, LimitsError, host_cpus, parse_limits, parse_size
 from ssebench.runspec import limits_for
 from ssebench.settings import Settings
 from ssebench.task import load_task
 from tests.helpers import task_config, write_task
+
+pytest_plugins = ["pytester"]
 
 
 @pytest.mark.parametrize(
@@ -74,3 +76,29 @@ def test_recorded_as_numbers() -> None:
         "cpus": 2.0,
         "file_size": 4 << 30,
     }
+
+
+def test_a_clusters_nodes_not_this_machine_bound_the_cpus_of_a_run_of_theirs() -> None:
+    many = {"cpus": str(host_cpus() * 8)}
+    with pytest.raises(LimitsError, match="the CPUs of this machine"):  # the control: here, they are too many
+        Limits().merged(many, "--run-limits")
+    assert Limits().merged(many, "--run-limits", here=False).cpus == host_cpus() * 8
+    for bad in ("0", "inf", "nan"):
+        with pytest.raises(LimitsError):
+            Limits().merged({"cpus": bad}, "--run-limits", here=False)
+
+
+def test_the_plugin_checks_run_limits_against_this_machine_only_for_runs_here(pytester: pytest.Pytester) -> None:
+    import shutil
+
+    from tests.helpers import DEMO
+
+    shutil.copytree(DEMO, pytester.path / "datasets" / "demo")
+    many = f"cpus={host_cpus() * 8}"
+    here = pytester.runpytest("datasets/demo", "--agent", "dummy", "--run-limits", many, "--collect-only", "-q")
+    assert here.ret == pytest.ExitCode.USAGE_ERROR
+    assert sum("the CPUs of this machine" in line for line in here.errlines) == 1  # once, not once per task
+    ray = pytester.runpytest(
+        "datasets/demo", "--agent", "dummy", "--run-limits", many, "--dispatch", "ray", "--collect-only", "-q"
+    )
+    assert ray.ret == pytest.ExitCode.OK and "3 tests collected" in ray.stdout.str()

@@ -116,7 +116,7 @@ def test_save_log_refuses_a_planted_link(tmp_path: Path) -> None:
         save_log("x", tmp_path / "logs")
 
 
-def test_the_tool_is_served_over_mcp() -> None:
+def test_the_tool_is_served_over_mcp(capsys: pytest.CaptureFixture[str]) -> None:
     from mcp import Client
 
     checks, _ = _checks()
@@ -128,4 +128,8 @@ def test_the_tool_is_served_over_mcp() -> None:
             result = await client.call_tool("test_patch", {})
             return str(result.content[0].text)  # type: ignore[union-attr]
 
-    assert anyio.run(call).startswith("All 2 checks that ran passed.")
+    told = anyio.run(call)
+    assert told.startswith("All 2 checks that ran passed.")
+    # What the agent was told is kept in the server's log (the run directory's mcp.log), whole.
+    logged = capsys.readouterr().out
+    assert "the agent was told:\n" + told + "\n[test_patch] end" in logged

@@ -143,7 +143,10 @@ def test_a_run_is_taken_back_by_the_node_id_pytest_printed(demo: pytest.Pytester
             ["--run-limits", "disk=1g"],
             "argument --run-limits/--limits: unknown limit 'disk'; use pids, memory, cpus, file_size",
         ),
-        (["--run-limits", "cpus=999"], "argument --run-limits/--limits: cpus=999: give 0.01 to"),
+        (
+            ["--run-limits", "cpus=999"],
+            "argument --run-limits: cpus=999: give 0.01 to",
+        ),  # this machine bounds runs here
         (["--dispatch", "k8s"], "argument --dispatch: 'k8s': use local or ray"),
         (["--registry", "http://x"], "argument --registry: 'http://x': give the registry as HOST:PORT"),
         (["--registry", "127.0.0.1:99999"], "argument --registry: '127.0.0.1:99999': give the registry as HOST:PORT"),
@@ -381,3 +384,55 @@ def test_an_engine_that_does_not_answer_is_one_line_before_any_run(
             "or point DOCKER_HOST at one, then run `ssebench doctor`"
         ), said
         assert not (demo.path / "out").exists() or not any((demo.path / "out").iterdir())
+
+
+@pytest.fixture
+def down_model(demo: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A model file whose server is down (a closed loopback port) in the project's models folder; its URL."""
+    from tests.helpers import closed_port
+
+    url = f"http://127.0.0.1:{closed_port()}/v1"
+    (demo.path / "models").mkdir()
+    (demo.path / "models" / "down.yaml").write_text(f"name: down\nbase_url: {url}\n")
+    monkeypatch.setenv("SSEBENCH_MODELS_DIR", str(demo.path / "models"))
+    return url
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["alone", "xdist"])
+def test_a_model_whose_server_is_down_stops_the_session_before_any_run(
+    demo: pytest.Pytester, down_model: str, workers: list[str]
+) -> None:
+    """One line naming the model, the URL, the cause and the fix; checked once, by the controller."""
+    result = demo.runpytest_subprocess(
+        "datasets/demo/c-demo", "--agent", "chat-agent", "--model", "down", "--results", "out", *workers
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    said = [line for line in result.errlines if "--model down" in line]
+    assert len(said) == 1, result.errlines
+    assert said[0].startswith(f"ERROR: --model down: {down_model}/models did not answer (ConnectError"), said
+    assert said[0].endswith("and that the server is up, or pass --skip-model-check"), said
+    assert "chat-agent[down" not in result.stdout.str()  # no run started, none collected
+    # Checked once: the gateway logs each check it makes (its folder is the session's, under the results).
+    [log] = (demo.path / "out" / ".gateway").glob("*/gateway.log")
+    assert log.read_text().count("model down: checked") == 1, log.read_text()
+    assert [p.name for p in (demo.path / "out").iterdir()] == [".gateway"]  # and no run directory
+
+
+def test_collecting_does_not_check_the_models(demo: pytest.Pytester, down_model: str) -> None:
+    result = demo.runpytest_subprocess(
+        "datasets/demo/c-demo", "--agent", "chat-agent", "--model", "down", "--results", "out", "--collect-only", "-q"
+    )
+    assert result.ret == pytest.ExitCode.OK, result.errlines
+    assert "datasets/demo/c-demo/sse/config.yaml::chat-agent[down-d2-sandbox]" in result.stdout.str()
+    assert "model down: checked" not in "".join(p.read_text() for p in (demo.path / "out").rglob("gateway.log"))
+
+
+def test_under_xdist_the_controller_checks_each_model_once_and_its_workers_never(demo: pytest.Pytester) -> None:
+    # Nothing selected: the session starts (the controller's gateway, two workers) and runs nothing.
+    result = demo.runpytest_subprocess(
+        "datasets/demo", "--agent", "chat-agent", "--model", "scripted-fix", "--results", "out", "-n", "2", "-k", "x-y"
+    )
+    assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED, result.errlines
+    assert "2 workers" in result.stdout.str() or "created: 2/2 workers" in result.stdout.str(), result.stdout.str()
+    [log] = (demo.path / "out" / ".gateway").glob("*/gateway.log")
+    assert log.read_text().count("model scripted-fix: scripted, nothing to check") == 1, log.read_text()

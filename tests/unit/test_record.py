@@ -168,3 +168,17 @@ def test_an_old_run_whose_result_json_disagrees_with_its_summary_runs_again(tmp_
     data["patch_result"]["status"] = "failed"  # its summary says passed
     result.write_text(json.dumps(data))
     assert finished_run(config, root) is None
+
+
+def test_old_usage_without_the_gateway_s_account_of_failures_reads_and_is_no_broken_model(tmp_path: Path) -> None:
+    """Summaries from before the gateway counted calls that failed upstream: their usage reads as it was, and
+    its calls, of which nothing else is known, never make the run an error."""
+    from ssebench.gateway import Usage
+
+    for summary in V0.rglob("summary.json"):
+        record = read_record(_config(), summary.parent)
+        assert record is not None and record.usage == json.loads(summary.read_text()).get("usage"), summary
+        if record.usage is not None:
+            usage = Usage.from_summary(record.usage)
+            assert (usage.calls, usage.answered, usage.upstream_failed) == (12, 0, 0)
+            assert usage.upstream_broken() is None

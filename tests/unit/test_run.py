@@ -345,7 +345,9 @@ def test_a_sidecar_run_whose_task_container_dies_is_an_error_with_its_log_tail(t
     backend = _Backend([_Container("task", 137, ends=0), _Container("agent", 0, ends=1000)])
     record = execute(config, get_settings(), backend, Session.new(), tmp_path, build=False)
     assert record.grade == "error" and record.infra_error is not None
-    assert record.infra_error.startswith("the task container exited (status 137) during the run")
+    assert record.infra_error.startswith(
+        "No result: evaluator did not produce output (the task container exited (status 137) during the run"
+    )
     assert "task: the last line" in record.infra_error
     # The task container grades: its log is the run's container.log; the agent's container's is its own.
     assert (record.run_dir / "container.log").read_text().endswith("task: the last line\n")
@@ -603,3 +605,115 @@ def test_resume_says_why_a_run_runs_again(tmp_path: Path) -> None:
     )
     # Another trial of the same run is no reason: the trial has none of its own yet.
     assert resumable(replace(config, trial=2), tmp_path) == (None, f"{errored.name} ended in an error")
+
+
+class _Graded(_OutOfMemory):
+    """A sandbox container that wrote `result` within its memory."""
+
+    def memory_exhausted(self) -> bool:
+        return False
+
+
+class _Link:
+    """The gateway stood in for: the run's access, and the usage it returns when the run ends."""
+
+    def __init__(self, usage: dict[str, Any]) -> None:
+        self.usage = usage
+
+    def open(self, run_id: str, model: str, network: Network, ttl: float) -> dict[str, str]:
+        return {"SSE_BASE_URL": "http://gateway/v1", "SSE_API_KEY": "k", "SSE_MODEL_NAME": model}
+
+    def close(self, run_id: str) -> dict[str, Any] | None:
+        return self.usage
+
+
+DOWN = "the upstream of model m1 did not answer: ConnectError"
+# The gateway's account of a run whose three calls all failed upstream (Usage.summary()).
+BROKEN = {"run_id": "r", "model": "m1", "calls": 3, "answered": 0, "upstream_failed": 3, "upstream_failure": DOWN}
+
+
+@pytest.mark.parametrize(
+    "usage, wrote, grade, error",
+    [
+        (BROKEN, "failed", "error", f"model m1: every call failed upstream (3 calls): {DOWN}"),
+        (BROKEN, "passed", "error", f"model m1: every call failed upstream (3 calls): {DOWN}"),
+        ({**BROKEN, "answered": 1, "upstream_failed": 2}, "failed", "failed", None),  # one good answer: graded
+        ({**BROKEN, "calls": 0, "upstream_failed": 0, "upstream_failure": None}, "failed", "failed", None),  # no call
+        ({"calls": 12, "prompt_tokens": 40000, "completion_tokens": 2000, "cost": 0.12}, "failed", "failed", None),
+    ],
+    ids=["all-failed", "all-failed-passed", "one-answer", "no-calls", "version-0-usage"],
+)
+def test_a_run_whose_model_never_answered_is_an_infrastructure_error(
+    tmp_path: Path, usage: dict[str, Any], wrote: GradeStatus, grade: GradeStatus, error: str | None
+) -> None:
+    """Every call failed upstream and none was answered: the run measured its model's server, not its agent."""
+    agent = load_agent(get_settings().agents_dir, "chat-agent")
+    config = RunConfig(task=load_task(DEMO / "c-demo"), agent=agent, model="m1")
+    result = {"patch_result": {"status": wrote, "error_msg": "PoC failed" if wrote == "failed" else None}}
+    backend = _Backend([_Graded(result)])
+    record = execute(config, get_settings(), backend, Session.new(), tmp_path, build=False, models=_Link(usage))
+    assert (record.grade, record.infra_error) == (grade, error)
+    summary = json.loads((record.run_dir / "summary.json").read_text())
+    assert (summary["grade"], summary.get("error"), summary["usage"]) == (grade, error, usage)
+    assert record.result is not None and record.result.status == wrote  # what the container said is kept
+
+
+class _Tree:
+    """A container's export of the source tree: the chunks given, or an engine error."""
+
+    def __init__(self, chunks: list[bytes] | None) -> None:
+        self.chunks = chunks
+        self.closed = False
+
+    def export(self, path: str) -> Iterator[bytes]:
+        if self.chunks is None:
+            raise SSEBenchError(f"copying {path} out of container c: gone")
+        try:
+            yield from self.chunks
+        finally:
+            self.closed = True
+
+
+def test_the_agents_final_tree_is_kept_as_source_tar_gz_within_its_cap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import gzip
+    import io
+    import tarfile
+
+    import ssebench.run
+    from ssebench.run import save_source
+
+    made = io.BytesIO()
+    with tarfile.open(fileobj=made, mode="w") as tar:
+        info = tarfile.TarInfo("src/fixed.c")
+        info.size = 5
+        tar.addfile(info, io.BytesIO(b"fixed"))
+    tree = _Tree([made.getvalue()[:1000], made.getvalue()[1000:]])
+    said = save_source(tree, "/src", tmp_path)  # type: ignore[arg-type]
+    assert said["tar_bytes"] == len(made.getvalue())
+    with tarfile.open(fileobj=io.BytesIO(gzip.decompress((tmp_path / "source.tar.gz").read_bytes()))) as tar:
+        member = tar.extractfile("src/fixed.c")
+        assert member is not None and member.read() == b"fixed"
+    # Over the cap: not kept, nothing half-written, and the engine's stream closed.
+    monkeypatch.setattr(ssebench.run, "SOURCE_CAP", 1500)
+    (tmp_path / "source.tar.gz").unlink()
+    big = _Tree([b"x" * 1000] * 5)
+    assert save_source(big, "/src", tmp_path) == {"dropped": "over 0 MiB as a tar"}  # type: ignore[arg-type]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [] and big.closed
+    assert "gone" in save_source(_Tree(None), "/src", tmp_path)["error"]  # type: ignore[arg-type]
+    assert list(tmp_path.iterdir()) == []
+
+
+class _Refused:
+    """An engine that refuses the copy at once (the call raises, before any chunk)."""
+
+    def export(self, path: str) -> Iterator[bytes]:
+        raise SSEBenchError("Docker refused copying: engine hiccup")
+
+
+def test_an_engine_that_refuses_the_tree_says_so_and_leaves_nothing(tmp_path: Path) -> None:
+    from ssebench.run import save_source
+
+    assert save_source(_Refused(), "/src", tmp_path) == {"error": "Docker refused copying: engine hiccup"}  # type: ignore[arg-type]
+    assert list(tmp_path.iterdir()) == []

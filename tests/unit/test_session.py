@@ -9,6 +9,7 @@ both to what a node must be given, and to the same refusals.
 from __future__ import annotations
 
 import re
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
@@ -20,7 +21,9 @@ from ssebench.cli import main
 from ssebench.errors import SSEBenchError
 from ssebench.session import OptionError, Plan, RunSession, check_models, provider_env
 from ssebench.settings import Settings, get_settings
-from tests.helpers import DEMO
+from tests.helpers import DEMO, closed_port
+
+MODELS = Path(__file__).resolve().parents[2] / "models"
 
 pytest_plugins = ["pytester"]
 
@@ -317,3 +320,72 @@ def test_a_broken_model_file_does_not_block_the_models_asked_for(
     assert provider_env(settings, ["good"]) == {"GOOD_KEY": "k"}
     with pytest.raises(OptionError, match=r"broken.yaml: price"):  # asked for, it is said
         check_models(settings, ["good", "broken"])
+
+
+# -- the models' preflight: one call each, by the gateway, before the first run --------------------------------
+
+
+@pytest.fixture
+def broken_models(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A model whose server is down (a closed loopback port), and a scripted one."""
+    folder = tmp_path / "models"
+    (folder / "scripted").mkdir(parents=True)
+    shutil.copy(MODELS / "scripted" / "fix.yaml", folder / "scripted" / "fix.yaml")
+    (folder / "fixer.yaml").write_text("name: fixer\nscript: scripted/fix.yaml\n")
+    (folder / "down.yaml").write_text(f"name: down\nbase_url: http://127.0.0.1:{closed_port()}/v1\n")
+    monkeypatch.setenv("SSEBENCH_MODELS_DIR", str(folder))
+    get_settings.cache_clear()
+    yield folder
+    get_settings.cache_clear()
+
+
+def _down_line(folder: Path) -> str:
+    port = (folder / "down.yaml").read_text().split(":")[-1].split("/")[0]
+    return (
+        rf"^--model down: http://127\.0\.0\.1:{port}/v1/models did not answer \(ConnectError[^\n]*\); check base_url "
+        rf"in {re.escape(str(folder / 'down.yaml'))} and that the server is up, or pass --skip-model-check$"
+    )
+
+
+def test_a_model_whose_server_is_down_stops_the_session_before_any_run(broken_models: Path, tmp_path: Path) -> None:
+    session = RunSession(get_settings(), Plan(results=tmp_path / "out", needs_model="chat-agent", models=("down",)))
+    with pytest.raises(OptionError) as caught:
+        session.start_models()
+    assert re.match(_down_line(broken_models), str(caught.value)), str(caught.value)
+    assert session.gateway is None and session.gateway_access is None  # its gateway stopped with it
+    # Skipped, the session starts: each run's grade then says what became of the model's calls.
+    skipped = Plan(results=tmp_path / "out", needs_model="chat-agent", models=("down",), model_check=False)
+    unchecked = RunSession(get_settings(), skipped)
+    try:
+        unchecked.start_models()
+        assert unchecked.gateway_access is not None
+    finally:
+        unchecked.close()
+
+
+def test_a_scripted_model_passes_the_check_and_each_model_is_checked_once(broken_models: Path, tmp_path: Path) -> None:
+    session = RunSession(get_settings(), Plan(results=tmp_path / "out", needs_model="chat-agent", models=("fixer",)))
+    try:
+        session.start_models()
+        assert session.gateway is not None
+        session.start_models()  # again: the gateway is running, nothing is started or checked twice
+        log = session.gateway.log_path.read_text()
+    finally:
+        session.close()
+    assert log.count("model fixer: scripted, nothing to check") == 1, log
+
+
+def test_ssebench_run_stops_on_the_check_and_runs_past_it_when_told(
+    broken_models: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def reached(self: RunSession, config: Any, *, build: bool = True) -> Any:
+        raise SSEBenchError("the run was reached")
+
+    monkeypatch.setattr(RunSession, "execute", reached)
+    argv = ["run", "--task", str(DEMO / "c-demo"), "--agent", "chat-agent", "--model", "down"]
+    argv += ["--results", str(tmp_path / "out")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and re.match(_down_line(broken_models), err.removeprefix("error: ").strip()), err
+    assert main([*argv, "--skip-model-check"]) == 1
+    assert "grade: error (the run was reached)" in capsys.readouterr().out
