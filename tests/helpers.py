@@ -182,3 +182,20 @@ def in_the_checks(script: str) -> str:
         f"__attribute__((constructor)) static void in_the_checks(void) {{ system({json.dumps(script)}); }}\n"
     )
     return f"cat >> tlv.c <<'EOF'\n{code}EOF\ngrep -q in_the_checks tlv.c\n"
+
+
+# The tools chat-agent declares (agents/chat-agent/agent.py), which pick its conversations in a script.
+CHAT_AGENT_TOOLS = frozenset({"bash", "view_file", "edit_file", "test_patch", "finish"})
+# The function tools Codex declares for a model outside its catalog (docs/agents.md), which pick its conversations.
+CODEX_TOOLS = frozenset({"exec_command", "write_stdin"})
+
+
+def scripted_steps(script: Path, prompt: str, tools: frozenset[str] = CHAT_AGENT_TOOLS) -> list[dict[str, Any]]:
+    """The steps (as written in the YAML) of the conversation a scripted model plays for an agent declaring
+    `tools` on a task with `prompt`: the playback's own choice."""
+    from ssebench.gateway.scripted import load_script
+
+    found = load_script(script).conversation_for(prompt, set(tools))
+    assert found is not None, f"{script}: no conversation for this prompt and tools"
+    steps: list[dict[str, Any]] = yaml.safe_load(script.read_text())["conversations"][found[0]]["steps"]
+    return steps

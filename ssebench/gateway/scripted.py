@@ -14,6 +14,7 @@ tool its `tools` names (none when left out):
             tool_calls:
               - {name: view_file, arguments: {path: tlv.c}}
               - {name: apply_patch, custom: true, input: "*** Begin Patch ..."}   # a freeform (custom) tool
+              - {name: test_patch, namespace: mcp__ssebench}  # Responses: a tool of a namespace tool
             usage: {prompt_tokens: 1200, completion_tokens: 35, cache_read_tokens: 1000}
           - error: {status: 500, body: "overloaded"}    # a fault, served `times` times (default 1)
             times: 2
@@ -125,6 +126,9 @@ class ToolCall(_Strict):
     """A freeform (custom) tool call, answered with `input` rather than JSON arguments."""
     input: str | None = None
     """The freeform tool call's input text."""
+    namespace: str | None = Field(default=None, min_length=1)
+    """A Responses function call of a tool inside this `namespace` tool (how Codex declares an MCP server's
+    tools, e.g. mcp__ssebench); other protocols leave it out."""
 
     @model_validator(mode="after")
     def _one_form(self) -> ToolCall:
@@ -212,6 +216,13 @@ class Conversation(_Strict):
 class Script(_Strict):
     conversations: list[Conversation] = Field(min_length=1)
     """The conversations the script can play."""
+
+    def conversation_for(self, text: str, tools: set[str]) -> tuple[int, Conversation] | None:
+        """The conversation that plays (and its index): the first whose match is in the opening user `text`
+        and whose tools are all among the `tools` the request declares."""
+        return next(
+            ((i, c) for i, c in enumerate(self.conversations) if c.match in text and tools.issuperset(c.tools)), None
+        )
 
 
 @dataclass(frozen=True)
@@ -351,6 +362,7 @@ class _Call:
     name: str
     arguments: str
     custom: bool = False
+    namespace: str | None = None
 
 
 @dataclass(frozen=True)
@@ -373,6 +385,7 @@ def _answer(model: str, position: int, step: Step) -> _Answer:
                 c.name,
                 c.input if c.custom and c.input is not None else json.dumps(c.arguments),
                 custom=c.custom,
+                namespace=c.namespace,
             )
             for i, c in enumerate(step.tool_calls)
         ]
@@ -491,6 +504,7 @@ def _response_items(answer: _Answer) -> list[dict[str, Any]]:
         else:
             items.append(
                 {"id": f"fc_{call.id}", "type": "function_call", "call_id": call.id, "name": call.name}
+                | ({"namespace": call.namespace} if call.namespace else {})
                 | {"arguments": call.arguments, "status": "completed"}
             )
     return items
@@ -708,10 +722,7 @@ class Playback:
             return error_reply(400, "invalid_request_error", f"the body must be a JSON object with {lists}", protocol)
         history = _history(request, protocol)
         text, tools = opening_text(history, protocol), declared_tools(request, protocol)
-        found = next(
-            ((i, c) for i, c in enumerate(self.script.conversations) if c.match in text and tools.issuperset(c.tools)),
-            None,
-        )
+        found = self.script.conversation_for(text, tools)
         if found is None:
             return error_reply(
                 400,

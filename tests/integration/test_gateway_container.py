@@ -28,7 +28,7 @@ import pytest
 from ssebench.engine import client, images
 from ssebench.gateway import GatewayClient, GatewayProcess, RunKey
 from ssebench.task import Task
-from tests.helpers import runtime_of, scripted_upstream
+from tests.helpers import runtime_of, scripted_steps, scripted_upstream
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -209,7 +209,6 @@ def test_chat_agent_runs_c_demo_through_the_gateway(
     """One whole run (images, network, container, grade) of chat-agent; usage comes from the gateway."""
     import os
 
-    import yaml
     from sse.dialog import read, validate
 
     from ssebench.agent import load_agent
@@ -240,8 +239,7 @@ def test_chat_agent_runs_c_demo_through_the_gateway(
     totals = dialog[-1]["totals"]
     assert (usage["prompt_tokens"], usage["completion_tokens"]) == (totals["input_tokens"], totals["output_tokens"])
     if model == "scripted-fix":
-        script = yaml.safe_load((MODELS / "scripted" / "fix.yaml").read_text())
-        steps = script["conversations"][0]["steps"]
+        steps = scripted_steps(MODELS / "scripted" / "fix.yaml", "# Task: tlvkit")
         assert usage["prompt_tokens"] == sum(s["usage"]["prompt_tokens"] for s in steps)
         assert usage["calls"] == len(steps) and usage["stopped"] is None
         assert usage["cost"] == pytest.approx((usage["prompt_tokens"] * 3 + usage["completion_tokens"] * 15) / 1e6)

@@ -19,7 +19,7 @@ import pytest
 
 from ssebench.engine import cleanup, client
 from ssebench.task import Task
-from tests.helpers import DEMO, rendered_text
+from tests.helpers import DEMO, rendered_text, scripted_steps
 
 pytest_plugins = ["pytester"]
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -553,7 +553,6 @@ def test_infrastructure_errors_are_retried_failures_never(
 
 
 def test_chat_agent_fixes_the_demo_through_the_gateway_and_the_report_shows_it(demo: pytest.Pytester) -> None:
-    import yaml
     from sse.dialog import read, validate
 
     models = Path(__file__).resolve().parents[2] / "models"
@@ -572,15 +571,13 @@ def test_chat_agent_fixes_the_demo_through_the_gateway_and_the_report_shows_it(d
         "no:cacheprovider",
     )
     result.assert_outcomes(passed=3)
-    script = yaml.safe_load((models / "scripted" / "fix.yaml").read_text())
     runs = sorted((demo.path / "out").glob("*/scripted-fix/chat-agent/*-d2-sandbox-*"))
     assert len(runs) == 3
     for run_dir in runs:
         dialog = read(run_dir / "archive" / "dialog.jsonl")
         assert validate(dialog) == [], run_dir
         prompt = next(r["text"] for r in dialog if r["type"] == "prompt")
-        # chat-agent's conversation: the one that asks for no tools (Claude Code's ask for theirs).
-        [steps] = [c["steps"] for c in script["conversations"] if c["match"] in prompt and not c.get("tools")]
+        steps = scripted_steps(models / "scripted" / "fix.yaml", prompt)
         usage = json.loads((run_dir / "summary.json").read_text())["usage"]
         expected = (
             sum(s["usage"]["prompt_tokens"] for s in steps),

@@ -29,7 +29,7 @@ from sse.prompt import build_prompt
 from ssebench.gateway import GatewayClient, ModelConfig, Usage, load_models
 from ssebench.gateway._server import Gateway
 from ssebench.task import load_task
-from tests.helpers import DEMO
+from tests.helpers import DEMO, scripted_steps
 from tests.inprocess import InProcessTransport
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -255,9 +255,7 @@ def test_scripted_fix_fixes_each_demo_task(harness: Harness, tmp_path: Path, tas
     assert log.splitlines()[0].startswith("chat-agent chat-agent: finish: ") and log.splitlines()[1] == "t buggy commit"
     assert _git(tree, "status", "--porcelain") == ""
     # The agent's account and the gateway's agree, and both are the script's numbers.
-    script = yaml.safe_load((ROOT / "models" / "scripted" / "fix.yaml").read_text())
-    project = load_task(DEMO / task_id).config.project
-    steps = next(c["steps"] for c in script["conversations"] if c["match"] == f"# Task: {project}")
+    steps = scripted_steps(ROOT / "models" / "scripted" / "fix.yaml", _prompt(task_id), frozenset(agent.TOOL_NAMES))
     totals = records[-1]["totals"]
     assert totals == {
         "input_tokens": sum(s["usage"]["prompt_tokens"] for s in steps),

@@ -49,6 +49,8 @@ def test_agents_list_shows_every_agent_and_whether_it_needs_a_model(capsys: pyte
     rows_by_name = {line.split()[0]: line.split() for line in table[1:]}
     assert rows_by_name["dummy"][:3] == ["dummy", "1", "none"]
     assert rows_by_name["claude-code"][:4] == ["claude-code", "1", "anthropic-messages", "claude-agent-sdk==0.2.189"]
+    codex = next(line for line in table if line.startswith("codex "))
+    assert codex.split()[:2] == ["codex", "0.163.0"] and "openai-codex-cli-bin==0.163.0" in codex
 
 
 def test_models_list_shows_who_serves_each_its_price_and_budget(

@@ -336,23 +336,30 @@ def test_old_usage_files_and_summaries_still_load() -> None:
 def test_the_shipped_scripts_have_a_conversation_per_demo_project() -> None:
     fix = load_script(MODELS / "scripted" / "fix.yaml")
     projects = ["# Task: tlvkit", "# Task: kvrec", "# Task: pakfile"]
-    # mini-swe-agent's (its task message wraps the prompt), Claude Code's (chosen by its tools), then
-    # chat-agent's (which ask for none): the first that applies plays.
-    assert [c.match for c in fix.conversations] == [f"Please solve this issue: {p}" for p in projects] + projects * 2
-    claude, chat = fix.conversations[3:6], fix.conversations[6:]
-    for conversation in claude:
-        assert set(conversation.tools) == {"Read", "Edit", "Bash"}
+    # mini-swe-agent's first (its task message holds the others' match), then Claude Code's and Codex's (their
+    # tools pick them), then chat-agent's (which ask for none): the first that applies plays.
+    assert [(c.match, c.tools) for c in fix.conversations] == [
+        *((f"Please solve this issue: {p}", []) for p in projects),
+        *((p, ["Read", "Edit", "Bash"]) for p in projects),
+        *((p, ["exec_command", "write_stdin"]) for p in projects),
+        *((p, []) for p in projects),
+    ]
+    for conversation in fix.conversations[3:6]:
         names = [c.name for s in conversation.steps for c in s.tool_calls]
         assert names[-1] == "mcp__ssebench__test_patch" and "Edit" in names
         assert not conversation.steps[-1].tool_calls  # an answer without a tool ends Claude Code's session
-    for conversation in chat:
-        assert not conversation.tools
-        names = [c.name for s in conversation.steps for c in s.tool_calls]
-        assert names[-2:] == ["test_patch", "finish"] and "edit_file" in names
     for conversation in fix.conversations[:3]:
         commands = [c.arguments["command"] for s in conversation.steps for c in s.tool_calls]
         assert {c.name for s in conversation.steps for c in s.tool_calls} == {"bash"}
         assert commands[1].startswith("patch -p1 <<'EOF'\ndiff --git ")
         assert commands[-1] == "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
+    for conversation in fix.conversations[6:9]:
+        calls = [c for s in conversation.steps for c in s.tool_calls]
+        assert any(c.name == "exec_command" and "apply_patch <<'EOF'" in c.arguments["cmd"] for c in calls)
+        assert (calls[-1].name, calls[-1].namespace) == ("test_patch", "mcp__ssebench")
+        assert not conversation.steps[-1].tool_calls  # Codex's turn ends with an answer that calls no tool
+    for conversation in fix.conversations[9:]:
+        names = [c.name for s in conversation.steps for c in s.tool_calls]
+        assert names[-2:] == ["test_patch", "finish"] and "edit_file" in names
     for name in ("wander", "garbage"):
         assert isinstance(load_script(MODELS / "scripted" / f"{name}.yaml"), Script)

@@ -73,7 +73,9 @@ def test_tasks_without_an_agent_say_how_to_pick_one(demo: pytest.Pytester, where
     result = demo.runpytest(where, "--collect-only", "-q")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     said = "\n".join(result.errlines)
-    assert "holds tasks, but no agent is given: add --agent NAME (agents: chat-agent, claude-code, dummy" in said, said
+    assert (
+        "holds tasks, but no agent is given: add --agent NAME (agents: chat-agent, claude-code, codex, dummy" in said
+    ), said
     assert (
         "e.g. pytest datasets/demo/c-demo --agent reference" in said
         if "c-demo" in where
