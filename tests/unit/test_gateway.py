@@ -135,6 +135,14 @@ def test_the_anthropic_example_is_a_valid_model_once_copied(tmp_path: Path) -> N
     assert model.price == Price(input=3.0, output=15.0, cache_read=0.30, cache_write=3.75)
 
 
+def test_the_responses_example_is_a_valid_model_once_copied(tmp_path: Path) -> None:
+    target = tmp_path / "gpt-5-codex.yaml"
+    target.write_text((MODELS / "example-openai-responses.yaml.example").read_text())
+    model = load_model(target)
+    assert model.protocols == {"openai-responses"} and model.api_key_env == "OPENAI_API_KEY"
+    assert model.price == Price(input=1.25, output=10.0, cache_read=0.125)
+
+
 def test_a_model_serves_its_upstreams_protocol_and_a_script_every_one(tmp_path: Path) -> None:
     claude = _write(
         tmp_path,
