@@ -350,6 +350,12 @@ class Launcher:
                 task_image=names["tool"],
                 command=command if command is not None else SLEEP,
                 runtime=backend.runtime_volume(self.settings, names["runtime"]),
+                # An agent with software of its own gets its volume, as a run of it does (ssebench.run).
+                software=(
+                    backend.agent_volume(self.settings, config.agent, names["runtime"])
+                    if config.agent.software_digest
+                    else None
+                ),
             )
         )
         held = HeldRun(live=live, config=config, run_dir=run_dir, level=level, source=task.config.source, stack=own)
