@@ -142,7 +142,7 @@ def test_failing_dockerfile_is_one_line_and_leaves_nothing(scratch_dataset: Path
     marker = f"the-build-breaks-{uuid.uuid4().hex[:12]}"  # unique: no other test's containers count
     dockerfile.write_text(dockerfile.read_text() + f"RUN echo {marker} && false\n")
     done = subprocess.run(
-        [sys.executable, "-m", "ssebench.cli", "dataset", "validate", str(scratch_dataset)],
+        [sys.executable, "-m", "ssebench.cli", "dataset", "validate", str(scratch_dataset), "--build"],
         capture_output=True,
         text=True,
         check=False,
