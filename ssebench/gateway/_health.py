@@ -1,12 +1,18 @@
 """Whether a model's upstream works: what a call's answer says of it, and the preflight check.
 
-A run whose every call failed upstream measured the model's server, not the
-agent, so the gateway counts those calls apart (`failed_upstream`, read by
-`Usage.upstream_broken`). What counts is what no agent can bring about: the
-server did not answer, refused the provider key, does not know the model
-(404: the gateway sets the path and the model id), or failed (5xx). A 400
-or a 429 answers the agent's own call (a bad request, a prompt over the
-rate limit), so it is no sign of a broken model.
+A run whose every call failed upstream may have measured the model's server
+rather than the agent, so the gateway counts those calls apart
+(`failed_upstream`): the server did not answer, refused the provider key,
+answered 404 or 5xx. A 400 or a 429 answers the agent's own call (a bad
+request, a prompt over the rate limit), so it is no sign of a broken model.
+
+But an agent's own bodies can bring each of those about too (an item it
+names that does not exist, a call past the read timeout, a template the
+server cannot render, a script run past its end), and the run's failure
+must stay a failure. So a run whose calls all failed is a broken model only
+when the gateway's own call, made at the run's finish with nothing of the
+agent's in it, fails too (`still_broken`): the server does not answer,
+refuses the key, fails, or does not list the model.
 
 The check (`check_upstream`, the control API's `POST /models/{name}/check`)
 is the cheapest call each protocol has, made with the provider key from the
@@ -83,6 +89,8 @@ class ModelCheck(BaseModel):
     status: int | None = None
     cause: str | None = None
     fix: str | None = None
+    # Whether the listing names the model's upstream id; None when the answer is not such a listing.
+    listed: bool | None = None
 
 
 def protocol_of(model: ModelConfig) -> str:
@@ -132,4 +140,33 @@ async def check_upstream(
         return ModelCheck(
             model=model.name, ok=False, url=url, status=status, cause=f"refused {held} ({status})", fix=fix
         )
-    return ModelCheck(model=model.name, ok=True, url=url, status=status)
+    return ModelCheck(model=model.name, ok=True, url=url, status=status, listed=_lists(response, model.upstream_id))
+
+
+def _lists(response: httpx.Response, model_id: str) -> bool | None:
+    """Whether a model listing (OpenAI's and Anthropic's `data: [{id}]`) names `model_id`; None when the answer
+    is no such listing."""
+    if response.status_code != 200:
+        return None
+    try:
+        data = response.json().get("data")
+    except (ValueError, AttributeError):
+        return None
+    if not isinstance(data, list):
+        return None
+    return any(isinstance(item, dict) and item.get("id") == model_id for item in data)
+
+
+def still_broken(found: ModelCheck) -> str | None:
+    """What the gateway's own call (`check_upstream`, at the finish of a run whose calls all failed) says
+    is broken in the model's upstream; None when it works: a scripted model, or a server that answers,
+    takes the key and lists the model (or has no listing to tell)."""
+    if found.url is None:
+        return None
+    if not found.ok:
+        return f"{found.url} {found.cause}"
+    if found.status is not None and found.status >= 500:
+        return f"{found.url} answered {found.status}"
+    if found.listed is False:
+        return f"{found.url} does not list the model"
+    return None

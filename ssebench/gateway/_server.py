@@ -55,7 +55,7 @@ from starlette.types import Receive, Scope, Send
 
 from ssebench.defaults import ModelProtocol
 from ssebench.gateway._apis import ANTHROPIC_VERSION, APIS, MESSAGES, Api, BadCall, counted_tokens
-from ssebench.gateway._health import check_upstream, failed_upstream
+from ssebench.gateway._health import check_upstream, failed_upstream, still_broken
 from ssebench.gateway._limits import (
     KEPT_REFUSALS,
     LOGGED_REFUSALS,
@@ -169,6 +169,7 @@ class Run:
     answered: int = 0
     upstream_failed: int = 0
     upstream_failure: str | None = None
+    upstream_confirmed: str | None = None
     # Requests under way (from the key's check to the answer), and the calls among them, queued or upstream.
     active: int = 0
     calls_under_way: set[asyncio.Task[Reply]] = field(default_factory=set)
@@ -195,6 +196,7 @@ class Run:
             answered=self.answered,
             upstream_failed=self.upstream_failed,
             upstream_failure=self.upstream_failure,
+            upstream_confirmed=self.upstream_confirmed,
             records=list(self.records),
         )
 
@@ -325,6 +327,12 @@ class Gateway:
                 await asyncio.wait(late)
         self._keys.pop(run.key_digest, None)
         await self.listeners.release(run.host)
+        if run.calls and not run.answered and run.upstream_failed >= run.calls:
+            # Every call failed upstream: the model's server, or the agent's own bodies? The gateway's own call,
+            # with nothing of the agent's in it, tells them apart (`_health.still_broken`).
+            run.upstream_confirmed = still_broken(
+                await check_upstream(run.model, self.environ, self.upstream_transport)
+            )
         run.finished.set()
         log.info(
             "run %s finished: %d calls, %d tokens, %d refused for the budget, %d rejected",

@@ -79,6 +79,9 @@ class Usage(BaseModel):
     answered: int = 0
     upstream_failed: int = 0
     upstream_failure: str | None = None
+    # When every call failed upstream: what the gateway's own call at the run's finish found broken (None:
+    # it found the model working, or was not made).
+    upstream_confirmed: str | None = None
     records: list[UsageRecord] = []
 
     @classmethod
@@ -87,12 +90,17 @@ class Usage(BaseModel):
         return cls.model_validate({"run_id": "", "model": "", **summary})
 
     def upstream_broken(self) -> str | None:
-        """Why the run measured its model's server rather than its agent: every call it made failed upstream;
-        None when one was answered, one failed for itself, or none was made (the agent chose not to call)."""
-        if not self.calls or self.answered or self.upstream_failed < self.calls:
+        """Why the run measured its model's server rather than its agent: every call it made failed upstream,
+        and so did the gateway's own call at its finish (`_health.still_broken`); None when one was answered,
+        one failed for itself, none was made (the agent chose not to call), or the model worked for the
+        gateway (the failures were the calls' own: the agent's)."""
+        if not self.calls or self.answered or self.upstream_failed < self.calls or self.upstream_confirmed is None:
             return None
         calls = f"{self.calls} call{'s' if self.calls != 1 else ''}"
-        return f"model {self.model}: every call failed upstream ({calls}): {self.upstream_failure or 'no cause kept'}"
+        return (
+            f"model {self.model}: every call failed upstream ({calls}): {self.upstream_failure or 'no cause kept'}; "
+            f"the gateway's own call: {self.upstream_confirmed}"
+        )
 
     def summary(self) -> dict[str, object]:
         """The totals without the records, as a run's summary.json holds them."""

@@ -48,20 +48,25 @@ def test_an_upstream_that_refuses_the_key_fails_every_call_upstream(tmp_path: Pa
     )
     assert usage.upstream_broken() == (
         "model remote: every call failed upstream (3 calls): the upstream refused the gateway's credentials (401); "
-        "the operator should check $TEST_PROVIDER_KEY"
+        "the operator should check $TEST_PROVIDER_KEY; the gateway's own call: http://upstream.test/v1/models "
+        "refused the key in $TEST_PROVIDER_KEY (401)"
     )
     said = usage.model_dump_json()
     assert SECRET not in said and "wrong API key" not in said  # neither the key nor the body that may quote it
 
 
 def test_an_upstream_on_a_closed_port_fails_every_call_upstream(tmp_path: Path) -> None:
-    model = _http_model().model_copy(update={"base_url": f"http://127.0.0.1:{closed_port()}/v1"})
-    setup = _setup(tmp_path, {"remote": model}, {"TEST_PROVIDER_KEY": SECRET})
+    base_url = f"http://127.0.0.1:{closed_port()}/v1"
+    setup = _setup(
+        tmp_path, {"remote": _http_model().model_copy(update={"base_url": base_url})}, {"TEST_PROVIDER_KEY": SECRET}
+    )
     usage = _calls(setup, 2)
     assert (usage.calls, usage.answered, usage.upstream_failed) == (2, 0, 2)
-    assert usage.upstream_broken() == (
-        "model remote: every call failed upstream (2 calls): the upstream of model remote did not answer: ConnectError"
-    )
+    said = usage.upstream_broken()
+    assert said is not None and said.startswith(
+        "model remote: every call failed upstream (2 calls): the upstream of model remote did not answer: ConnectError; "
+        f"the gateway's own call: {base_url}/models did not answer"
+    ), said
 
 
 def test_an_upstream_that_does_not_know_the_model_fails_every_call_upstream(tmp_path: Path) -> None:
@@ -70,7 +75,8 @@ def test_an_upstream_that_does_not_know_the_model_fails_every_call_upstream(tmp_
     usage = _calls(setup, 1)
     assert (usage.calls, usage.answered, usage.upstream_failed) == (1, 0, 1)
     assert usage.upstream_broken() == (
-        "model remote: every call failed upstream (1 call): upstream answered 404: model 'upstream-id' does not exist"
+        "model remote: every call failed upstream (1 call): upstream answered 404: model 'upstream-id' does not exist; "
+        "the gateway's own call: http://upstream.test/v1/models does not list the model"
     )
 
 
@@ -186,6 +192,7 @@ def test_the_check_lists_the_models_with_the_provider_key_and_never_returns_it(t
         "status": 200,
         "cause": None,
         "fix": None,
+        "listed": True,
     }
     [sent] = upstream.requests
     assert (sent.method, str(sent.url)) == ("GET", "http://upstream.test/v1/models")
@@ -206,6 +213,7 @@ def test_a_refused_key_is_named_by_its_variable_never_by_its_value(tmp_path: Pat
         "status": status,
         "cause": f"refused the key in $TEST_PROVIDER_KEY ({status})",
         "fix": "check the key",
+        "listed": None,
     }
     assert SECRET[:8] not in answer.text and "Incorrect API key" not in answer.text
 
@@ -247,3 +255,49 @@ def test_an_anthropic_messages_model_is_checked_with_its_own_headers(tmp_path: P
     [sent] = upstream.requests
     assert str(sent.url) == "http://upstream.test/v1/models" and "authorization" not in sent.headers
     assert sent.headers["x-api-key"] == SECRET and sent.headers["anthropic-version"] == "2023-06-01"
+
+
+def _serving_but_refusing_calls(status: int) -> httpx.MockTransport:
+    """A healthy upstream that lists the model, and answers every call of the agent's with `status`: what an
+    agent brings about with its own bodies (an item it names that does not exist, a call past the read
+    timeout, a template the server cannot render)."""
+
+    def reply(request: httpx.Request) -> httpx.Response:
+        if request.method == "GET" and request.url.path.endswith("/models"):
+            return httpx.Response(200, json={"object": "list", "data": [{"id": "upstream-id", "object": "model"}]})
+        return httpx.Response(status, json={"error": {"type": "x", "message": f"no such item ({status})"}})
+
+    return httpx.MockTransport(reply)
+
+
+@pytest.mark.parametrize("status", [404, 500, 502])
+def test_calls_an_agent_made_fail_do_not_make_a_working_model_broken(tmp_path: Path, status: int) -> None:
+    """Every call failed upstream, but the gateway's own call finds the server up, taking the key and listing
+    the model: the failures were the calls' own, and the run is graded (a failure must stay a failure)."""
+    setup = _setup(tmp_path, {"remote": _http_model()}, {"TEST_PROVIDER_KEY": SECRET})
+    setup.gateway.upstream_transport = _serving_but_refusing_calls(status)
+    usage = _calls(setup, 2)
+    assert (usage.calls, usage.answered, usage.upstream_failed) == (2, 0, 2)  # each failed upstream, as counted
+    assert usage.upstream_confirmed is None and usage.upstream_broken() is None
+
+
+def test_a_scripted_models_own_errors_are_never_a_broken_model(tmp_path: Path) -> None:
+    """A script out of its steps answers 500: the agent's doing (it called past the script), never infrastructure."""
+    setup = _setup(tmp_path)
+
+    async def calls() -> Usage:
+        run_key = await setup.register(model="scripted-fix")
+        async with setup.model(run_key["key"]) as client:
+            answer = await client.post("/v1/chat/completions", json=chat("scripted-fix", assistants=40))
+            assert answer.status_code == 500 and "out_of_script" in answer.text  # the control: the script's 500
+        return await setup.gateway.finish("run-1")
+
+    result: list[Usage] = []
+
+    async def test() -> None:
+        result.append(await calls())
+
+    run(test)
+    [usage] = result
+    assert (usage.calls, usage.answered, usage.upstream_failed) == (1, 0, 1)
+    assert usage.upstream_broken() is None

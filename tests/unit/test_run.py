@@ -638,19 +638,40 @@ class _Link:
 
 DOWN = "the upstream of model m1 did not answer: ConnectError"
 # The gateway's account of a run whose three calls all failed upstream (Usage.summary()).
-BROKEN = {"run_id": "r", "model": "m1", "calls": 3, "answered": 0, "upstream_failed": 3, "upstream_failure": DOWN}
+CONFIRMED = "http://127.0.0.1:9/v1/models did not answer (ConnectError)"
+BROKEN = {
+    "run_id": "r",
+    "model": "m1",
+    "calls": 3,
+    "answered": 0,
+    "upstream_failed": 3,
+    "upstream_failure": DOWN,
+    "upstream_confirmed": CONFIRMED,
+}
 
 
 @pytest.mark.parametrize(
     "usage, wrote, grade, error",
     [
-        (BROKEN, "failed", "error", f"model m1: every call failed upstream (3 calls): {DOWN}"),
-        (BROKEN, "passed", "error", f"model m1: every call failed upstream (3 calls): {DOWN}"),
+        (
+            BROKEN,
+            "failed",
+            "error",
+            f"model m1: every call failed upstream (3 calls): {DOWN}; the gateway's own call: {CONFIRMED}",
+        ),
+        (
+            BROKEN,
+            "passed",
+            "error",
+            f"model m1: every call failed upstream (3 calls): {DOWN}; the gateway's own call: {CONFIRMED}",
+        ),
+        # The calls failed, but the gateway's own call found the model working: the agent's calls, graded.
+        ({**BROKEN, "upstream_confirmed": None}, "failed", "failed", None),
         ({**BROKEN, "answered": 1, "upstream_failed": 2}, "failed", "failed", None),  # one good answer: graded
         ({**BROKEN, "calls": 0, "upstream_failed": 0, "upstream_failure": None}, "failed", "failed", None),  # no call
         ({"calls": 12, "prompt_tokens": 40000, "completion_tokens": 2000, "cost": 0.12}, "failed", "failed", None),
     ],
-    ids=["all-failed", "all-failed-passed", "one-answer", "no-calls", "version-0-usage"],
+    ids=["all-failed", "all-failed-passed", "the-agents-own-failures", "one-answer", "no-calls", "version-0-usage"],
 )
 def test_a_run_whose_model_never_answered_is_an_infrastructure_error(
     tmp_path: Path, usage: dict[str, Any], wrote: GradeStatus, grade: GradeStatus, error: str | None
