@@ -70,6 +70,8 @@ class Api:
                 f"{self.choices} must be 1: the gateway forwards one completion per call, "
                 f"not {_shown(body[self.choices])}"
             )
+        for name in ("messages", "input"):  # Responses' input may be a string: nothing in it to fetch
+            _no_fetches(body.get(name))
         out = {name: value for name, value in body.items() if name in self.forwarded}
         if isinstance(out.get("tools"), list):
             out["tools"] = [tool for tool in out["tools"] if self._runs_at_the_agent(tool)]
@@ -118,6 +120,43 @@ def _fit_thinking(out: dict[str, Any]) -> None:
             out["thinking"] = {**thinking, "budget_tokens": limit - 1}
         else:
             del out["thinking"]
+
+
+# Content parts that can carry media (Chat's image_url and file, Responses' input_image and input_file,
+# Messages' image and document): by URL, the provider fetches it from the internet for the run; by file id,
+# it reads the operator's account's storage. Inline data (a data: URL, base64, text) is the agent's own.
+_MEDIA_PARTS = frozenset({"image_url", "file", "input_image", "input_file", "image", "document"})
+# How deep in a call's messages a content part is looked for (the body's nesting is bounded before this).
+_PART_DEPTH = 8
+
+
+def _no_fetches(value: Any, depth: int = 0) -> None:
+    """Refuse (BadCall) a media part of the call's messages that names a URL or a provider's file id: the
+    run's network reaches nothing outside, and a provider fetching a page for it must not either."""
+    if depth > _PART_DEPTH:
+        return
+    if isinstance(value, list):
+        for item in value:
+            _no_fetches(item, depth + 1)
+        return
+    if not isinstance(value, dict):
+        return
+    if value.get("type") in _MEDIA_PARTS:
+        kind = value["type"]
+        inner: dict[str, Any] = value[kind] if isinstance(value.get(kind), dict) else {}
+        urls = [value.get("image_url"), value.get("file_url"), inner.get("url"), inner.get("file_url")]
+        source: dict[str, Any] = value["source"] if isinstance(value.get("source"), dict) else {}
+        if source.get("type") in ("url", "file") or source.get("url") or source.get("file_id"):
+            raise BadCall(f"a {kind} part by URL or file id is not forwarded: give its content inline (base64)")
+        if value.get("file_id") or inner.get("file_id"):
+            raise BadCall(f"a {kind} part by file id is not forwarded: give its content inline")
+        for url in urls:
+            if isinstance(url, str) and not url.startswith("data:"):
+                raise BadCall(f"a {kind} part by URL is not forwarded: give its content inline (a data: URL)")
+        return
+    for key in ("content", "output"):
+        if isinstance(value.get(key), list):
+            _no_fetches(value[key], depth + 1)
 
 
 def _is_int(value: Any, low: int, high: int | None) -> bool:

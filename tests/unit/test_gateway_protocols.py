@@ -715,3 +715,50 @@ def test_token_counts_are_answered_by_the_gateway_never_upstream(tmp_path: Path)
         assert usage.calls == 0 and usage.total_tokens == 0 and usage.rejected == 2
 
     run(test)
+
+
+DATA = "data:image/png;base64,iVBORw0KGgo="
+PAGE = "https://github.com/o/r/commit/abc123"
+
+
+@pytest.mark.parametrize(
+    "api, part",
+    [
+        (CHAT_COMPLETIONS, {"type": "image_url", "image_url": {"url": PAGE}}),
+        (CHAT_COMPLETIONS, {"type": "file", "file": {"file_id": "file-1"}}),
+        (MESSAGES, {"type": "image", "source": {"type": "url", "url": PAGE}}),
+        (MESSAGES, {"type": "document", "source": {"type": "url", "url": PAGE}}),
+        (MESSAGES, {"type": "document", "source": {"type": "file", "file_id": "file_1"}}),
+        (RESPONSES, {"type": "input_image", "image_url": PAGE}),
+        (RESPONSES, {"type": "input_file", "file_url": PAGE}),
+        (RESPONSES, {"type": "input_file", "file_id": "file-1"}),
+    ],
+)
+def test_media_by_url_or_file_id_is_refused_so_no_provider_fetches_for_the_run(api: Any, part: dict[str, Any]) -> None:
+    """A provider fetching a page (the upstream fix's commit, rendered) would reach the internet for a run whose
+    network reaches nothing: such a part is refused, in every protocol, wherever it sits in the history."""
+
+    def body(content_part: dict[str, Any]) -> dict[str, Any]:
+        if api is MESSAGES:
+            # Inside a tool result too: Messages nests content there.
+            turn = [{"type": "tool_result", "tool_use_id": "t", "content": [content_part]}]
+            return {"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": turn}]}
+        message = {"role": "user", "content": [{"type": "text", "text": f"see {PAGE}"}, content_part]}
+        return {"model": "m", "input" if api is RESPONSES else "messages": [message]}
+
+    with pytest.raises(BadCall, match="is not forwarded: give its content inline"):
+        api.upstream_body(body(part), model="m", max_output_tokens=None)
+    # The controls: the same part with its content inline, and a URL in text or a tool's input, go upstream.
+    inlines: dict[str, dict[str, Any]] = {
+        "image_url": {"type": "image_url", "image_url": {"url": DATA}},
+        "file": {"type": "file", "file": {"file_data": DATA}},
+        "image": {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}},
+        "document": {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "x"}},
+        "input_image": {"type": "input_image", "image_url": DATA},
+        "input_file": {"type": "input_file", "file_data": DATA, "filename": "a.txt"},
+    }
+    assert api.upstream_body(body(inlines[part["type"]]), model="m", max_output_tokens=None)
+    tool_use = {"type": "tool_use", "id": "t", "name": "fetch", "input": {"url": PAGE}}
+    if api is MESSAGES:
+        said = {"model": "m", "max_tokens": 10, "messages": [{"role": "assistant", "content": [tool_use]}]}
+        assert api.upstream_body(said, model="m", max_output_tokens=None)
