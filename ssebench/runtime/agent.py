@@ -9,14 +9,14 @@ import subprocess
 import time
 from typing import IO
 
-from ssebench.runtime.contract import ENV, TIMED_OUT, AgentEnd, RuntimeSettings
+from ssebench.runtime.contract import TIMED_OUT, AgentEnd, RuntimeSettings, for_model
 from ssebench.runtime.process import User, confined, kill_group, wait
 
 
 def agent_env(settings: RuntimeSettings, model: User) -> dict[str, str]:
-    """The agent's environment: the container's, without the admin socket, with model's identity and the
+    """The agent's environment: the container's, without root's settings (`contract.ROOT_ONLY`), with model's identity and the
     settings the agent reads (its socket, archive, difficulty, time limit and the MCP server's URL)."""
-    env = {k: v for k, v in os.environ.items() if k != ENV["admin_socket"]}
+    env = for_model(os.environ)
     env.update(HOME=model.home, USER=model.name, LOGNAME=model.name, SHELL="/bin/bash")
     # The MCP URL: the socket root bound (loopback's 127.0.0.1, not ::1; sidecar mode's task container's).
     env.update(settings.to_env("agent_socket", "archive", "difficulty", "agent_timeout", "mcp_url"))

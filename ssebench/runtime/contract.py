@@ -219,6 +219,14 @@ ENV = {
     "mcp_bind": "SSE_MCP_BIND",
     "mcp_url": "SSE_MCP_URL",
 }
+# Settings of root's alone, never in an environment model's processes get: the admin socket, the results
+# directory, and a kept run's token (what ends a kept run's wait on the host).
+ROOT_ONLY = frozenset({ENV["admin_socket"], ENV["results"], ENV["keep_token"]})
+
+
+def for_model(environ: Mapping[str, str]) -> dict[str, str]:
+    """`environ` without the settings of root's alone: the base of every environment model's processes get."""
+    return {k: v for k, v in environ.items() if k not in ROOT_ONLY}
 
 
 class SettingsError(Exception):

@@ -28,7 +28,7 @@ from sse.helper import ScriptResult
 
 from ssebench.runtime.bencher import BencherError, ChangeFailed, Guard, set_aside_note
 from ssebench.runtime.capture import CaptureError, Change, FileChange
-from ssebench.runtime.contract import RuntimeSettings, TaskFile
+from ssebench.runtime.contract import RuntimeSettings, TaskFile, for_model
 from ssebench.runtime.files import read_no_follow, write_atomic
 from ssebench.runtime.protection import Protection
 
@@ -273,7 +273,7 @@ def container_service(settings: RuntimeSettings) -> TaskService:
     protection = Protection.of_task(task)
     bencher = Bencher(task, limits, results, environ, runner, changes=lambda: capture.change(protection))
     bencher.new_session()
-    shell_env = {k: v for k, v in environ.items() if k not in ("SSE_ADMIN_SOCKET", "SSE_RESULTS")}
+    shell_env = for_model(environ)
     shell_env.update(HOME=model.home, USER=model.name, LOGNAME=model.name, SHELL="/bin/bash")
     bash = BashTool(
         model, Path(task.source), shell_env, settings.bash_timeout, settings.output_cap, file_size=settings.file_size

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from ssebench.agent import load_agent
+from ssebench.archive import extract
 from ssebench.defaults import Egress, Mode
 from ssebench.engine import DockerBackend, NotFoundError, cleanup, client, containers, images
 from ssebench.errors import ConfigErrors, SSEBenchError
@@ -44,7 +45,7 @@ from ssebench.live import LiveRun, ModelLink, running
 from ssebench.reaper import Session, reap_session, remove_kept
 from ssebench.result import make_run_dir, new_run_id, read_json_object, read_result, read_safely
 from ssebench.run import collect
-from ssebench.runspec import SIDECAR_AGENT_SOCKET, RunConfig, limits_for
+from ssebench.runspec import RESULTS_CAP, RESULTS_FILE_CAP, SIDECAR_AGENT_SOCKET, RunConfig, limits_for
 from ssebench.runtime.contract import TASK_DIR
 from ssebench.schema import read_yaml, validate
 from ssebench.settings import Settings
@@ -141,8 +142,9 @@ def task_in_image(image: str, variable: str, tmp: Path, source: str | None = Non
     finally:
         containers().remove(made)
     unpacked = tmp / "image"
-    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        tar.extractall(unpacked, filter="data")
+    # The harness's own extraction (regular files and folders only, within caps), not tarfile's: the image may
+    # be anyone's, and tarfile's "data" filter had ways around it before Python 3.11.13.
+    extract(iter([archive]), unpacked / TASK_DIR.strip("/"), file_cap=RESULTS_FILE_CAP, total_cap=RESULTS_CAP)
     for path in unpacked.rglob("*"):  # as a task folder's files are: the reference agent reads its patch as model
         path.chmod(0o755 if path.is_dir() else 0o644)
     data = read_yaml(unpacked / TASK_DIR.strip("/") / "config.yaml")
@@ -255,8 +257,6 @@ class HeldRun:
 
     def owner_and_mode(self, path: str) -> tuple[int, int]:
         """(uid, permission bits) of a path where the task is, read from the engine (works once it stopped)."""
-        import io
-        import tarfile
 
         stream = io.BytesIO(b"".join((self.live.task or self.live.handle).export(path)))
         with tarfile.open(fileobj=stream) as archive:

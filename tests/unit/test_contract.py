@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import asdict
 from pathlib import Path
 
@@ -175,3 +176,25 @@ def test_a_reference_run_is_labelled_so_and_another_agents_run_is_not() -> None:
     for agent, labelled in (("reference", True), ("dummy", False)):
         config = RunConfig(task=task, agent=load_agent(get_settings().agents_dir, agent))
         assert (REFERENCE_RUN_LABEL in run_labels(config, Session.new(), "r1")) is labelled, agent
+
+
+def test_model_s_environments_hold_none_of_root_s_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The agent's and the bash tool's: no admin socket, no results directory, no kept run's token (what ends a
+    kept run's wait on the host)."""
+    from ssebench.runtime.agent import agent_env
+    from ssebench.runtime.contract import ENV, ROOT_ONLY, for_model, load_settings
+    from ssebench.runtime.process import User
+
+    planted = {
+        ENV["admin_socket"]: "/run/ssebench/admin.sock",
+        ENV["results"]: "/var/lib/x",
+        ENV["keep_token"]: "t0k3n",
+    }
+    for name, value in planted.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("SSE_DIFFICULTY", "2")
+    assert set(planted) == ROOT_ONLY
+    assert not ROOT_ONLY & set(for_model(dict(os.environ)))
+    env = agent_env(load_settings(dict(os.environ)), User(name="model", uid=1000, gid=1000, home="/home/model"))
+    assert not ROOT_ONLY & set(env) and "t0k3n" not in env.values()
+    assert env["SSE_DIFFICULTY"] == "2" and env["HOME"] == "/home/model"  # the control: the rest is there
