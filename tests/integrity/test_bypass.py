@@ -320,6 +320,8 @@ class Report:
 
     def __init__(self, mode: str, levels: list[int]) -> None:
         self.mode, self.levels = mode, levels
+        # A level where no check ran (all skipped, or none collected): nothing was shown to hold there.
+        self.unchecked = False
         self.checks: dict[str, tuple[int, str]] = {}  # node id -> (level, what it tries)
         self.outcomes: dict[int, dict[str, str]] = {level: {} for level in levels}  # level -> what -> outcome
         self.write: Callable[[str], None] = print
@@ -379,10 +381,11 @@ class Report:
             outcomes = self.outcomes[level]
             broken = [what for what, outcome in outcomes.items() if outcome in ("FAIL", "ERROR")]
             passed = sum(outcome == "pass" for outcome in outcomes.values())
-            if not outcomes:
-                verdict = "NOT RUN"
-            elif broken:
+            if broken:
                 verdict = f"FAILED: {len(broken)} of {len(outcomes)} checks: {'; '.join(broken)}"
+            elif not passed:
+                verdict = "NOT RUN" if not outcomes else f"NOTHING CHECKED ({len(outcomes)} skipped)"
+                self.unchecked = True
             else:
                 verdict = f"held ({passed} checks passed, {len(outcomes) - passed} skipped)"
             self.write(f"{self.mode} d{level}: {verdict}")
@@ -395,7 +398,8 @@ def main(argv: list[str] | None = None) -> int:
         description="Attack a run held in the agent phase, as the agent's user, in one mode at each level: the "
         "demo's c-demo, or the images SSEBENCH_INTEGRITY_IMAGE (sandbox mode), SSEBENCH_INTEGRITY_SIDECAR_ENV_IMAGE "
         "and SSEBENCH_INTEGRITY_SIDECAR_AGENT_IMAGE (sidecar mode) name, whose source tree is at "
-        "SSEBENCH_INTEGRITY_SOURCE (default: their config.yaml's source). Exits 0 when every protection held.",
+        "SSEBENCH_INTEGRITY_SOURCE (default: their config.yaml's source). Exits 0 when every protection held at "
+        "every level asked for; 1 when one did not, or when a level had no check run.",
     )
     parser.add_argument("--mode", choices=MODES, default="sandbox", help="the mode to attack (default: sandbox)")
     parser.add_argument("levels", nargs="*", metavar="LEVEL", help=f"difficulty levels (default: {LEVELS})")
@@ -416,7 +420,8 @@ def main(argv: list[str] | None = None) -> int:
     attacked = f"{target.agent}" + (f" with {target.tool}" if target.tool != target.agent else "") if target else ""
     print(f"attacking {attacked or 'the demo images (c-demo)'} in {args.mode} mode at levels {levels}", flush=True)
     report = Report(args.mode, levels)
-    return int(pytest.main([__file__, "-p", "no:cacheprovider", "--tb=short", "-q", "-rfE"], plugins=[report]))
+    status = int(pytest.main([__file__, "-p", "no:cacheprovider", "--tb=short", "-q", "-rfE"], plugins=[report]))
+    return status or (1 if report.unchecked else 0)
 
 
 if __name__ == "__main__":
