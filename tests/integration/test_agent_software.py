@@ -149,6 +149,8 @@ def _tasks() -> list[Task]:
     return load_tasks(DEMO)
 
 
+# CI leaves it out (README, Tests): chat-agent's budget and wander runs are CI's; this agent's, `make test TESTS=`.
+@pytest.mark.exhaustive
 def test_mini_swe_agent_wandering_fails_and_a_spent_budget_stops_it(demo: pytest.Pytester) -> None:
     from sse.dialog import read
 

@@ -95,6 +95,8 @@ def test_codex_fixes_every_demo_task_with_the_scripts_usage(demo: pytest.Pyteste
         assert (run_dir / "archive" / "codex-stderr.log").read_text() == ""
 
 
+# CI leaves it out (README, Tests): chat-agent's budget and wander runs are CI's; this agent's, `make test TESTS=`.
+@pytest.mark.exhaustive
 def test_codex_stops_at_the_budget_and_a_wandering_model_changes_nothing(demo: pytest.Pytester) -> None:
     for model in ("scripted-budget", "scripted-wander"):
         result = demo.runpytest_subprocess(

@@ -724,6 +724,8 @@ def test_claude_code_fixes_the_demo_through_the_gateway(demo: pytest.Pytester) -
         assert (run_dir / "archive" / "claude-stream.jsonl").stat().st_size > 0
 
 
+# CI leaves it out (README, Tests): chat-agent's budget and wander runs are CI's; this agent's, `make test TESTS=`.
+@pytest.mark.exhaustive
 def test_claude_code_stops_at_the_budget_and_a_wandering_model_fixes_nothing(demo: pytest.Pytester) -> None:
     from sse.dialog import read, validate
 
