@@ -80,8 +80,10 @@ def test_an_agent_volume_is_filled_once_root_s_alone_and_mounted_read_only(
         cleanup().remove_volume(name)
 
 
+# Sidecar mode's is left out of CI (README, Tests): its agent's container mounts the same volume.
+@pytest.mark.parametrize("mode", ["sandbox", pytest.param("sidecar", marks=pytest.mark.exhaustive)])
 def test_mini_swe_agent_fixes_the_demo_in_both_modes_with_the_script_s_usage_and_one_volume(
-    demo: pytest.Pytester, settings: Settings
+    demo: pytest.Pytester, settings: Settings, mode: str
 ) -> None:
     from sse.dialog import read, validate
 
@@ -92,13 +94,13 @@ def test_mini_swe_agent_fixes_the_demo_in_both_modes_with_the_script_s_usage_and
         "--model",
         "scripted-fix",
         "--mode",
-        "sandbox,sidecar",
+        mode,
         "--results",
         "out",
         "-p",
         "no:cacheprovider",
     )
-    result.assert_outcomes(passed=6)
+    result.assert_outcomes(passed=3)
     agent = load_agent(settings.agents_dir, "mini-swe-agent")
     script = yaml.safe_load((MODELS / "scripted" / "fix.yaml").read_text())
     # Each run's own directory (not the `latest` link beside them).
@@ -108,7 +110,7 @@ def test_mini_swe_agent_fixes_the_demo_in_both_modes_with_the_script_s_usage_and
         if not p.parent.is_symlink()
     ]
     modes = sorted(json.loads((d / "summary.json").read_text())["config"]["mode"] for d in run_dirs)
-    assert modes == ["sandbox"] * 3 + ["sidecar"] * 3
+    assert modes == [mode] * 3
     for run_dir in run_dirs:
         summary = json.loads((run_dir / "summary.json").read_text())
         assert summary["grade"] == "passed" and summary["config"]["agent_software"] == agent.software_digest
@@ -131,13 +133,13 @@ def test_mini_swe_agent_fixes_the_demo_in_both_modes_with_the_script_s_usage_and
         # Every command the model gave is in the dialog with its output.
         commands = [r["input"]["command"] for r in dialog if r["type"] == "tool_call"]
         assert commands == [s["tool_calls"][0]["arguments"]["command"] for s in steps]
-    # One volume for all six runs, the agent's software in none of its images: each task adds its launcher.
+    # One volume for all the runs, the agent's software in none of its images: each task adds its launcher.
     volumes = [v for v in cleanup().volumes({"name": "ssebench-agent-mini-swe-agent-"})]
     assert (
         len({v["Labels"][LABEL_FILL] for v in volumes if v["Labels"].get("ssebench.hash") == agent.software_digest})
         == 1
     )
-    for task in ("c-demo", "go-demo", "rust-demo"):
+    for task in ("c-demo", "go-demo", "rust-demo") if mode == "sandbox" else ():  # sidecar: one image per agent
         names = image_names(settings, next(t for t in _tasks() if t.id == task), "mini-swe-agent")
         added = images().inspect(names["agent"])["Size"] - images().inspect(names["tool"])["Size"]  # type: ignore[index]
         assert 0 < added <= 1 << 20, (task, added)

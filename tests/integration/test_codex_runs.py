@@ -51,7 +51,9 @@ def _usage(run_dir: Path) -> dict[str, Any]:
     return usage
 
 
-def test_codex_fixes_every_demo_task_with_the_scripts_usage(demo: pytest.Pytester) -> None:
+# Sidecar mode's is left out of CI (README, Tests): its agent's container mounts the same volume.
+@pytest.mark.parametrize("mode", ["sandbox", pytest.param("sidecar", marks=pytest.mark.exhaustive)])
+def test_codex_fixes_every_demo_task_with_the_scripts_usage(demo: pytest.Pytester, mode: str) -> None:
     result = demo.runpytest_subprocess(
         "datasets/demo",
         "--agent",
@@ -59,15 +61,15 @@ def test_codex_fixes_every_demo_task_with_the_scripts_usage(demo: pytest.Pyteste
         "--model",
         "scripted-fix",
         "--mode",
-        "sandbox,sidecar",
+        mode,
         "--results",
         "out",
         "-p",
         "no:cacheprovider",
     )
-    result.assert_outcomes(passed=6)
+    result.assert_outcomes(passed=3)
     runs = _runs(demo.path, "scripted-fix", "*")
-    assert len(runs) == 6
+    assert len(runs) == 3
     for run_dir in runs:
         dialog = _dialog(run_dir)
         init, complete = dialog[0], dialog[-1]
