@@ -199,3 +199,12 @@ def scripted_steps(script: Path, prompt: str, tools: frozenset[str] = CHAT_AGENT
     assert found is not None, f"{script}: no conversation for this prompt and tools"
     steps: list[dict[str, Any]] = yaml.safe_load(script.read_text())["conversations"][found[0]]["steps"]
     return steps
+
+
+def interruptible() -> None:
+    """A child's `preexec_fn` that gives it Ctrl-C's default action back: a session started in the background
+    of a non-interactive shell (a CI's, `cmd &`) ignores SIGINT, and ignored signals are inherited, so a
+    test that sends one would wait for nothing."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

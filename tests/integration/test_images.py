@@ -21,7 +21,7 @@ from ssebench.image import image_names, log_path
 from ssebench.settings import Settings
 from ssebench.simplelayer import AGENT
 from ssebench.task import Task, load_task
-from tests.helpers import DEMO, runtime_of, write_dataset
+from tests.helpers import DEMO, interruptible, runtime_of, write_dataset
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -169,6 +169,7 @@ def test_ctrl_c_stops_parallel_builds_and_leaves_nothing(demo_images: list[Task]
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=interruptible,
     )
 
     def slow_steps(all: bool) -> int:

@@ -19,7 +19,7 @@ import pytest
 
 from ssebench.engine import cleanup, client
 from ssebench.task import Task
-from tests.helpers import DEMO, rendered_text, scripted_steps
+from tests.helpers import DEMO, interruptible, rendered_text, scripted_steps
 
 pytest_plugins = ["pytester"]
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -313,6 +313,7 @@ def _start(pytester: pytest.Pytester, mode: str = "sandbox") -> subprocess.Popen
             env={**os.environ, "PYTHONFAULTHANDLER": "1"},
             stdout=log,
             stderr=subprocess.STDOUT,
+            preexec_fn=interruptible,
         )
 
 
