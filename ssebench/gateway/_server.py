@@ -43,7 +43,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 import httpx
 from pydantic import ConfigDict, Field, ValidationError, field_validator
@@ -664,24 +664,25 @@ class Gateway:
         run = self.authorise(request, host)
         if protocol not in run.model.protocols:
             served = ", ".join(sorted(run.model.protocols))
-            refusal = GatewayRefusal(
+            self._turn_away(
+                run,
                 404,
                 "not_found_error",
                 f"model '{run.model.name}' speaks {served}, not {protocol}: call its route, or pick a model of {protocol}",
-                close=True,
             )
-            self.refuse(run, refusal.status, refusal.message)
-            raise refusal
         if run.active >= self.limits.run_requests:
-            busy = GatewayRefusal(
+            self._turn_away(
+                run,
                 429,
                 "too_many_requests",
                 f"run {run.run_id} has {run.active} requests under way, its limit; wait for their answers",
-                close=True,
             )
-            self.refuse(run, busy.status, busy.message)
-            raise busy
         return run
+
+    def _turn_away(self, run: Run, status: int, kind: str, message: str) -> NoReturn:
+        """Refuse a request of `run` before its body is read: counted as the run's, and its connection closed."""
+        self.refuse(run, status, message)
+        raise GatewayRefusal(status, kind, message, close=True)
 
     def model_app(self, host: str) -> Starlette:
         """The app of the model listener on `host`: keys of runs registered for `host` only."""
