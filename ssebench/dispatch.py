@@ -312,14 +312,18 @@ def bring_home(config: RunConfig, outcome: NodeOutcome, results: Path, submitted
     return record
 
 
-def lost_run(config: RunConfig, results: Path, session: Session, error: str) -> RunRecord:
-    """The record of a run whose node (or worker) was lost: an infrastructure error, with a directory."""
+def lost_run(
+    config: RunConfig, results: Path, session: Session, error: str, *, submitted: float | None = None
+) -> RunRecord:
+    """The record of a run whose node (or worker) was lost: an infrastructure error, with a directory. It
+    started when it was `submitted` to the cluster, if it was: a retry then always sorts after it."""
     run_id = config.run_id or new_run_id(config.difficulty, config.mode)
+    started = datetime.fromtimestamp(submitted, UTC) if submitted is not None else datetime.now(UTC)
     record = RunRecord(
         config=config,
         run_id=run_id,
         run_dir=make_run_dir(results, config.task.id, config.model, config.agent.name, run_id),
-        started_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        started_at=started.isoformat(timespec="seconds"),
         session=session.id,
     )
     record.judged(grade(infrastructure=error))
@@ -562,6 +566,7 @@ class RayDispatch:
                 self.results,
                 self.session,
                 f"the run raised on its node: {type(cause).__name__}: {_first_line(cause)}",
+                submitted=submitted,
             )
         except self._ray.exceptions.RayError as exc:
             return lost_run(
@@ -569,6 +574,7 @@ class RayDispatch:
                 self.results,
                 self.session,
                 f"the run's Ray node or worker was lost ({type(exc).__name__}): {_first_line(exc)}",
+                submitted=submitted,
             )
         finally:
             self.in_flight = None

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sse.result import SCHEMA_VERSION
+from sse.result import NO_RESULT_TEXT, SCHEMA_VERSION
 
 from ssebench.engine import client
 from ssebench.image import image_names
@@ -407,7 +407,9 @@ def test_an_mcp_server_that_never_served_makes_the_run_an_error(
         grade = finish(c, run_dir)["patch_result"]
         said = c.logs().decode(errors="replace")
     if stand_in == NEVER_SERVES:
-        assert grade["status"] == "error" and grade["error_msg"].startswith("the MCP server failed to start"), grade
+        assert grade["status"] == "error" and grade["error_msg"].startswith(
+            f"{NO_RESULT_TEXT} (the MCP server failed to start"
+        ), grade
         assert "exited with status 1 before it served" in said and "not graded" in said, said
     else:
         assert grade["status"] == "failed" and grade["error_msg"].startswith("PoC failed"), grade
@@ -441,7 +443,9 @@ def test_a_daemon_that_never_serves_makes_the_run_an_error_and_no_agent_runs(
     ) as c:
         grade = finish(c, run_dir, timeout=90)["patch_result"]
         said = c.logs().decode(errors="replace")
-    assert grade["status"] == "error" and grade["error_msg"].startswith("the runtime failed to start"), grade
+    assert grade["status"] == "error" and grade["error_msg"].startswith(
+        f"{NO_RESULT_TEXT} (the runtime failed to start"
+    ), grade
     if stand_in == DAEMON_EXITS:
         assert "the daemon exited with status 1 while starting" in grade["error_msg"], grade
         assert "the stand-in daemon gives up" in grade["error_msg"], grade  # its log's tail

@@ -153,6 +153,13 @@ def test_a_lost_node_is_an_infrastructure_error_with_a_directory(tmp_path: Path)
     assert record.run_dir.parent.parent.parent.parent == tmp_path / "out"
 
 
+def test_a_lost_run_started_when_it_was_submitted(tmp_path: Path) -> None:
+    """Its retry then sorts after it, even within the same second of the loss."""
+    record = lost_run(_config(), tmp_path / "out", Session.new(), "lost", submitted=1_700_000_000.0)
+    summary = json.loads((record.run_dir / "summary.json").read_text())
+    assert summary["started_at"] == "2023-11-14T22:13:20+00:00", summary
+
+
 def test_a_run_asks_the_cluster_for_what_its_containers_may_use() -> None:
     limits = Limits(cpus=1.5, memory=2 << 30)
     assert resources(_config(limits=limits)) == (1.5, 2 << 30)
