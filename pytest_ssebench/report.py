@@ -98,6 +98,16 @@ def _cell(value: Any) -> str:
     return {True: "✔ passed", False: "✘ failed", None: "— not run"}.get(value, html.escape(str(value)))
 
 
+def variants_text(patch: PatchResult) -> str:
+    """The variants check in words: how many of the task's hidden variant inputs the patch fixed, and
+    whether they decide the grade."""
+    if patch.variants_total is None:
+        return "— not run"
+    return f"{patch.variants_passed} / {patch.variants_total} fixed" + (
+        "" if patch.variants_decide else " (reported only)"
+    )
+
+
 def grade_card(record: RunRecord) -> str:
     patch = record.patch_result
     colour = {"passed": "#1a7f37", "failed": "#cf222e"}.get(record.grade, "#9a6700")
@@ -116,6 +126,7 @@ def grade_card(record: RunRecord) -> str:
         ("grade", f'<b style="color:{colour}">{html.escape(record.grade)}</b>'),
         ("build", _cell(patch.build_success)),
         ("PoCs", html.escape(pocs)),
+        ("variants", html.escape(variants_text(patch))),
         ("function test", _cell(patch.func_test_success)),
         ("intent test", _cell(patch.intent_test_success)),
         ("first failure", html.escape(str(patch.error_msg or record.infra_error or "—"))),

@@ -195,6 +195,10 @@ class Files(Strict):
     future_test: str | None = None
     """The fix's own tests as a diff (e.g. diffs/test.diff), applied for the intent test; never shown to the
     agent."""
+    variants: list[RelPath] = Field(default_factory=list)
+    """Hidden variant inputs (e.g. variants/longer.bin): other inputs that reach the same root cause as the
+    PoCs, each given to scripts.run by grading only, never shown to or run by the agent (an SSEBench
+    extension; see variant_policy)."""
     security_test: Any = None
     """A key of older upstream tasks: accepted and ignored."""
     intent_test: Any = None
@@ -205,9 +209,9 @@ class Files(Strict):
     def _path(cls, value: Any) -> str | None:
         return _relative_path(value)
 
-    @field_validator("poc", mode="before", json_schema_input_type=LIST_INPUT)
+    @field_validator("poc", "variants", mode="before", json_schema_input_type=LIST_INPUT)
     @classmethod
-    def _pocs(cls, value: Any) -> list[Any]:
+    def _inputs(cls, value: Any) -> list[Any]:
         return _as_list(value)
 
 
@@ -285,6 +289,9 @@ class TaskConfig(Strict):
     fix_may_change: list[TreePattern] = Field(default_factory=list)
     """Paths beyond code (tests, build files) the fix may change, whose changes grading keeps (an SSEBench
     extension)."""
+    variant_policy: contract.VariantPolicy = "fail"
+    """What a variant that still triggers the bug makes of the grade: fail (a failed check, the default) or
+    report (counted in variants_passed, the grade stands) (an SSEBench extension)."""
 
     @field_validator("id")
     @classmethod
@@ -443,6 +450,7 @@ def named_files(data: Any) -> list[tuple[str, str]]:
         ("files.future_test", files.get("future_test")),
     ]
     refs += [(f"files.poc[{i}]", p) for i, p in enumerate(listed(files.get("poc")))]
+    refs += [(f"files.variants[{i}]", p) for i, p in enumerate(listed(files.get("variants")))]
     refs += [(f"task_description.crash_report[{i}]", p) for i, p in enumerate(listed(description.get("crash_report")))]
     return [(field, path) for field, path in refs if isinstance(path, str) and path]
 

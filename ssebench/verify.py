@@ -1,8 +1,8 @@
 """Verifying a dataset: every task valid, shown by running the reference, dummy and hollow agents on it.
 
-A task is valid when the reference agent passes every check it supports,
-and the dummy agent (no change) builds, passes the function test and fails
-every proof of concept (README, "Quick start"). Grading must also rest on nothing the
+A task is valid when the reference agent passes every check it supports
+(its variants included), and the dummy agent (no change) builds, passes the
+function test and fails every proof of concept and every variant (README, "Quick start"). Grading must also rest on nothing the
 agent's files decide: the hollow agent leaves the bug and edits only build
 files, tests and harnesses, the ways that once forged a pass, so on a valid
 task it is graded failed with those files set aside; and the reference fix
@@ -75,6 +75,14 @@ def judge(task: Task, agent: str, record: RunRecord) -> list[str]:
                 problems.append(f"{where}: {check} did not pass")
         if "poc" in checks and (patch.pov_total is None or patch.pov_passed != patch.pov_total):
             problems.append(f"{where}: poc: {patch.pov_passed} of {patch.pov_total} fixed, expected all")
+        variants = task.config.files.variants
+        if variants and (patch.variants_total != len(variants) or patch.variants_passed != patch.variants_total):
+            ran = (
+                "none ran"
+                if patch.variants_total is None
+                else f"{patch.variants_passed} of {patch.variants_total} fixed"
+            )
+            problems.append(f"{where}: variants: {ran}, expected all {len(variants)} fixed")
         set_aside, count = record.set_aside
         if count:
             problems.append(
@@ -98,6 +106,14 @@ def judge(task: Task, agent: str, record: RunRecord) -> list[str]:
     if "poc" in checks and patch.pov_passed != 0:
         problems.append(
             f"{where}: poc: {patch.pov_passed} of {patch.pov_total} PoCs pass without any change, expected none"
+        )
+    # A variant reaches the bug: on the tree without a fix, each must still trigger it.
+    variants = task.config.files.variants
+    if variants and "poc" in checks and (patch.variants_total != len(variants) or patch.variants_passed != 0):
+        ran = "none ran" if patch.variants_total is None else f"{patch.variants_passed} of {patch.variants_total} pass"
+        problems.append(
+            f"{where}: variants: {ran} without any change, expected {len(variants)} that each trigger the bug "
+            "on the original tree"
         )
     return problems
 

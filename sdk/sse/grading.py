@@ -32,8 +32,11 @@ def grade() -> PatchResult:
 
       1. Build -- early-return on failure (everything else depends on it).
       2. Security test -- runs all PoCs, records how many passed.
-      3. Function test -- runs the project's own test suite.
-      4. Intent test -- runs the test suite with the intent patch applied.
+      3. Variants -- runs the task's hidden variant inputs as PoCs, records
+         how many passed; a failed one fails the grade unless the task's
+         variant_policy is "report".
+      4. Function test -- runs the project's own test suite.
+      5. Intent test -- runs the test suite with the intent patch applied.
 
     Call it over the daemon's admin socket, after the agent has finished: it
     applies the agent's diff to the copy of the repository that is graded,
@@ -70,6 +73,17 @@ def grade() -> PatchResult:
                 result.pov_passed += 1
             else:
                 result.mark_failure(f"PoC failed: {poc}", _log_of(ran))
+
+    variants = [str(v) for v in prepared.get("variants") or []]
+    if capabilities.can_run_poc and variants:
+        decides = prepared.get("variant_policy", "fail") != "report"
+        result.variants_total, result.variants_passed, result.variants_decide = len(variants), 0, decides
+        for variant in variants:
+            ran = bencher.run_variant(variant)
+            if ran.is_success():
+                result.variants_passed += 1
+            elif decides:
+                result.mark_failure(f"Variant failed: {variant}", _log_of(ran))
 
     if capabilities.has_function_test:
         tested = bencher.function_test(grading=True)

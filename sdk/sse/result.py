@@ -82,6 +82,13 @@ class PatchResult:
     """How many proofs of concept no longer trigger the bug."""
     pov_total: int | None = None
     """How many proofs of concept ran."""
+    variants_passed: int | None = None
+    """How many of the task's hidden variant inputs (other inputs that reach the same root cause) no longer
+    trigger the bug."""
+    variants_total: int | None = None
+    """How many variant inputs ran (None: the task has none, or grading stopped before them)."""
+    variants_decide: bool | None = None
+    """Whether a failed variant fails the grade (the task's variant_policy "fail") or is only reported."""
     func_test_success: bool | None = None
     """Whether the project's tests passed (the test script): the function test."""
     intent_test_success: bool | None = None
@@ -108,6 +115,7 @@ class PatchResult:
         return (
             self.build_success is not False
             and (self.pov_total is None or self.pov_passed == self.pov_total)
+            and (not self.variants_decide or self.variants_total is None or self.variants_passed == self.variants_total)
             and self.func_test_success is not False
             and self.intent_test_success is not False
         )
@@ -126,6 +134,10 @@ class PatchResult:
         if self.error_msg is None:
             self.error_msg = msg
             self.error_log = log
+
+
+# patch_result's keys beyond upstream's, written only when variants ran.
+VARIANT_KEYS = ("variants_passed", "variants_total", "variants_decide")
 
 
 @dataclass(frozen=True)
@@ -215,9 +227,13 @@ class RunResult:
     """The format's version; a file without it is version 0."""
 
     def to_json(self) -> dict[str, Any]:
+        checks = asdict(self.patch_result)
+        if self.patch_result.variants_total is None:  # no variants ran: upstream's patch_result, key for key
+            for key in VARIANT_KEYS:
+                del checks[key]
         data: dict[str, Any] = {
             "schema_version": self.schema_version,
-            "patch_result": {"status": self.status, **asdict(self.patch_result)},
+            "patch_result": {"status": self.status, **checks},
             "runtime_result": asdict(self.runtime_result),
             "signals": asdict(self.signals),
         }

@@ -592,8 +592,18 @@ class Bencher:
         raise BencherError(400, f"unknown PoC {poc!r}; use one of the paths GET /project lists")
 
     def run_poc(self, poc: str, guard: Guard = _no_guard) -> ScriptResult:
+        return self._run_input(self.poc_path(poc), guard)
+
+    def run_variant(self, variant: str) -> ScriptResult:
+        """Run a variant input as a PoC is run (grading's only: the daemon never takes it from an agent)."""
+        if variant not in self.task.variants:
+            raise BencherError(400, f"unknown variant {variant!r}")
+        return self._run_input(variant, _no_guard)
+
+    def _run_input(self, entry: str, guard: Guard) -> ScriptResult:
+        """The run script on one input of the task's (a PoC or a variant: `entry` in config.yaml), against
+        the last build."""
         script = self._script("run", self.task.run_script)
-        entry = self.poc_path(poc)
         name = Path(entry).name
         with self._turn(guard):
             build = self.last_build

@@ -80,6 +80,12 @@ DIFFICULTY_NAMES = {
 
 # The highest difficulty level at which the agent may still run each action.
 MAX_LEVEL = {"build": 3, "function_test": 2, "run_poc": 1, "intent_test": 0}
+# Checks only grading runs, on the admin socket, at every difficulty: an agent never runs them, nor learns
+# their inputs.
+GRADING_ACTIONS = ("run_variant",)
+# What a task's failed variant makes of the grade: a failed check (the default), or a figure reported only.
+VariantPolicy = Literal["fail", "report"]
+VARIANT_POLICIES: tuple[VariantPolicy, ...] = get_args(VariantPolicy)
 
 # The checks a task may support, in grading order.
 CHECKS = ("build", "poc", "function_test", "intent_test")
@@ -129,6 +135,9 @@ class TaskFile:
     patch: str | None = None
     poc: list[str] = field(default_factory=list)
     future_test: str | None = None
+    # Hidden inputs besides the PoCs that reach the same root cause, run as PoCs by grading only.
+    variants: list[str] = field(default_factory=list)
+    variant_policy: VariantPolicy = "fail"
     # Paths grading takes from the original beyond the language's defaults, and those the fix may change
     # (`ssebench.runtime.protection`).
     protected_files: list[str] = field(default_factory=list)
@@ -153,6 +162,8 @@ class TaskFile:
             patch=_text(files.get("patch")),
             poc=_paths(files.get("poc")),
             future_test=_text(files.get("future_test")),
+            variants=_paths(files.get("variants")),
+            variant_policy="report" if data.get("variant_policy") == "report" else "fail",
             protected_files=_paths(data.get("protected_files")),
             fix_may_change=_paths(data.get("fix_may_change")),
         )
@@ -169,8 +180,8 @@ class TaskFile:
 
     def secret_paths(self) -> list[str]:
         """Paths under /ssebench that only root may read."""
-        named = [self.run_script, self.patch, self.future_test, *self.poc, *self.crash_report]
-        return ["config.yaml", "diffs", "pocs", "reports", *(p for p in named if p)]
+        named = [self.run_script, self.patch, self.future_test, *self.poc, *self.variants, *self.crash_report]
+        return ["config.yaml", "diffs", "pocs", "variants", "reports", *(p for p in named if p)]
 
 
 # --- The environment a run's containers start with ---------------------------------------------------------------

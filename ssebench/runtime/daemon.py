@@ -33,7 +33,7 @@ from ssebench.runtime import listeners
 from ssebench.runtime.bash import ToolClosed
 from ssebench.runtime.bencher import BencherError
 from ssebench.runtime.capture import CaptureError
-from ssebench.runtime.contract import DIFFICULTY_NAMES, MAX_LEVEL, allowed_actions
+from ssebench.runtime.contract import DIFFICULTY_NAMES, GRADING_ACTIONS, MAX_LEVEL, allowed_actions
 from ssebench.runtime.service import PHASE_OVER, TaskService
 
 AGENT, HTTP, ADMIN = listeners.AGENT, listeners.HTTP, listeners.ADMIN
@@ -122,14 +122,14 @@ def create_app(service: TaskService, difficulty: int) -> Starlette:
           403: {description: "withheld by difficulty or phase, or grading requested on an agent-facing listener"}
         """
         action = request.query_params.get("action", "")
-        if action not in MAX_LEVEL:
+        if action not in MAX_LEVEL and action not in GRADING_ACTIONS:
             return JSONResponse({"error": f"unknown action {action!r}; use one of {', '.join(MAX_LEVEL)}"}, 400)
         body = await _body(request)
         agent = not _is_admin(request)
         if agent:
             if not service.agent_running:
                 return _refuse(PHASE_OVER)
-            if body.get("grading"):
+            if body.get("grading") or action in GRADING_ACTIONS:
                 return _refuse("grading runs only on the admin socket")
             if action not in allowed_actions(difficulty):
                 return _refuse(withheld_note[action])

@@ -41,6 +41,7 @@ class BencherLike(Protocol):
     def prepare_graded(self, change: bytes) -> None: ...
     def build(self, grading: bool = False, guard: Guard = ...) -> ScriptResult: ...
     def run_poc(self, poc: str, guard: Guard = ...) -> ScriptResult: ...
+    def run_variant(self, variant: str) -> ScriptResult: ...
     def function_test(self, grading: bool = False, guard: Guard = ...) -> ScriptResult: ...
     def intent_test(self, grading: bool = False, guard: Guard = ...) -> ScriptResult: ...
 
@@ -143,6 +144,10 @@ class TaskService:
             return self.bencher.build(grading=grading, guard=guard)
         if action == "run_poc":
             return self.bencher.run_poc(str(body.get("poc", "")), guard=guard)
+        if action == "run_variant":
+            if for_agent:  # the daemon refuses it first; a second lock where the inputs are
+                raise BencherError(403, "variants are run by grading only")
+            return self.bencher.run_variant(str(body.get("variant", "")))
         if action == "function_test":
             return self.bencher.function_test(grading=grading, guard=guard)
         if action == "intent_test":
@@ -220,6 +225,9 @@ class TaskService:
             "files": len(changes),
             "changes": changes,
             "set_aside": list(change.set_aside),
+            # Grading's own inputs (this answer is the admin socket's only): the variants it runs after the PoCs.
+            "variants": list(self.task.variants),
+            "variant_policy": self.task.variant_policy,
         }
         if not change.patch.strip():
             prepared["log"] = "the agent changed nothing"

@@ -18,7 +18,7 @@ from sse.helper import ScriptResult
 from ssebench.runtime.bash import ToolClosed
 from ssebench.runtime.bencher import BencherError
 from ssebench.runtime.capture import Change, FileChange
-from ssebench.runtime.contract import MAX_LEVEL, SettingsError, TaskFile, load_settings
+from ssebench.runtime.contract import GRADING_ACTIONS, MAX_LEVEL, SettingsError, TaskFile, load_settings
 from ssebench.runtime.daemon import ADMIN, AGENT, HTTP, create_app, listener_app
 from ssebench.runtime.protection import Protection
 from ssebench.runtime.service import TaskService
@@ -50,6 +50,9 @@ class FakeBencher:
     def run_poc(self, poc: str, guard: Callable[[], None] = lambda: None) -> ScriptResult:
         guard()
         return self._ran("run_poc", poc)
+
+    def run_variant(self, variant: str) -> ScriptResult:
+        return self._ran("run_variant", variant)
 
     def function_test(self, grading: bool = False, guard: Callable[[], None] = lambda: None) -> ScriptResult:
         guard()
@@ -98,7 +101,12 @@ CONFIG = {
     "source": "/src/tiny",
     "task_description": {"crash_report": ["reports/issue.md"], "bug_description": "it crashes", "issue": "none"},
     "scripts": {"build": "scripts/build.sh", "run": "scripts/run.sh", "test": "scripts/test.sh"},
-    "files": {"patch": "diffs/patch.diff", "poc": ["pocs/crash.bin"], "future_test": "diffs/test.diff"},
+    "files": {
+        "patch": "diffs/patch.diff",
+        "poc": ["pocs/crash.bin"],
+        "future_test": "diffs/test.diff",
+        "variants": ["variants/longer.bin"],
+    },
 }
 
 
@@ -112,6 +120,7 @@ def service(tmp_path: Path) -> TaskService:
         ("diffs", "patch.diff", PATCH),
         ("diffs", "test.diff", "SECRET-HIDDEN-TEST\n"),
         ("pocs", "crash.bin", "SECRET-POC\n"),
+        ("variants", "longer.bin", "SECRET-VARIANT\n"),
         ("reports", "issue.md", "It crashes on long input.\n"),
     ]:
         (task_dir / sub).mkdir(parents=True, exist_ok=True)
@@ -156,6 +165,8 @@ def _call(daemon: Daemon, endpoint: str) -> Any:
         body: dict[str, Any] = {"grading": bool(grading)}
         if action == "run_poc":
             body["poc"] = "/ssebench/pocs/crash.bin"
+        if action == "run_variant":
+            body["variant"] = "variants/longer.bin"
         return daemon.tool("bencher", action, body)
     if endpoint == "bash":
         return daemon.tool("bash", None, {"command": "echo hi"})
@@ -164,7 +175,7 @@ def _call(daemon: Daemon, endpoint: str) -> Any:
     return daemon.get(endpoint)
 
 
-ACTIONS = list(MAX_LEVEL)
+ACTIONS = [*MAX_LEVEL, *GRADING_ACTIONS]
 READ_ONLY = [
     "/project",
     "/capabilities",
@@ -198,7 +209,7 @@ def expected_allowed(endpoint: str, kind: str, agent_phase: bool, difficulty: in
     if endpoint == "bash":
         return True
     action, _, grading = endpoint.removeprefix("bencher:").partition(":")
-    if grading:
+    if grading or action == "run_variant":  # grading's own check: never an agent's, at any level
         return False
     limit = {"build": 3, "function_test": 2, "run_poc": 1, "intent_test": 0}[action]
     return difficulty <= limit
@@ -233,6 +244,20 @@ def test_refusals_say_why(service: TaskService, kind: str) -> None:
             daemon.get("/reference/patch")
         with pytest.raises(SDKError, match="grading runs only on the admin socket"):
             daemon.tool("bencher", "build", {"grading": True})
+        with pytest.raises(SDKError, match="grading runs only on the admin socket"):
+            daemon.tool("bencher", "run_variant", {"variant": "variants/longer.bin"})
+    assert ("run_variant", "variants/longer.bin") not in service.bencher.calls  # type: ignore[attr-defined]
+
+
+def test_only_the_admin_socket_learns_and_runs_the_variants(service: TaskService) -> None:
+    with _connect(service, 0, AGENT) as agent:
+        seen = json.dumps([agent.project(), agent.capabilities()])
+    assert "longer" not in seen and "variant" not in seen, seen
+    with _connect(service, 0, ADMIN) as admin:
+        prepared = admin.prepare_grading()
+        assert prepared["variants"] == ["variants/longer.bin"] and prepared["variant_policy"] == "fail"
+        assert admin.tool("bencher", "run_variant", {"variant": "variants/longer.bin", "grading": True})["code"] == 0
+    assert ("run_variant", "variants/longer.bin") in service.bencher.calls  # type: ignore[attr-defined]
 
 
 def test_agent_exited_closes_tools_on_agent_listeners_and_the_shell_for_all(service: TaskService) -> None:

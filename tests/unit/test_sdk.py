@@ -7,6 +7,7 @@ import logging
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from sse.grading import PatchResult, grade
 from sse.helper import ScriptResult
 from sse.metadata import Metadata, TaskDescription, parse_metadata
 from sse.prompt import build_prompt
+from sse.result import VARIANT_KEYS, RunResult
 from sse.tools import bash, bencher
 
 from ssebench.runtime.bencher import BencherError
@@ -95,6 +97,7 @@ def test_bash_and_bencher_results(connect: Connect) -> None:
         ({"function_test": 1}, "failed", "Function test failed"),
         ({"intent_test": 1}, "failed", "Intent test failed"),
         ({"intent_test": -999}, "failed", "Intent test failed"),
+        ({"run_variant": 1}, "failed", "Variant failed: variants/longer.bin"),
     ],
 )
 def test_grade_walks_the_checks(
@@ -113,6 +116,31 @@ def test_grade_walks_the_checks(
         assert result.pov_total is None and result.func_test_success is None  # nothing ran after the build
     else:
         assert result.pov_total == 1 and result.func_test_success is (codes.get("function_test", 0) == 0)
+        assert (result.variants_passed, result.variants_total) == (0 if codes.get("run_variant") else 1, 1)
+
+
+@pytest.mark.parametrize("variant_code", [0, 1])
+def test_a_variant_reported_only_leaves_the_grade_to_the_other_checks(
+    connect: Connect, service: TaskService, variant_code: int
+) -> None:
+    """variant_policy "report": a variant that still crashes is counted, and the grade is the other checks'."""
+    service.task = replace(service.task, variant_policy="report")
+    service.bencher = ScriptedBencher({"run_variant": variant_code})
+    connect(ADMIN)
+    result = grade()
+    assert result.status() == "passed" and result.error_msg is None
+    assert (result.variants_passed, result.variants_total, result.variants_decide) == (1 - variant_code, 1, False)
+
+
+def test_a_task_without_variants_runs_none_and_writes_upstreams_keys(connect: Connect, service: TaskService) -> None:
+    service.task = replace(service.task, variants=[])
+    service.bencher = ScriptedBencher({})
+    connect(ADMIN)
+    result = grade()
+    assert result.status() == "passed" and result.variants_total is None
+    assert not [call for call in service.bencher.calls if call[0] == "run_variant"]
+    written = RunResult(status="passed", patch_result=result).to_json()["patch_result"]
+    assert not set(written) & set(VARIANT_KEYS)
 
 
 def test_grade_is_refused_on_the_agent_socket(connect: Connect) -> None:
@@ -129,6 +157,9 @@ def test_patch_result_rules() -> None:
     result.mark_failure("second", "log2")
     assert (result.error_msg, result.error_log, result.status()) == ("first", "log1", "failed")
     assert PatchResult(build_success=True, pov_passed=0, pov_total=2).status() == "failed"
+    variant = PatchResult(build_success=True, pov_passed=1, pov_total=1, variants_passed=0, variants_total=1)
+    assert replace(variant, variants_decide=True).status() == "failed"
+    assert replace(variant, variants_decide=False).status() == "passed"
 
 
 def test_an_error_message_without_a_check_is_an_error_as_seed_003_says() -> None:

@@ -33,6 +33,9 @@ PASSED = {
     "build_success": True,
     "pov_passed": 1,
     "pov_total": 1,
+    "variants_passed": 2,
+    "variants_total": 2,
+    "variants_decide": True,
     "func_test_success": True,
     "intent_test_success": True,
 }
@@ -40,6 +43,9 @@ DUMMY = {
     "build_success": True,
     "pov_passed": 0,
     "pov_total": 1,
+    "variants_passed": 0,
+    "variants_total": 2,
+    "variants_decide": True,
     "func_test_success": True,
     "intent_test_success": False,
     "error_msg": "PoC failed: /ssebench/pocs/long_value.tlv",
@@ -66,6 +72,19 @@ def test_a_reference_fix_that_grading_does_not_apply_whole_is_a_problem(tmp_path
     task = next(t for t in load_tasks(DEMO) if t.id == "c-demo")
     [problem] = judge(task, "reference", _record("reference", tmp_path, "passed", PASSED, SET_ASIDE))
     assert "set aside 1 file(s) of the fix (Makefile)" in problem and "fix_may_change" in problem
+
+
+def test_variants_must_all_pass_for_the_reference_and_all_fail_without_a_fix(tmp_path: Path) -> None:
+    task = next(t for t in load_tasks(DEMO) if t.id == "c-demo")
+    assert len(task.config.files.variants) == 2
+    [missed] = judge(task, "reference", _record("reference", tmp_path, "passed", PASSED | {"variants_passed": 1}, {}))
+    assert missed == "c-demo (reference): variants: 1 of 2 fixed, expected all 2 fixed"
+    [harmless] = judge(task, "dummy", _record("dummy", tmp_path, "failed", DUMMY | {"variants_passed": 1}))
+    assert harmless.endswith(
+        "variants: 1 of 2 pass without any change, expected 2 that each trigger the bug on the original tree"
+    )
+    [unrun] = judge(task, "dummy", _record("dummy", tmp_path, "failed", DUMMY | {"variants_total": None}))
+    assert unrun.startswith("c-demo (dummy): variants: none ran without any change, expected 2")
 
 
 @pytest.mark.parametrize("agent", AGENTS)

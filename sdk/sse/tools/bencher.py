@@ -46,6 +46,16 @@ def run_poc(poc: Any, *, grading: bool = False) -> Any:
 
 
 @wrap_result(ScriptResult)
+def run_variant(variant: Any) -> Any:
+    """Run one of the task's hidden variant inputs as a proof of concept is run, against the last build.
+
+    Grading's only: the daemon answers it on the admin socket alone, and the
+    variants' names come from POST /prepare_grading's answer there.
+    """
+    return _bench("run_variant", variant=str(variant), grading=True)
+
+
+@wrap_result(ScriptResult)
 def function_test(*, grading: bool = False) -> Any:
     """Run the project's tests on a copy of the source tree, or with grading of the graded copy."""
     return _bench("function_test", grading=grading)
