@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 from sse.dialog import parse
 
-from pytest_ssebench.transcript import render_transcript
 from ssebench.record import RunRecord
 from ssebench.result import read_safely
 from ssebench.runspec import RunConfig
 from ssebench.scores import PREFIX, ScoreTable
+from ssebench.transcript import render_transcript
 
 # The most of a dialog the report reads to render it (the file itself is attached, tail first).
 DIALOG_BYTES = 8 << 20

@@ -181,6 +181,32 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
+# The columns of ScoreTable.records() (`ssebench results export --table scores`), described; docs/viewer.md has
+# this table (tested). Rates are fractions from 0 to 1, empty (null) when nothing counted.
+SCORE_COLUMNS: dict[str, str] = {
+    "agent": "The agent.",
+    "model": "The model.",
+    "difficulty": "The difficulty level.",
+    "mode": "sandbox or sidecar.",
+    "runs": "Runs counted.",
+    "passed": "Runs graded passed.",
+    "failed": "Runs graded failed.",
+    "error": "Runs that ended in an error (nothing graded; left out of the rates).",
+    "pass_rate": "passed / (passed + failed).",
+    "pass_rate_low": "The low end of the pass rate's 95 % Wilson interval.",
+    "pass_rate_high": "The high end of the pass rate's 95 % Wilson interval.",
+    "pass_at_1": "pass@1 averaged over tasks (the unbiased estimate from each task's graded trials).",
+    "pass_at_K": "With K trials (the most any run had, when above 1): pass@K over the tasks graded K times.",
+    "build_rate": "Share of runs whose patched tree built, of those where the build ran.",
+    "poc_rate": "Share of runs that fixed every proof of concept, of those where they ran.",
+    "function_rate": "Share of runs whose function tests passed, of those where they ran.",
+    "intent_rate": "Share of runs whose intent test passed, of those where it ran.",
+    "mean_agent_seconds": "The agent's mean time.",
+    "tokens": "Input and output tokens, the gateway's count; empty for runs without a model.",
+    "cost_usd": "What the calls cost in US dollars; empty for runs without a model.",
+}
+
+
 class ScoreTable:
     """Outcomes per agent x model x difficulty x mode, fed run by run (from reports, or from a results directory)."""
 
