@@ -170,12 +170,16 @@ class StoredRun:
         return _int(self.usage.get("prompt_tokens")), _int(self.usage.get("completion_tokens"))
 
     @property
+    def total_tokens(self) -> int | None:
+        counted = [t for t in self.tokens if t is not None]
+        return sum(counted) if counted else None
+
+    @property
     def cost(self) -> float | None:
         return _num(self.usage.get("cost"))
 
     def scored(self) -> Scored:
         """The run as the score table counts it."""
-        tokens = [t for t in self.tokens if t is not None]
         agent_time = self.runtime.agent_duration
         return Scored(
             agent=self.agent,
@@ -186,7 +190,7 @@ class StoredRun:
             outcome=self.grade,
             patch=self.patch,
             agent_time=None if agent_time is None else float(agent_time),
-            tokens=sum(tokens) if tokens else None,
+            tokens=self.total_tokens,
             cost=self.cost,
         )
 
