@@ -444,7 +444,9 @@ def create_app(
         return PlainTextResponse(text, headers={"Content-Disposition": "inline"})
 
     async def compare(request: Request) -> Response:
-        runs = viewer.runs()
+        # The other filters narrow both sides alike (two agents on one model, say).
+        selected = _selected(request)
+        runs = matching(viewer.runs(), selected)
         by = request.query_params.get("by", "agent")
         by = by if by in ("agent", "model") else "agent"
         names = sorted({getattr(r, by) for r in runs})
@@ -459,6 +461,7 @@ def create_app(
             a=a,
             b=b,
             result=comparison(runs, a, b, by) if a and b and a != b else None,
+            selected=selected,
         )
 
     def live_runs() -> list[InFlight]:
@@ -511,8 +514,9 @@ def _live_summary(viewer: Viewer, run: InFlight) -> dict[str, Any]:
         "phase": run.phase,
         "state": run.state,
         "elapsed": round(run.elapsed, 1),
-        "tokens": usage["tokens"],
-        "cost": usage["cost"],
+        # A run without a model has no use to show (null), rather than a count of zero.
+        "tokens": usage["tokens"] if usage["calls"] or run.model != "none" else None,
+        "cost": usage["cost"] if usage["calls"] or run.model != "none" else None,
     }
 
 

@@ -222,14 +222,20 @@ HOSTILE_RUN = "c-demo/evil%3Cscript%3E/chat-agent/20261205T120000-d2-sandbox-e0e
 
 
 def hostile_results(root: Path) -> Path:
-    """A copy of the results fixture, plus a run whose every file an agent could shape is hostile, and links
-    planted where a careless reader would follow them: a run folder, a task folder, a log and an archive file
-    linked to host files. Returns the results directory."""
+    """A copy of the results fixture with the hostile run (`add_hostile_run`); returns the results directory."""
     results = root / "results"
     shutil.copytree(RESULTS_FIXTURE, results, symlinks=True)
+    add_hostile_run(results, root / "outside")
+    return results
+
+
+def add_hostile_run(results: Path, outside_root: Path) -> None:
+    """A run whose every file an agent could shape is hostile, and links planted where a careless reader would
+    follow them: a run folder and a task folder linked out of `results` (to runs under `outside_root`), a log
+    and an archive file linked to /etc/passwd."""
     run = results / HOSTILE_RUN
     (run / "archive").mkdir(parents=True)
-    reference = json.loads(next(results.glob("c-demo/none/reference/*/summary.json")).read_text())
+    reference = json.loads(next(RESULTS_FIXTURE.glob("c-demo/none/reference/*/summary.json")).read_text())
     summary = reference | {
         "run_id": run.name,
         "grade": "failed",
@@ -258,9 +264,8 @@ def hostile_results(root: Path) -> Path:
     os.symlink("/etc/passwd", run / "archive" / "passwd.txt")
     (run / "scriptrunner-1-a.log").write_text(json.dumps({"check": "build", "code": 0}) + "\n" + HOSTILE + "\n")
     # Links where runs are looked for: a run folder and a task folder pointing out of the results directory.
-    outside = root / "outside" / "x" / "y" / "z"
+    outside = outside_root / "x" / "y" / "z"
     outside.mkdir(parents=True)
     (outside / "summary.json").write_text(json.dumps(summary | {"run_id": "outside-run"}))
     os.symlink(outside, run.parent / "linked-run")
-    os.symlink(root / "outside", results / "linked-task")
-    return results
+    os.symlink(outside_root, results / "linked-task")

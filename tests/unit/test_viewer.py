@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import json
 import tarfile
+from dataclasses import replace
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -214,6 +215,8 @@ def test_two_agents_side_by_side_task_by_task(results: Path) -> None:
     assert page.count('class="verdict">only reference<') == 1
     models = client(results).get("/compare?by=model&a=none&b=openai/gpt-4o").text
     assert "only none" in models
+    narrowed = client(results).get("/compare?a=dummy&b=reference&model=openai/gpt-4o").text
+    assert "dummy solved 0 task(s), reference 0; only dummy: 0, only reference: 0." in narrowed
 
 
 class FakeLive:
@@ -277,6 +280,10 @@ def test_a_live_run_s_transcript_and_usage_grow_between_polls(results: Path) -> 
     assert (first["records"], second["records"]) == (3, 4) and first["running"] is True
     assert "turn 3" in second["transcript"] and "turn 3" not in first["transcript"]
     assert_inert(second["transcript"], "none")  # HTML the page puts in as is: escaped like any transcript
+    without_model = FakeLive(replace(_in_flight(), model="none", run="r-none"))
+    assert [(r["tokens"], r["cost"]) for r in client(results, live=without_model).get("/api/live").json()] == [
+        (None, None)
+    ]
     live.over = True
     assert viewer.get(f"/api/live/{live.run.run}").json() == {
         "running": False,
