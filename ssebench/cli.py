@@ -490,7 +490,8 @@ def _filters(args: argparse.Namespace) -> dict[str, list[str]]:
 
 
 def cmd_results_export(args: argparse.Namespace) -> int:
-    from ssebench.runs import export_csv, matching, read_runs, score_table
+    from ssebench.runs import RUN_COLUMNS, export_csv, matching, read_runs, score_table
+    from ssebench.scores import SCORE_COLUMNS
 
     runs = matching(read_runs(args.results), _filters(args))
     rows = [run.row() for run in runs] if args.table == "runs" else score_table(runs).records()
@@ -499,7 +500,9 @@ def cmd_results_export(args: argparse.Namespace) -> int:
         if args.format == "json":
             out.write(json.dumps(rows, indent=2) + "\n")
         else:
-            export_csv(rows, out)
+            export_csv(
+                rows, out, RUN_COLUMNS if args.table == "runs" else [c for c in SCORE_COLUMNS if c != "pass_at_K"]
+            )
     finally:
         if args.out is not None:
             out.close()

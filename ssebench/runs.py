@@ -313,12 +313,11 @@ FILTERS: dict[str, str] = {
 }
 
 
-def export_csv(rows: list[dict[str, Any]], out: IO[str]) -> None:
-    """Rows as CSV, the header first: true/false for booleans, an empty cell for unknown (None)."""
-    if not rows:
-        return
+def export_csv(rows: list[dict[str, Any]], out: IO[str], header: Iterable[str] = ()) -> None:
+    """Rows as CSV, the header first (`header` when there is no row): true/false for booleans, an empty cell
+    for unknown (None)."""
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(list(rows[0]))
+    writer.writerow(list(rows[0]) if rows else list(header))
     for row in rows:
         writer.writerow(["" if v is None else str(v).lower() if isinstance(v, bool) else v for v in row.values()])
 

@@ -196,20 +196,33 @@ def diff_lines(patch: str) -> list[tuple[str, str]]:
 
 
 def run_files(run: StoredRun) -> list[tuple[str, int]]:
-    """The regular files of a run's folder and its archive/ (name, bytes), links and all else left out."""
-    found = []
-    for below in ("", "archive"):
-        folder = run.run_dir / below if below else run.run_dir
-        if below and (folder.is_symlink() or not folder.is_dir()):
-            continue
-        try:
-            entries = list(os.scandir(folder))
-        except OSError:
-            continue
-        for entry in sorted(entries, key=lambda e: e.name):
-            info = entry.stat(follow_symlinks=False)
-            if stat.S_ISREG(info.st_mode):
-                found.append((f"{below}/{entry.name}" if below else entry.name, info.st_size))
+    """The regular files of a run's folder and its archive/ (name, bytes), links and all else left out.
+
+    Each folder is opened without following a link (a run folder swapped for one since it was found lists
+    nothing), and listed through that descriptor."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    found: list[tuple[str, int]] = []
+    try:
+        top = os.open(run.run_dir, flags)
+    except OSError:
+        return found
+    try:
+        for below in ("", "archive"):
+            try:
+                fd = os.open(below, flags, dir_fd=top) if below else os.dup(top)
+            except OSError:
+                continue
+            try:
+                with os.scandir(fd) as entries:
+                    listed = sorted(entries, key=lambda e: e.name)
+                for entry in listed:
+                    info = entry.stat(follow_symlinks=False)
+                    if stat.S_ISREG(info.st_mode):
+                        found.append((f"{below}/{entry.name}" if below else entry.name, info.st_size))
+            finally:
+                os.close(fd)
+    finally:
+        os.close(top)
     return found
 
 
@@ -355,7 +368,8 @@ def create_app(
             title="Scores",
             header=header,
             rows=[
-                (row, {"agent": rec["agent"], "model": rec["model"]}) for row, rec in zip(rows, records, strict=True)
+                (row, {k: rec[k] for k in ("agent", "model", "difficulty", "mode")})
+                for row, rec in zip(rows, records, strict=True)
             ],
             plot=plot(records),
             choices=_choices(runs),

@@ -98,6 +98,8 @@ def test_export_writes_one_row_per_run_as_csv_and_json(capsys: pytest.CaptureFix
     assert [list(r) for r in as_json] == [list(RUN_COLUMNS)] * 3
     assert next(r for r in as_json if r["agent"] == "reference")["cost_usd"] is None
     assert len(json.loads(_export(capsys, "--format", "json", "--agent", "dummy"))) == 2
+    assert _export(capsys, "--agent", "nobody") == ",".join(RUN_COLUMNS) + "\n"  # a header, even for no run
+    assert json.loads(_export(capsys, "--format", "json", "--agent", "nobody")) == []
 
 
 def test_export_writes_the_score_table_as_numbers(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

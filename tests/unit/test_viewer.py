@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 import tarfile
 from dataclasses import replace
 from html.parser import HTMLParser
@@ -117,7 +118,9 @@ def test_a_hostile_run_s_page_holds_its_transcript_patch_logs_and_limits_as_text
     assert "agent.log" in page  # the control: a regular file of the same folder is listed
 
 
-def test_only_regular_files_of_known_runs_are_served_and_as_text(results: Path) -> None:
+def test_only_regular_files_of_known_runs_are_served_and_as_text(
+    results: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     viewer = client(results)
     served = viewer.get(f"{HOSTILE_URL}/file/agent.log")
     assert served.status_code == 200 and served.text == HOSTILE + "\n"  # the control
@@ -137,6 +140,18 @@ def test_only_regular_files_of_known_runs_are_served_and_as_text(results: Path) 
         response = viewer.get(path)
         assert response.status_code == 404, path
         assert "root:" not in response.text
+    # A run folder swapped for a link to another after it was found lists nothing and serves nothing.
+    elsewhere = results.parent / "elsewhere"
+    (elsewhere / "archive").mkdir(parents=True)
+    (elsewhere / "agent.log").write_text("not this run's")
+    swapped = results / "c-demo/none/reference/20261205T040112-d2-sandbox-736d12"
+    (swapped / "agent.log").write_text("this run's")
+    url = "/run/" + quote(swapped.relative_to(results).as_posix()) + "/file/agent.log"
+    monkeypatch.setattr("ssebench.viewer.RESCAN_SECONDS", 3600.0)  # the run stays found after the swap
+    assert viewer.get(url).text == "this run's"  # the control, found while it is a folder
+    shutil.move(swapped, results.parent / "moved")
+    swapped.symlink_to(elsewhere)
+    assert viewer.get(url).status_code == 404
     (results / HOSTILE_RUN / "agent.log").unlink()
     (results / HOSTILE_RUN / "agent.log").symlink_to("/etc/passwd")  # swapped for a link after listing
     assert viewer.get(f"{HOSTILE_URL}/file/agent.log").status_code == 404
