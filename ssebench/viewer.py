@@ -54,6 +54,8 @@ from ssebench.transcript import render_transcript
 TEMPLATES = Path(__file__).resolve().parent / "templates" / "viewer"
 # The most of a file a page shows (a log's tail, a patch, a transcript): enough to read, never gigabytes.
 FILE_BYTES = 8 << 20
+# The most rows the runs page draws (the first, in its order): a page a browser shows at once.
+RUNS_SHOWN = 2000
 # How often the live pages ask again, in seconds (and their refresh without JavaScript).
 POLL_SECONDS = 2
 # A results directory is read again at most this often: a sweep adds runs while one looks.
@@ -236,8 +238,9 @@ def check_logs(run: StoredRun, files: list[tuple[str, int]]) -> list[dict[str, s
     for name, _ in files:
         if not (name.startswith("scriptrunner-") and name.endswith(".log")):
             continue
+        head = read_safely(run.run_dir, name, limit=4096, tail=False) or ""  # its first line names the check
         text = read_safely(run.run_dir, name, limit=256 * 1024) or ""
-        match = _CHECK.match(text)
+        match = _CHECK.match(head)
         found.append({"check": match.group(1) if match else "?", "file": name, "text": text})
     return found
 
@@ -405,7 +408,8 @@ def create_app(
             request,
             "runs.html",
             title="Runs",
-            runs=known + unknown,
+            runs=(known + unknown)[:RUNS_SHOWN],
+            matched=len(chosen),
             choices=_choices(runs),
             selected=selected,
             sort=sort,

@@ -213,7 +213,7 @@ def test_the_score_table_has_its_rows_and_plot(results: Path) -> None:
     assert filtered.count('class="ci"') == 1
 
 
-def test_runs_filter_and_sort(results: Path) -> None:
+def test_runs_filter_and_sort(results: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     viewer = client(results)
     assert viewer.get("/runs").text.count('<tr class="run">') == 4
     assert viewer.get("/runs?agent=dummy").text.count('<tr class="run">') == 2
@@ -222,6 +222,9 @@ def test_runs_filter_and_sort(results: Path) -> None:
     rows = by_cost.split('<tr class="run">')[1:]
     assert "dummy" in rows[0] and "evil" in rows[2] and "reference" in rows[3]  # unknown cost last
     assert viewer.get("/runs?sort=__class__").status_code == 200  # an unknown column sorts by time
+    monkeypatch.setattr("ssebench.viewer.RUNS_SHOWN", 3)
+    capped = viewer.get("/runs").text
+    assert capped.count('<tr class="run">') == 3 and "4 of 4 run(s); the first 3 are shown" in capped
 
 
 def test_two_agents_side_by_side_task_by_task(results: Path) -> None:
