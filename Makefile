@@ -65,9 +65,11 @@ bench: images
 	  --html=report.html --self-contained-html $(PYTEST_ARGS); status=$$?; \
 	  if [ $$status -gt 1 ]; then exit $$status; fi; echo "report: report.html, runs: results/"
 
-# The suite reads the HTML report as a person sees it, in Debian's Chromium.
+# The suite reads the HTML report as a person sees it, in Debian's Chromium, and drives the viewer's pages in it
+# through Debian's chromium-driver (Selenium).
 chromium:
 	$(call need,chromium,chromium,the report test renders report.html)
+	$(call need,chromedriver,chromium-driver,the viewer's browser tests drive Chromium)
 
 # ruff's lint and format check ([tool.ruff]; `ruff format .` and `ruff check --fix .` repair most of what
 # they find), then mypy --strict over the whole tree ([tool.mypy]): the packages, the tests, the

@@ -109,6 +109,21 @@ def _kind(member: tarfile.TarInfo) -> str:
     return "special file"
 
 
+def one_file(archive: bytes, cap: int) -> bytes | None:
+    """The content of the one regular file an engine's archive of a file holds (at most `cap` bytes), never
+    extracted; None for an archive that is anything else (a link, more than one member, over `cap`, not a
+    tar), as when the container's owner replaced the file with a link."""
+    try:
+        with tarfile.open(fileobj=io.BytesIO(archive), mode="r:") as tar:
+            members = tar.getmembers()
+            if len(members) != 1 or not members[0].isreg() or members[0].size > cap:
+                return None
+            extracted = tar.extractfile(members[0])
+            return extracted.read(cap + 1) if extracted is not None else b""
+    except (tarfile.TarError, OSError):
+        return None
+
+
 def extract(
     chunks: Iterator[bytes],
     dest: Path,

@@ -476,6 +476,58 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _results_dir(text: str) -> Path:
+    path = Path(text)
+    if path.is_symlink() or not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r}: not a directory; give the folder a run's --results wrote")
+    return path
+
+
+def _filters(args: argparse.Namespace) -> dict[str, list[str]]:
+    from ssebench.runs import FILTERS
+
+    return {name: getattr(args, name) or [] for name in FILTERS}
+
+
+def cmd_results_export(args: argparse.Namespace) -> int:
+    from ssebench.runs import RUN_COLUMNS, export_csv, matching, read_runs, score_table
+    from ssebench.scores import SCORE_COLUMNS
+
+    runs = matching(read_runs(args.results), _filters(args))
+    rows = [run.row() for run in runs] if args.table == "runs" else score_table(runs).records()
+    out = sys.stdout if args.out is None else args.out.open("w", encoding="utf-8", newline="")
+    try:
+        if args.format == "json":
+            out.write(json.dumps(rows, indent=2) + "\n")
+        else:
+            export_csv(
+                rows, out, RUN_COLUMNS if args.table == "runs" else [c for c in SCORE_COLUMNS if c != "pass_at_K"]
+            )
+    finally:
+        if args.out is not None:
+            out.close()
+    if args.out is not None:
+        print(for_terminal(f"{len(rows)} row(s) of {len(runs)} run(s) written to {args.out}"), file=sys.stderr)
+    return 0
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a port from 1 to 65535, or 0 for any free one")
+    return port
+
+
+def cmd_view(args: argparse.Namespace) -> int:
+    from ssebench.viewer import serve
+
+    serve(args.results, host=args.host, port=args.port, allowed_hosts=args.allow_host, sessions=args.session)
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(
         prog="ssebench",
@@ -716,6 +768,51 @@ def parser() -> argparse.ArgumentParser:
         description="Check Docker, disk, the OS and base images and debootstrap; print OK or the fix for each.",
     )
     doctor.set_defaults(func=cmd_doctor)
+
+    results = sub.add_parser("results", help="export results", description="Use a results directory's runs.")
+    results_sub = results.add_subparsers(dest="action", required=True, metavar="ACTION")
+    export = results_sub.add_parser(
+        "export",
+        help="write the runs or the score table as CSV or JSON",
+        description="Write every run of a results directory (one row a run), or the score table (one row per "
+        "agent x model x difficulty x mode), as CSV or JSON; docs/viewer.md describes the columns.",
+    )
+    export.add_argument("results", type=_results_dir, metavar="RESULTS_DIR", help="a --results directory")
+    export.add_argument("--table", choices=("runs", "scores"), default="runs", help="what to write (default: runs)")
+    export.add_argument("--format", choices=("csv", "json"), default="csv", help="default: csv")
+    export.add_argument("--out", type=Path, metavar="FILE", help="write here rather than to standard output")
+    view = sub.add_parser(
+        "view",
+        help="look at results in a browser",
+        description="Serve a results directory as a local web app (score table, runs, one run, two agents "
+        "side by side, runs in flight), on 127.0.0.1 unless told otherwise; docs/viewer.md.",
+    )
+    view.add_argument(
+        "results",
+        type=_results_dir,
+        nargs="?",
+        default=Path("results"),
+        metavar="RESULTS_DIR",
+        help="a --results directory (default: results)",
+    )
+    view.add_argument("--host", default="127.0.0.1", help="the address to listen on (default: 127.0.0.1)")
+    view.add_argument("--port", type=_port, default=8765, help="default: 8765")
+    view.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a Host header to answer besides localhost's (needed with --host other than loopback); repeatable",
+    )
+    for each in (export, view):
+        for name in ("task", "language", "agent", "model", "difficulty", "mode", "grade", "session"):
+            if each is view and name != "session":
+                continue
+            each.add_argument(
+                f"--{name}", action="append", metavar=name.upper(), help=f"only runs of this {name}; repeatable"
+            )
+    view.set_defaults(func=cmd_view)
+    export.set_defaults(func=cmd_results_export)
     return top
 
 

@@ -208,3 +208,64 @@ def interruptible() -> None:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+# A results directory as the harness writes it (three real runs: tests/fixtures/results/README.md).
+RESULTS_FIXTURE = Path(__file__).resolve().parent / "fixtures" / "results" / "v0"
+# What a hostile run writes into the files it controls (its transcript, its patch, its logs): markup, an event
+# attribute, a script, and links at a host file; the viewer must show each as text and follow none.
+HOSTILE = (
+    '<script>document.title="pwned"</script><img src=x onerror="document.title=\'pwned\'">'
+    '<a href="/etc/passwd">passwd</a><a href="file:///etc/passwd">file</a>'
+)
+HOSTILE_RUN = "c-demo/evil%3Cscript%3E/chat-agent/20261205T120000-d2-sandbox-e0e0e0"
+
+
+def hostile_results(root: Path) -> Path:
+    """A copy of the results fixture with the hostile run (`add_hostile_run`); returns the results directory."""
+    results = root / "results"
+    shutil.copytree(RESULTS_FIXTURE, results, symlinks=True)
+    add_hostile_run(results, root / "outside")
+    return results
+
+
+def add_hostile_run(results: Path, outside_root: Path) -> None:
+    """A run whose every file an agent could shape is hostile, and links planted where a careless reader would
+    follow them: a run folder and a task folder linked out of `results` (to runs under `outside_root`), a log
+    and an archive file linked to /etc/passwd."""
+    run = results / HOSTILE_RUN
+    (run / "archive").mkdir(parents=True)
+    reference = json.loads(next(RESULTS_FIXTURE.glob("c-demo/none/reference/*/summary.json")).read_text())
+    summary = reference | {
+        "run_id": run.name,
+        "grade": "failed",
+        "started_at": "2026-12-05T12:00:00+00:00",
+        "session": "hostile",
+        "config": reference["config"] | {"agent": "chat-agent", "model": "evil<script>", "reference_run": False},
+        "usage": {"calls": 2, "prompt_tokens": 300, "completion_tokens": 40, "cost": 0.0015, "stopped": HOSTILE},
+        "limits_hit": [HOSTILE],
+    }
+    (run / "summary.json").write_text(json.dumps(summary))
+    (run / "result.json").write_text(
+        json.dumps({"patch_result": {"status": "failed", "build_success": True, "error_msg": HOSTILE}})
+    )
+    records = [
+        {"seq": 0, "ts": 1796472000.0, "type": "init", "agent": "chat-agent", "model": HOSTILE},
+        {"seq": 1, "ts": 1796472000.1, "type": "prompt", "text": "fix it " + HOSTILE},
+        {"seq": 2, "ts": 1796472001.0, "type": "message", "text": HOSTILE, "tokens": {"input": 150, "output": 20}},
+        {"seq": 3, "ts": 1796472001.1, "type": "tool_call", "tool_id": "t1", "name": "bash", "input": {"c": HOSTILE}},
+        {"seq": 4, "ts": 1796472001.5, "type": "tool_result", "tool_id": "t1", "output": HOSTILE, "code": 0},
+        {"seq": 5, "ts": 1796472002.0, "type": "complete", "status": "done", "reason": HOSTILE},
+    ]
+    (run / "archive" / "dialog.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (run / "final.patch").write_text(f"--- a/tlv.c\n+++ b/tlv.c\n@@ -1 +1 @@\n-old\n+{HOSTILE}\n")
+    (run / "agent.log").write_text(HOSTILE + "\n")
+    os.symlink("/etc/passwd", run / "evaluator.log")
+    os.symlink("/etc/passwd", run / "archive" / "passwd.txt")
+    (run / "scriptrunner-1-a.log").write_text(json.dumps({"check": "build", "code": 0}) + "\n" + HOSTILE + "\n")
+    # Links where runs are looked for: a run folder and a task folder pointing out of the results directory.
+    outside = outside_root / "x" / "y" / "z"
+    outside.mkdir(parents=True)
+    (outside / "summary.json").write_text(json.dumps(summary | {"run_id": "outside-run"}))
+    os.symlink(outside, run.parent / "linked-run")
+    os.symlink(outside_root, results / "linked-task")

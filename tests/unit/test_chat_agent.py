@@ -272,7 +272,7 @@ def test_scripted_fix_fixes_each_demo_task(harness: Harness, tmp_path: Path, tas
 
 
 def test_the_transcript_of_c_demo_shows_thinking_and_tokens(harness: Harness, tmp_path: Path) -> None:
-    from pytest_ssebench.transcript import render_transcript
+    from ssebench.transcript import render_transcript
 
     env = FakeEnvironment(_source(tmp_path, "c-demo"), _prompt("c-demo"))
     _, records, _ = harness.run("scripted-fix", env)

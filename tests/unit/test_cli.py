@@ -24,6 +24,8 @@ COMMANDS = [
     ["doctor"],
     ["agents", "list"],
     ["models", "list"],
+    ["results", "export"],
+    ["view"],
 ]
 
 

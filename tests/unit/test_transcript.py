@@ -6,7 +6,7 @@ import re
 from html.parser import HTMLParser
 from typing import Any
 
-from pytest_ssebench.transcript import FOLD_LINES, render_transcript
+from ssebench.transcript import FOLD_LINES, render_transcript
 
 
 def _records(*records: dict[str, Any]) -> list[Any]:

@@ -1,4 +1,4 @@
-"""A run's dialog (archive/dialog.jsonl) as a readable HTML transcript, for the HTML report.
+"""A run's dialog (archive/dialog.jsonl) as a readable HTML transcript, for the HTML report and the viewer.
 
 Every string from the dialog is escaped: the transcript holds no link, no
 image and no markup of the agent's; it follows nothing. Long texts are
