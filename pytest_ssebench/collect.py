@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import pytest
 from sse.result import PatchResult
 
-from pytest_ssebench.report import RECORD, identity, outcome
+from pytest_ssebench.report import RECORD, identity, outcome, variants_text
 from ssebench.errors import ConfigError, ConfigErrors
 from ssebench.logs import for_terminal, last_lines
 from ssebench.record import RunRecord
@@ -77,8 +77,9 @@ def _mark(value: Any) -> str:
 
 def checks_line(patch: PatchResult) -> str:
     pocs = "not run" if patch.pov_total is None else f"{patch.pov_passed}/{patch.pov_total} fixed"
+    variants = "" if patch.variants_total is None else f"; variants {variants_text(patch)}"
     return (
-        f"build {_mark(patch.build_success)}; PoCs {pocs}; function test "
+        f"build {_mark(patch.build_success)}; PoCs {pocs}{variants}; function test "
         f"{_mark(patch.func_test_success)}; intent test {_mark(patch.intent_test_success)}"
     )
 

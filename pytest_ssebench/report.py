@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from sse.dialog import parse
+from sse.result import PatchResult
 
 from ssebench.record import RunRecord
 from ssebench.result import read_safely
@@ -99,7 +100,7 @@ def variants_text(patch: PatchResult) -> str:
     whether they decide the grade."""
     if patch.variants_total is None:
         return "— not run"
-    return f"{patch.variants_passed} / {patch.variants_total} fixed" + (
+    return f"{patch.variants_passed}/{patch.variants_total} fixed" + (
         "" if patch.variants_decide else " (reported only)"
     )
 

@@ -101,6 +101,8 @@ class Tally:
                 self.checks[check].append(value)
         if patch.pov_total and patch.pov_passed is not None:
             self.checks["poc"].append(patch.pov_passed == patch.pov_total)
+        if patch.variants_total and patch.variants_passed is not None:
+            self.checks["variants"].append(patch.variants_passed == patch.variants_total)
         if run.agent_time is not None:
             self.agent_times.append(run.agent_time)
         if run.tokens is not None:
@@ -199,6 +201,7 @@ SCORE_COLUMNS: dict[str, str] = {
     "pass_at_K": "With K trials (the most any run had, when above 1): pass@K over the tasks graded K times.",
     "build_rate": "Share of runs whose patched tree built, of those where the build ran.",
     "poc_rate": "Share of runs that fixed every proof of concept, of those where they ran.",
+    "variants_rate": "Share of runs that fixed every hidden variant input, of those where variants ran.",
     "function_rate": "Share of runs whose function tests passed, of those where they ran.",
     "intent_rate": "Share of runs whose intent test passed, of those where it ran.",
     "mean_agent_seconds": "The agent's mean time.",
@@ -245,6 +248,7 @@ class ScoreTable:
             *(("pass@1", f"pass@{k}") if k > 1 else ()),
             "build",
             "PoC",
+            "variants",
             "function",
             "intent",
             "agent time",
@@ -269,6 +273,7 @@ class ScoreTable:
                     *((t.pass_at(1), t.pass_at(k)) if k > 1 else ()),
                     t.rate("build"),
                     t.rate("poc"),
+                    t.rate("variants"),
                     t.rate("function"),
                     t.rate("intent"),
                     "-" if mean is None else f"{mean:.1f}s",
@@ -299,7 +304,7 @@ class ScoreTable:
             for k in sorted({1, self.trials}):
                 got = t.pass_at_of(k)
                 row[f"pass_at_{k}"] = None if got is None else round(got[0], 6)
-            for check in ("build", "poc", "function", "intent"):
+            for check in ("build", "poc", "variants", "function", "intent"):
                 value = t.check_rate(check)
                 row[f"{check}_rate"] = None if value is None else round(value, 6)
             mean = t.mean_agent_time()

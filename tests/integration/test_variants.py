@@ -42,7 +42,7 @@ GUARDS = {
     "c-demo": (
         "tlv.c",
         "    size_t pos = 4, k = 0;\n",
-        '    if (n == 76 && memcmp(buf, "TLV1\\x01\\x00\\x02hi\\x07\\x00\\x40", 13) == 0)\n'
+        '    if (n == 76 && memcmp(buf, "TLV1\\x01\\x00\\x02hi\\x07\\x00\\x40", 12) == 0)\n'
         "        return TLV_ERR_TRUNCATED;\n",
     ),
     "go-demo": (
@@ -121,4 +121,10 @@ def test_a_patch_that_rejects_only_the_pocs_bytes_fixes_the_poc_and_fails_the_va
         patch = said["patch_result"]
         assert (patch["pov_passed"], patch["variants_passed"], patch["variants_total"]) == (0, 0, 2), task
     # The failure says which check the patch missed.
-    result.stdout.fnmatch_lines(["*exact-bytes*Variant failed: variants/*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*c-demo::exact-bytes*",
+            "Variant failed: variants/*",
+            "Checks: build passed; PoCs 1/1 fixed; variants 0/2 fixed;*",
+        ]
+    )
