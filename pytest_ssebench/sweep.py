@@ -300,7 +300,10 @@ class Sweep:
         resume = "; resuming finished runs" if o.resume else ""
         ray = f"; dispatch ray ({o.ray_address or 'auto'})" if o.dispatch == "ray" else ""
         registry = f"; registry {o.registry}" if o.registry else ""
-        predictions = f"; predictions {o.predictions}" if o.predictions else ""
+        predictions = ""
+        if self.predictions is not None:
+            named = dict.fromkeys(p.model for p in self.predictions.items)
+            predictions = f"; predictions {o.predictions} ({len(self.predictions.items)}, models {','.join(named)})"
         return (
             f"ssebench: agents {','.join(a.name for a in self.agents)}; models {','.join(o.models) or 'none'}; difficulty "
             f"{','.join(map(str, o.difficulties))}; mode {','.join(o.modes)}{trials}; egress {o.egress}; "
