@@ -31,9 +31,11 @@ __all__ = [
     "KEYS",
     "PATCH_CAP",
     "PREDICTIONS_AGENT",
+    "PastRun",
     "Prediction",
     "Predictions",
     "load_predictions",
+    "past_runs",
     "prediction_line",
 ]
 
@@ -194,3 +196,49 @@ def load_predictions(path: Path) -> Predictions:
 def prediction_line(instance_id: str, model: str, patch: str) -> str:
     """One prediction as a line of a JSON lines file."""
     return json.dumps({"instance_id": instance_id, "model_name_or_path": model, "model_patch": patch})
+
+
+@dataclass(frozen=True)
+class PastRun:
+    """A past run's change, as a prediction: the newest run of a task by an agent and model."""
+
+    instance_id: str
+    model: str
+    patch: str
+    run_dir: Path
+
+
+def _plain_dirs(folder: Path) -> list[Path]:
+    """The folder's subfolders that are no link (never followed: a results directory is partly the agents'),
+    sorted by name."""
+    try:
+        return sorted(p for p in folder.iterdir() if not p.is_symlink() and p.is_dir() and not p.name.startswith("."))
+    except OSError:
+        return []
+
+
+def past_runs(results_root: Path) -> Iterator[PastRun]:
+    """The newest run with a final.patch of each task x model x agent under `results_root`
+    (results/<task>/<model>/<agent>/<run-id>/), as a prediction named `<agent>/<model>`: what
+    `ssebench results predictions` prints, so that any past run's patch can be graded again."""
+    from ssebench.result import name_of, read_json_object, read_safely
+
+    for task_dir in _plain_dirs(results_root):
+        for model_dir in _plain_dirs(task_dir):
+            for agent_dir in _plain_dirs(model_dir):
+                # Run ids begin with their start time: the last by name is the newest.
+                for run_dir in reversed(_plain_dirs(agent_dir)):
+                    summary = read_json_object(run_dir, "summary.json")
+                    patch = read_safely(run_dir, "final.patch", limit=PATCH_CAP, tail=False)
+                    if summary is None or patch is None:
+                        continue
+                    task = summary.get("task")
+                    task_id = task.get("id") if isinstance(task, dict) else None
+                    model, agent = name_of(model_dir.name), name_of(agent_dir.name)
+                    yield PastRun(
+                        instance_id=task_id if isinstance(task_id, str) and task_id else name_of(task_dir.name),
+                        model=f"{agent}/{model}",
+                        patch=patch,
+                        run_dir=run_dir,
+                    )
+                    break
