@@ -4,13 +4,21 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from ssebench.agent import available_agents, load_agent
+from ssebench.backend import Mount
 from ssebench.errors import ConfigError
 from ssebench.predictions import PATCH_CAP, Prediction, load_predictions, prediction_line
+from ssebench.reaper import Session
+from ssebench.runspec import PREDICTION_IN_CONTAINER, RunConfig, container_spec, sidecar_specs
+from ssebench.runtime.contract import AgentEnd, RuntimeSettings
+from ssebench.runtime.evaluator import prediction_not_applied
+from ssebench.settings import get_settings
 from ssebench.task import load_task
 from tests.helpers import DEMO
 
@@ -213,3 +221,57 @@ def test_a_bad_predictions_file_is_one_usage_error(demo: pytest.Pytester, args: 
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([message])
     assert len([line for line in result.errlines if line.startswith("ERROR")]) == 1
+
+
+# -- a predictions run's container, and its grade when the patch does not apply -----------------------------------
+
+
+@pytest.mark.parametrize("agent_name", available_agents(get_settings().agents_dir))
+def test_only_the_predictions_agent_gets_the_prediction_and_is_graded_as_one(agent_name: str, tmp_path: Path) -> None:
+    agent = load_agent(get_settings().agents_dir, agent_name)
+    patch = tmp_path / "prediction.patch"
+    patch.write_text(PATCH)
+    config = RunConfig(
+        task=load_task(DEMO / "c-demo"), agent=agent, model="m1", prediction=Prediction("c-demo", "m1", PATCH)
+    )
+    session = Session.new()
+    spec = container_spec(config, "img", session, "r1", "net", runtime="rt", prediction=patch)
+    mounted = [m for m in spec.mounts if m.container == PREDICTION_IN_CONTAINER]
+    if agent_name == "predictions":
+        assert mounted == [Mount(patch.resolve(), "/prediction/patch.diff", read_only=True)]
+        assert spec.env["SSE_PREDICTION"] == "1"
+        # Sidecar mode: the agent's container applies it; the task container's evaluator knows the run is one.
+        task, agent_side, _ = sidecar_specs(replace(config, mode="sidecar"), spec, "tool-img", "r1", session)
+        assert task.mounts == [] and agent_side.mounts == mounted and task.env["SSE_PREDICTION"] == "1"
+        assert config.describe()["prediction"] == Prediction("c-demo", "m1", PATCH).digest
+    else:
+        assert mounted == [] and "SSE_PREDICTION" not in spec.env
+
+
+def _settings(results: Path, prediction: bool = True) -> RuntimeSettings:
+    return RuntimeSettings(results=str(results), prediction=prediction)
+
+
+def test_a_prediction_that_did_not_apply_is_a_failed_build_saying_so(tmp_path: Path) -> None:
+    (tmp_path / "agent.log").write_text("error: patch failed: kvrec.go:1\nerror: kvrec.go: patch does not apply\n")
+    graded = prediction_not_applied(_settings(tmp_path), AgentEnd(status=1, duration=0.2, timed_out=False))
+    assert graded is not None and graded.status() == "failed" and graded.build_success is False
+    assert graded.error_msg == (
+        "Patch apply failed: the predicted patch does not apply to the task's source (git apply exited 1)"
+    )
+    assert graded.error_log is not None and "kvrec.go: patch does not apply" in graded.error_log
+    assert (graded.pov_total, graded.func_test_success, graded.intent_test_success) == (None, None, None)
+    late = prediction_not_applied(_settings(tmp_path / "none"), AgentEnd(status=124, duration=9.0, timed_out=True))
+    assert (
+        late is not None and late.error_msg is not None and late.error_msg.endswith("(its time limit ended the apply)")
+    )
+    assert late.error_log == ""  # no agent.log (sidecar mode): the grade stands without it
+
+
+def test_an_applied_prediction_and_any_other_run_are_graded_by_the_checks(tmp_path: Path) -> None:
+    applied = AgentEnd(status=0, duration=0.2, timed_out=False)
+    failed = AgentEnd(status=1, duration=0.2, timed_out=False)
+    assert prediction_not_applied(_settings(tmp_path), applied) is None
+    assert prediction_not_applied(_settings(tmp_path), None) is None
+    # An agent's own non-zero exit is never read so: only the predictions agent does nothing but apply.
+    assert prediction_not_applied(_settings(tmp_path, prediction=False), failed) is None
