@@ -304,8 +304,9 @@ class Sweep:
         if self.predictions is not None:
             named = dict.fromkeys(p.model for p in self.predictions.items)
             predictions = f"; predictions {o.predictions} ({len(self.predictions.items)}, models {','.join(named)})"
+        agents = ",".join(agent.name for agent in self.agents)  # the predictions agent too, when implied
         return (
-            f"ssebench: agents {','.join(a.name for a in self.agents)}; models {','.join(o.models) or 'none'}; difficulty "
+            f"ssebench: agents {agents}; models {','.join(o.models) or 'none'}; difficulty "
             f"{','.join(map(str, o.difficulties))}; mode {','.join(o.modes)}{trials}; egress {o.egress}; "
             f"results {o.results}{resume}{ray}{registry}{predictions}"
         )
