@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ssebench.errors import ConfigError
+from ssebench.errors import ConfigError, SSEBenchError
+from ssebench.result import name_of, path_component, read_json_object, read_safely
 from ssebench.runtime.contract import PREDICTIONS_AGENT as PREDICTIONS_AGENT
 from ssebench.task import Task
 
@@ -150,6 +151,10 @@ def _prediction(path: Path, where: str, record: object) -> Prediction:
             f"{where}: model_name_or_path",
             f"must be one printable line of at most {MODEL_NAME_CAP} characters (got {model[:60]!r})",
         )
+    try:
+        path_component(model)  # its runs' folder: refused here rather than as each run's error
+    except SSEBenchError as exc:
+        raise ConfigError(path, f"{where}: model_name_or_path", str(exc)) from None
     patch = record.get("model_patch")
     if patch is None:
         patch = ""  # SWE-bench's files say null for a model that made no patch: graded as no change
@@ -221,8 +226,6 @@ def past_runs(results_root: Path) -> Iterator[PastRun]:
     """The newest run with a final.patch of each task x model x agent under `results_root`
     (results/<task>/<model>/<agent>/<run-id>/), as a prediction named `<agent>/<model>`: what
     `ssebench results predictions` prints, so that any past run's patch can be graded again."""
-    from ssebench.result import name_of, read_json_object, read_safely
-
     for task_dir in _plain_dirs(results_root):
         for model_dir in _plain_dirs(task_dir):
             for agent_dir in _plain_dirs(model_dir):

@@ -80,6 +80,7 @@ def test_a_key_that_disagrees_with_its_instance_id_is_refused(tmp_path: Path) ->
         (one(model=None), r"line 2: model_name_or_path: must be a non-empty string \(got NoneType"),
         (one(model="a\nb"), r"line 2: model_name_or_path: must be one printable line"),
         (one(model="m" * 201), r"line 2: model_name_or_path: must be one printable line of at most 200"),
+        (one(model="é" * 50), r"line 2: model_name_or_path: the name 'ééé.*is too long for a results directory"),
         (one(patch=["x"]), r"line 2: model_patch: must be a string, a unified diff \(got list\)"),
         (["c-demo", PATCH], r"line 2: must be a JSON object with instance_id, model_patch, model_name_or_path"),
     ],
