@@ -49,6 +49,7 @@ class TaskSource(Protocol):
 
 # What error_msg says first -> a sentence about it.
 _SENTENCES = [
+    ("Patch apply failed: ", "The patch was not applied: {rest}."),
     ("Patch apply failed", "The agent's patch does not apply to the original tree."),
     ("Patch capture failed", "The agent's change could not be captured from its tree."),
     ("Build failed", "The build failed with the agent's patch."),

@@ -166,6 +166,14 @@ SETTINGS = (
         ini="ssebench_registry",
     ),
     Setting(
+        "--predictions",
+        "ssebench_predictions",
+        None,
+        "grade the patches in FILE (SWE-bench's predictions: JSON lines of instance_id, model_patch, "
+        "model_name_or_path), one run of the predictions agent each; tasks it does not name are not collected",
+        "FILE",
+    ),
+    Setting(
         "--model-budget",
         "ssebench_budget",
         parse_budget,
@@ -266,6 +274,7 @@ class Options:
     dispatch: Dispatch = "local"
     ray_address: str | None = None
     registry: str | None = None
+    predictions: Path | None = None
 
 
 def _names(given: list[str]) -> tuple[str, ...]:
@@ -289,6 +298,9 @@ def parse_options(config: pytest.Config) -> Options:
     results = Path(value["ssebench_results"])
     if not results.is_absolute():
         results = config.invocation_params.dir / results
+    predictions = Path(value["ssebench_predictions"]) if value["ssebench_predictions"] else None
+    if predictions is not None and not predictions.is_absolute():
+        predictions = config.invocation_params.dir / predictions
     return Options(
         agents=_names(opt.agent or config.getini("ssebench_agents")),
         models=_names(opt.model or config.getini("ssebench_models")),
@@ -308,4 +320,5 @@ def parse_options(config: pytest.Config) -> Options:
         dispatch=value["ssebench_dispatch"],
         ray_address=value["ssebench_ray_address"] or None,
         registry=value["ssebench_registry"] or None,
+        predictions=predictions,
     )

@@ -1,7 +1,7 @@
 """Entry point of the SSEBench pytest plugin (registered under `pytest11`).
 
 It declares options, ini keys and hooks; the session machinery
-(`pytest_ssebench.sweep`) is registered only when an agent is asked for,
+(`pytest_ssebench.sweep`) is registered only when an agent (or predictions to grade) is asked for,
 so `pytest tests` and other projects' runs pay nothing for it.
 """
 
@@ -45,7 +45,7 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
 def pytest_configure(config: pytest.Config) -> None:
     for name, text in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
-    if not (config.option.agent or config.getini("ssebench_agents")):
+    if not (config.option.agent or config.getini("ssebench_agents") or config.option.ssebench_predictions):
         _say_how_to_pick_an_agent(config)
         return
     from pytest_ssebench.sweep import Sweep

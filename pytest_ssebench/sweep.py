@@ -16,6 +16,7 @@ from the reports the workers send.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from ssebench.agent import Agent, load_agent
 from ssebench.dataset import TaskLoader, looks_like_task
 from ssebench.errors import ConfigError, ConfigErrors, SSEBenchError
 from ssebench.logs import for_terminal
+from ssebench.predictions import PREDICTIONS_AGENT, Prediction, Predictions, load_predictions
 from ssebench.reaper import Session
 from ssebench.runspec import RunConfig, limits_for
 from ssebench.session import OptionError, Plan, RunSession
@@ -49,6 +51,7 @@ class Sweep:
             self.agents: list[Agent] = [load_agent(self.settings.agents_dir, name) for name in self.options.agents]
         except (ConfigError, ConfigErrors, SSEBenchError) as exc:
             raise pytest.UsageError(f"--agent: {exc}") from None
+        self.predictions = self._load_predictions()
         if self.options.registry:
             self.settings = self.settings.model_copy(update={"image_registry": self.options.registry})
         needing = next((a.name for a in self.agents if a.needs_model), None)
@@ -109,6 +112,28 @@ class Sweep:
         if self.is_controller:  # how long each item took, for the next sweep's order (pytest_ssebench.schedule)
             config.pluginmanager.register(DurationHooks(self.settings.cache_dir), "ssebench-durations")
 
+    def _load_predictions(self) -> Predictions | None:
+        """--predictions: the file, loaded, and the predictions agent among the agents (it runs only with it)."""
+        path = self.options.predictions
+        given = any(agent.grades_predictions for agent in self.agents)
+        if path is None:
+            if given:
+                raise pytest.UsageError(
+                    f"--agent {PREDICTIONS_AGENT}: give the patches it applies with --predictions FILE "
+                    "(SWE-bench's predictions format)"
+                )
+            return None
+        try:
+            predictions = load_predictions(path)
+        except ConfigError as exc:
+            raise pytest.UsageError(for_terminal(f"--predictions: {exc}")) from None
+        if not given:
+            try:
+                self.agents.append(load_agent(self.settings.agents_dir, PREDICTIONS_AGENT))
+            except (ConfigError, ConfigErrors, SSEBenchError) as exc:
+                raise pytest.UsageError(for_terminal(f"--predictions: {exc}")) from None
+        return predictions
+
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session: pytest.Session) -> bool | None:
         """With --dispatch ray: every run is submitted at once, and each item is reported as its run ends."""
@@ -168,24 +193,34 @@ class Sweep:
             raise CollectError(str(exc)) from None
         runs = []
         for agent in self.agents:
-            for model in self.options.models if agent.needs_model else ("none",):
-                for difficulty in self.options.difficulties:
-                    for mode in self.options.modes:
-                        for trial in range(1, self.options.trials + 1):
-                            runs.append(
-                                RunConfig(
-                                    task=task,
-                                    agent=agent,
-                                    model=model,
-                                    difficulty=difficulty,
-                                    mode=mode,
-                                    timeout=self.options.timeout,
-                                    egress=self.options.egress,
-                                    keep_container=self.options.keep_containers,
-                                    limits=limits,
-                                    trial=trial,
+            # The predictions agent runs once per prediction of the task, under the prediction's model name.
+            predicted: list[Prediction | None] = (
+                list(self.predictions.for_task(task)) if agent.grades_predictions and self.predictions else [None]
+            )
+            for prediction in predicted:
+                if prediction is not None:
+                    models: tuple[str, ...] = (prediction.model,)
+                else:
+                    models = self.options.models if agent.needs_model else ("none",)
+                for model in models:
+                    for difficulty in self.options.difficulties:
+                        for mode in self.options.modes:
+                            for trial in range(1, self.options.trials + 1):
+                                runs.append(
+                                    RunConfig(
+                                        task=task,
+                                        agent=agent,
+                                        model=model,
+                                        difficulty=difficulty,
+                                        mode=mode,
+                                        timeout=self.options.timeout,
+                                        egress=self.options.egress,
+                                        keep_container=self.options.keep_containers,
+                                        limits=limits,
+                                        trial=trial,
+                                        prediction=prediction,
+                                    )
                                 )
-                            )
         return runs
 
     def item_name(self, run: RunConfig) -> str:
@@ -220,6 +255,30 @@ class Sweep:
             raise pytest.UsageError(for_terminal(str(exc))) from None
         if self.is_controller and self.options.rebuild:
             self._rebuild()
+        if self.is_controller and self.predictions is not None:
+            self._say_unnamed_tasks(self.predictions)
+
+    def _say_unnamed_tasks(self, predictions: Predictions) -> None:
+        """One line on the predictions that name no task under the paths given: not graded, said once (a
+        predictions file often covers a whole dataset and is graded a part at a time, so it is no error)."""
+        from ssebench.dataset import argument_path, load_tasks
+
+        paths = [Path(argument_path(a)) for a in self.config.args] or [self.config.invocation_params.dir]
+        tasks: list[Task] = []
+        for path in paths:
+            with contextlib.suppress(ConfigError, ConfigErrors):  # collection says what is wrong with a task
+                tasks += load_tasks(path, check_files=False)
+        unnamed = predictions.naming_none_of(tasks)
+        if unnamed:
+            shown = ", ".join(f"{p.instance_id} ({p.where})" for p in unnamed[:5])
+            more = f" and {len(unnamed) - 5} more" if len(unnamed) > 5 else ""
+            print(
+                for_terminal(
+                    f"ssebench: --predictions {predictions.path}: {len(unnamed)} of {len(predictions.items)} "
+                    f"prediction(s) name no task under the paths given and are not graded: {shown}{more}"
+                ),
+                file=sys.stderr,
+            )
 
     def _rebuild(self) -> None:
         from ssebench.build import build_images
@@ -241,10 +300,15 @@ class Sweep:
         resume = "; resuming finished runs" if o.resume else ""
         ray = f"; dispatch ray ({o.ray_address or 'auto'})" if o.dispatch == "ray" else ""
         registry = f"; registry {o.registry}" if o.registry else ""
+        predictions = ""
+        if self.predictions is not None:
+            named = dict.fromkeys(p.model for p in self.predictions.items)
+            predictions = f"; predictions {o.predictions} ({len(self.predictions.items)}, models {','.join(named)})"
+        agents = ",".join(agent.name for agent in self.agents)  # the predictions agent too, when implied
         return (
-            f"ssebench: agents {','.join(o.agents)}; models {','.join(o.models) or 'none'}; difficulty "
+            f"ssebench: agents {agents}; models {','.join(o.models) or 'none'}; difficulty "
             f"{','.join(map(str, o.difficulties))}; mode {','.join(o.modes)}{trials}; egress {o.egress}; "
-            f"results {o.results}{resume}{ray}{registry}"
+            f"results {o.results}{resume}{ray}{registry}{predictions}"
         )
 
 

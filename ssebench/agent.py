@@ -106,6 +106,11 @@ class Agent:
         return self.name == contract.REFERENCE_AGENT
 
     @property
+    def grades_predictions(self) -> bool:
+        """The predictions agent applies a prediction's patch (`--predictions`) and does nothing else."""
+        return self.name == contract.PREDICTIONS_AGENT
+
+    @property
     def home(self) -> str:
         """Where its software is in the container that runs it (its venv's root): /opt/agents/<name>."""
         return f"{AGENTS_HOME}/{self.name}"

@@ -26,11 +26,13 @@ from ssebench.defaults import (
 )
 from ssebench.errors import ConfigError, ConfigErrors, SSEBenchError
 from ssebench.logs import columns, for_terminal, shown_path
+from ssebench.runtime.contract import PREDICTIONS_AGENT
 from ssebench.version import __version__
 
 if TYPE_CHECKING:
     from ssebench.agent import Agent
     from ssebench.defaults import Mode
+    from ssebench.predictions import Prediction
     from ssebench.record import RunRecord
     from ssebench.settings import Settings
     from ssebench.task import Task
@@ -251,8 +253,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     settings = _with_registry(get_settings(), args.registry)
     task = load_task(_find_task(args.task, args.datasets))
-    agent = load_agent(settings.agents_dir, args.agent)
-    model = (args.model or "") if agent.needs_model else "none"
+    prediction = _prediction_of(task, args.predictions, args.model, args.agent) if args.predictions else None
+    if prediction is None and not args.agent:
+        raise SSEBenchError("--agent: give the agent to run (or --predictions FILE, to grade a patch made elsewhere)")
+    agent = load_agent(settings.agents_dir, PREDICTIONS_AGENT if prediction else args.agent)
+    if agent.grades_predictions and prediction is None:
+        raise SSEBenchError(f"--agent {PREDICTIONS_AGENT}: give the patch it applies with --predictions FILE")
+    model = prediction.model if prediction else (args.model or "") if agent.needs_model else "none"
     limits = limits_for(settings, task, args.limits, here=args.dispatch == "local")
     results = args.results.resolve()
     if args.run_id and (runs_parent(results, task.id, model, agent.name) / path_component(args.run_id)).exists():
@@ -272,6 +279,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         keep_container=args.keep_container,
         limits=limits,
         run_id=args.run_id,
+        prediction=prediction,
     )
     plan = Plan(
         results=results,
@@ -294,6 +302,24 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(for_terminal(f"error: {exc}"), file=sys.stderr)
         return 2
     return _report_run(record, args.require_pass)
+
+
+def _prediction_of(task: Task, path: Path, model: str | None, agent: str | None) -> Prediction:
+    """`ssebench run --predictions`: the one prediction of `task` in the file (by `model`, when given)."""
+    from ssebench.predictions import load_predictions
+
+    if agent and agent != PREDICTIONS_AGENT:
+        raise SSEBenchError(f"--agent {agent}: --predictions runs the {PREDICTIONS_AGENT} agent; leave --agent out")
+    found = [p for p in load_predictions(path).for_task(task) if model is None or p.model == model]
+    by = f" by model {model!r}" if model is not None else ""
+    if not found:
+        raise SSEBenchError(f"--predictions {path}: no prediction of {task.id}{by}")
+    if len(found) > 1:
+        models = ", ".join(p.model for p in found)
+        raise SSEBenchError(
+            f"--predictions {path}: {len(found)} predictions of {task.id} (models {models}): pick one with --model"
+        )
+    return found[0]
 
 
 def _rebuilt(settings: Settings, task: Task, agent: Agent, mode: Mode) -> bool:
@@ -321,6 +347,22 @@ def _report_run(record: RunRecord, require_pass: bool) -> int:
 
 def _table(header: list[str], rows: list[list[str]]) -> None:
     print(for_terminal("\n".join(columns([header, *rows]))))
+
+
+def cmd_results_predictions(args: argparse.Namespace) -> int:
+    from ssebench.predictions import past_runs, prediction_line
+
+    root = args.results
+    if not root.is_dir() or root.is_symlink():
+        raise SSEBenchError(f"{root}: not a results directory (results/<task>/<model>/<agent>/<run-id>/)")
+    count = 0
+    for run in past_runs(root):
+        print(prediction_line(run.instance_id, run.model, run.patch))
+        count += 1
+    print(
+        for_terminal(f"{count} prediction(s): the newest run of each task x model x agent in {root}"), file=sys.stderr
+    )
+    return 0
 
 
 def cmd_agents_list(args: argparse.Namespace) -> int:
@@ -640,8 +682,16 @@ def parser() -> argparse.ArgumentParser:
         "and the run directory.",
     )
     run.add_argument("--task", required=True, metavar="PATH|ID", help="a task folder, or a task id under --datasets")
-    run.add_argument("--agent", required=True, metavar="NAME", help="an agent under agents/")
-    run.add_argument("--model", metavar="NAME", help="the model, for agents that need one")
+    run.add_argument("--agent", metavar="NAME", help="an agent under agents/")
+    run.add_argument(
+        "--model", metavar="NAME", help="the model, for agents that need one (with --predictions: whose prediction)"
+    )
+    run.add_argument(
+        "--predictions",
+        type=Path,
+        metavar="FILE",
+        help="grade the task's prediction in FILE (SWE-bench's predictions format) instead of running an agent",
+    )
     run.add_argument(
         "--model-budget",
         type=parse_budget,
@@ -741,6 +791,18 @@ def parser() -> argparse.ArgumentParser:
             lock.add_argument("--python", metavar="X.Y", help="the images' Python (default: asked of base-c)")
             lock.add_argument("--machine", metavar="ARCH", help="the images' machine, e.g. x86_64 (default: asked)")
             lock.set_defaults(func=cmd_agents_lock)
+
+    results = sub.add_parser("results", help="use past runs", description="Use the runs of a results directory.")
+    results_sub = results.add_subparsers(dest="action", required=True, metavar="ACTION")
+    as_predictions = results_sub.add_parser(
+        "predictions",
+        help="print past runs' patches as a predictions file",
+        description="Print the final.patch of the newest run of each task x model x agent under RESULTS_DIR as "
+        "SWE-bench predictions (JSON lines; model_name_or_path is AGENT/MODEL), to grade them again with "
+        "pytest DATASET --predictions FILE.",
+    )
+    as_predictions.add_argument("results", type=Path, metavar="RESULTS_DIR", help="a results directory")
+    as_predictions.set_defaults(func=cmd_results_predictions)
 
     ps = sub.add_parser(
         "ps",

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Protocol
 
 from ssebench.backend import Backend, Handle, Network, RunTimeoutError, Volume
@@ -220,6 +221,7 @@ def running(
     task_image: str | None = None,
     runtime: str,
     software: str | None = None,
+    prediction: Path | None = None,
 ) -> Iterator[LiveRun]:
     """Start a run's network and containers; remove all afterwards (unless the run keeps its containers: they
     stay up, labelled kept, sidecar mode's agent container unfrozen).
@@ -227,7 +229,8 @@ def running(
     `image` is the agent's image; sidecar mode also starts `task_image` (the
     task's tool image) as the task container, with the volumes they share.
     `runtime` is the runtime volume (`ensure_runtime_volume`) of the task's
-    tool image; `software` the agent's software volume (`ensure_agent_volume`), if it has one.
+    tool image; `software` the agent's software volume (`ensure_agent_volume`), if it has one; `prediction`
+    the file of the patch a predictions run applies.
 
     With `models`, the run gets access to its model for as long as it lasts;
     what it used is put into `usage` when it ends. `env` adds runtime
@@ -248,7 +251,16 @@ def running(
             )
             opened = True
         spec = container_spec(
-            config, image, session, run_id, network.name, model_env, command, runtime=runtime, software=software
+            config,
+            image,
+            session,
+            run_id,
+            network.name,
+            model_env,
+            command,
+            runtime=runtime,
+            software=software,
+            prediction=prediction,
         )
         spec.env.update(env or {})
         # A kept run's own token, in each of its containers' environment (sidecar_specs passes it to both).

@@ -237,6 +237,8 @@ RESUME_IDENTITY = (
     "timeout",
     "egress",
     "limits",
+    # A predictions run's patch (its sha256); absent from every other run's.
+    "prediction",
 )
 
 
@@ -244,8 +246,8 @@ def finished_run(config: RunConfig, results_root: Path) -> RunRecord | None:
     """The newest graded run of exactly this run's identity in `results_root`, as a record; None if none.
 
     Identity: the task (id, dataset version and the digest of its files), the
-    agent, its version and its software's digest, the model, difficulty, mode, trial, and the
-    conditions it ran under (agent time limit, egress, resource limits). A
+    agent, its version and its software's digest, the model (and a prediction's
+    patch), difficulty, mode, trial, and the conditions it ran under (agent time limit, egress, resource limits). A
     run that ended in an infrastructure error is not finished: it runs again,
     and so does one whose result.json does not bear its summary's grade out.
     """
@@ -280,7 +282,7 @@ def resumable(config: RunConfig, results_root: Path) -> tuple[RunRecord | None, 
         ):
             why = why or f"the task changed since {run_dir.name}"
             continue
-        other = [key for key in RESUME_IDENTITY if got.get(key) != want[key]]
+        other = [key for key in RESUME_IDENTITY if got.get(key) != want.get(key)]
         if other or got.get("trial", 1) != config.trial:
             if not other:
                 continue  # another trial of the same run: not a reason

@@ -3,6 +3,7 @@
     results/<task>/<model>/<agent>/<run-id>/
         (each name escaped into one path component: openai/gpt-4o -> openai%2Fgpt-4o)
         summary.json  result.json  final.patch  reference.patch  source.tar.gz  commits.log  *.log  archive/
+        (and prediction.patch, the patch a predictions run was given)
 
 What summary.json holds is `ssebench.record.RunRecord`'s; what result.json
 holds, `sse.result.RunResult`'s. A run never reuses another's directory; `latest` points at the newest run of
@@ -29,6 +30,8 @@ from ssebench.errors import SSEBenchError
 
 # The task's reference patch, copied into each run's directory once the run is over (`run.save_reference_patch`).
 REFERENCE_PATCH_FILE = "reference.patch"
+# A predictions run's patch as its file gave it (`run.save_prediction`); final.patch is what grading captured.
+PREDICTION_FILE = "prediction.patch"
 # The agent's final tree as the engine tars it, gzipped, and the most of it (as a tar) kept (`run.save_source`).
 SOURCE_FILE = "source.tar.gz"
 SOURCE_CAP = 128 << 20

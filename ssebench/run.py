@@ -33,6 +33,7 @@ from ssebench.logs import last_lines
 from ssebench.reaper import Session
 from ssebench.record import RunRecord
 from ssebench.result import (
+    PREDICTION_FILE,
     REFERENCE_PATCH_FILE,
     SOURCE_CAP,
     SOURCE_FILE,
@@ -236,6 +237,7 @@ def live_run(
     # Any runtime image fills it (they share the OS image's Python): the task's is at hand in either mode.
     software = backend.agent_volume(settings, config.agent, names["runtime"]) if config.agent.software_digest else None
     record.network = network_name(session, record.run_id)
+    prediction = save_prediction(config, record.run_dir)
     with running(
         config,
         backend,
@@ -248,6 +250,7 @@ def live_run(
         task_image=names["tool"],
         runtime=runtime,
         software=software,
+        prediction=prediction,
     ) as live:
         began = time.monotonic()
         record.timeline["container_started"] = time.time()
@@ -286,6 +289,19 @@ def live_run(
     save_reference_patch(config.task, record.run_dir)
     record.result = said
     record.judged(verdict)
+
+
+def save_prediction(config: RunConfig, run_dir: Path) -> Path | None:
+    """A predictions run's patch as `prediction.patch` in its directory, before the run: the file its container
+    mounts read-only for the predictions agent, and the record of what the run was given. None for any other
+    run."""
+    if config.prediction is None or not config.agent.grades_predictions:
+        return None
+    path = run_dir / PREDICTION_FILE
+    # Bytes as the file gave them (no newline translation); readable by the agent's user in the container.
+    path.write_bytes(config.prediction.patch.encode("utf-8", errors="surrogateescape"))
+    path.chmod(0o644)
+    return path
 
 
 def save_reference_patch(task: Task, run_dir: Path) -> None:

@@ -3,15 +3,17 @@ network it gets (the specs `ssebench.live` starts).
 
 Each run has a network of its own (internal unless egress is open), so no
 run can reach another's container. Nothing of the host is bind-mounted but
-the reference patch for the reference agent: results come out by copy when
-the run is over (`ssebench.archive`).
+the reference patch for the reference agent, and a prediction's patch for
+the predictions agent: results come out by copy when the run is over
+(`ssebench.archive`).
 """
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field, replace
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ssebench.agent import Agent
 from ssebench.backend import ContainerSpec, Mount, Volume
@@ -34,15 +36,20 @@ from ssebench.runtime.contract import (
     RuntimeSettings,
 )
 from ssebench.runtime.contract import ARCHIVE as ARCHIVE_IN_CONTAINER
+from ssebench.runtime.contract import PREDICTION_PATCH as PREDICTION_IN_CONTAINER
 from ssebench.runtime.contract import REFERENCE_PATCH as REFERENCE_IN_CONTAINER
 from ssebench.runtime.contract import RESULTS as RESULTS_IN_CONTAINER
 from ssebench.settings import Settings
 from ssebench.task import Task, task_file
 
+if TYPE_CHECKING:
+    from ssebench.predictions import Prediction
+
 __all__ = [
     "ARCHIVE_CAP",
     "ARCHIVE_FILE_CAP",
     "ARCHIVE_IN_CONTAINER",
+    "PREDICTION_IN_CONTAINER",
     "REFERENCE_IN_CONTAINER",
     "RESULTS_CAP",
     "RESULTS_FILE_CAP",
@@ -78,6 +85,8 @@ class RunConfig:
     trial: int = 1
     # The run's id when it is given (`ssebench run --run-id`); else each attempt gets a new one.
     run_id: str | None = None
+    # The patch the predictions agent applies (`--predictions`); None for every other agent.
+    prediction: Prediction | None = None
 
     @property
     def reference_run(self) -> bool:
@@ -89,6 +98,9 @@ class RunConfig:
         return self.egress == "restricted"
 
     def describe(self) -> dict[str, Any]:
+        # A prediction's patch is part of its run's identity (--resume): the same model may be graded again
+        # with another patch. Other runs' summaries stay as they were.
+        prediction = {"prediction": self.prediction.digest} if self.prediction is not None else {}
         return {
             "agent": self.agent.name,
             "agent_version": self.agent.config.version,
@@ -102,6 +114,7 @@ class RunConfig:
             "egress": self.egress,
             "reference_run": self.reference_run,
             "limits": self.limits.describe(),
+            **prediction,
         }
 
 
@@ -133,11 +146,13 @@ def container_spec(
     *,
     runtime: str,
     software: str | None = None,
+    prediction: Path | None = None,
 ) -> ContainerSpec:
     """The container the agent of a run runs in, with the `runtime` volume read-only at /opt/ssebench and the
     agent's `software` volume (`ssebench.agentvolume`), if it has one, read-only at /opt/agents/<name>.
 
-    Only the reference agent ever gets the reference patch.
+    Only the reference agent ever gets the reference patch; only the predictions agent gets `prediction`,
+    the host's file of its prediction's patch.
     """
     task = config.task
     mounts = []
@@ -145,6 +160,8 @@ def container_spec(
         mounts.append(
             Mount(task_file(task.path, task.config.files.patch).resolve(), REFERENCE_IN_CONTAINER, read_only=True)
         )
+    if config.agent.grades_predictions and prediction is not None:
+        mounts.append(Mount(prediction.resolve(), PREDICTION_IN_CONTAINER, read_only=True))
     env = run_env(config)
     if config.model != "none":
         env["SSE_MODEL_NAME"] = config.model
@@ -180,12 +197,21 @@ def run_env(config: RunConfig) -> dict[str, str]:
         grading_timeout=float(int(config.grading_timeout)),
         file_size=config.limits.file_size,
         keep_alive=config.keep_container,
+        prediction=config.agent.grades_predictions,
     )
     # A kept run's containers stay up once the run is over, for `docker exec` (ssebench.live waits for
     # their phase instead of their exit).
     kept = ("keep_alive",) if config.keep_container else ()
+    predicted = ("prediction",) if config.agent.grades_predictions else ()
     return settings.to_env(
-        "agent_timeout", "difficulty", "grading_timeout", "file_size", "archive_file_cap", "archive_cap", *kept
+        "agent_timeout",
+        "difficulty",
+        "grading_timeout",
+        "file_size",
+        "archive_file_cap",
+        "archive_cap",
+        *kept,
+        *predicted,
     )
 
 

@@ -108,6 +108,7 @@ RUNTIME_PATHS = tuple(
         contract.MCP_LOG_DIR,
         contract.RUNTIME_HOME,
         str(PurePosixPath(contract.REFERENCE_PATCH).parent),
+        str(PurePosixPath(contract.PREDICTION_PATCH).parent),
     )
 )
 SYSTEM_PATHS = tuple(

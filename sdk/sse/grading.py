@@ -14,10 +14,22 @@ from sse.metadata import parse_capabilities, parse_metadata
 from sse.result import GradeStatus, PatchResult
 from sse.tools import bencher
 
-__all__ = ["GradeStatus", "PatchResult", "grade"]
+__all__ = ["NOT_APPLIED", "GradeStatus", "PatchResult", "grade", "not_applied"]
 
 # Logs kept in a PatchResult: the tail, where the failure usually is.
 _LOG_LIMIT = 64 * 1024
+
+
+# The first words of error_msg when the patch to grade does not apply.
+NOT_APPLIED = "Patch apply failed"
+
+
+def not_applied(reason: str, log: str = "") -> PatchResult:
+    """The grade of a patch that does not apply: a failed build, so the result is graded (failed), never
+    "no check ran" (an error the agent could trade a failure for). `reason` begins with NOT_APPLIED."""
+    result = PatchResult(build_success=False)
+    result.mark_failure(reason, log)
+    return result
 
 
 def _log_of(result: ScriptResult) -> str:
@@ -52,11 +64,8 @@ def grade() -> PatchResult:
 
     prepared = connection.prepare_grading()
     if not prepared.get("applied", False):
-        # The patched project cannot be built when the patch does not apply: a failed build, so the
-        # result is graded (failed), never "no check ran" (an error the agent could trade a failure for).
-        result.build_success = False
-        result.mark_failure(str(prepared.get("reason") or "Patch apply failed"), str(prepared.get("log") or ""))
-        return result
+        # The patched project cannot be built when the patch does not apply.
+        return not_applied(str(prepared.get("reason") or NOT_APPLIED), str(prepared.get("log") or ""))
 
     if capabilities.can_build:
         built = bencher.build(grading=True)

@@ -65,6 +65,8 @@ RUNTIME_HOME = "/opt/ssebench"
 # The runtime's interpreter; every runtime process is started with it, isolated (-I).
 RUNTIME_PYTHON = f"{RUNTIME_HOME}/venv/bin/python"
 REFERENCE_PATCH = "/reference/patch.diff"
+# A prediction's patch (`--predictions`), mounted read-only for the predictions agent's runs alone.
+PREDICTION_PATCH = "/prediction/patch.diff"
 CAPTURE_DIR = "/var/lib/ssebench-capture"
 MCP_LOG_DIR = "/tmp/sse-test-patch"
 
@@ -219,6 +221,7 @@ ENV = {
     "grading_timeout": "SSE_GRADING_TIMEOUT",
     "output_cap": "SSE_OUTPUT_CAP",
     "keep_alive": "SSE_KEEP_ALIVE",
+    "prediction": "SSE_PREDICTION",
     "keep_token": "SSE_KEEP_TOKEN",
     "file_size": "SSE_FILE_SIZE_LIMIT",
     "copy_limit": "SSE_COPY_LIMIT",
@@ -264,6 +267,9 @@ class RuntimeSettings:
     grading_timeout: float = GRADING_TIMEOUT
     output_cap: int = 256 * 1024
     keep_alive: bool = False
+    # A run of the predictions agent (`--predictions`): its agent only applies the prediction's patch, so its
+    # non-zero exit means the patch did not apply, a failed grade (`ssebench.runtime.evaluator`).
+    prediction: bool = False
     # A kept run's own (random, made when it starts): its `kept` phase names it, so that no file an image
     # brought to the phase file's place can pass for the run's end (`kept_status`).
     keep_token: str = ""
@@ -354,7 +360,7 @@ def _value(name: str, text: str) -> object:
         if not stripped.isdigit() or int(stripped) not in DIFFICULTY_NAMES:
             raise ValueError(f"must be one of 0, 1, 2, 3, 4 (got {text or '(empty)'!r})")
         return int(stripped)
-    if name == "keep_alive":
+    if name in ("keep_alive", "prediction"):
         return text.strip().lower() in ("1", "true", "yes")
     if name in _BOUNDS:
         return _number(name, text)
@@ -445,6 +451,8 @@ KEPT_LABEL = "ssebench.kept"
 # The agent that applies the task's known fix, and the label its runs' containers carry.
 REFERENCE_AGENT = "reference"
 REFERENCE_RUN_LABEL = "ssebench.reference-run"
+# The agent that applies a prediction's patch (`--predictions`): it grades patches made elsewhere.
+PREDICTIONS_AGENT = "predictions"
 
 
 @dataclass(frozen=True)

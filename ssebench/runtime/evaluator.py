@@ -16,20 +16,21 @@ import re
 import sys
 import threading
 import traceback
+from contextlib import suppress
 from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any
 
-from sse.result import EXCEPTION_TEXT, RunResult, RuntimeResult, Signals
+from sse.result import EXCEPTION_TEXT, PatchResult, RunResult, RuntimeResult, Signals
 
-from ssebench.runtime.contract import AgentEnd, SettingsError, load_settings
+from ssebench.runtime.contract import AgentEnd, RuntimeSettings, SettingsError, load_settings
 from ssebench.runtime.files import read_no_follow, write_atomic
 
 
 def grade_with_limit(limit: float, results: Path | None = None) -> tuple[RunResult, bool]:
     """(the container's result, its agent phase and signals apart; timed_out). Grading runs in a thread so
     the limit can end the wait; `sse.result.grade` decides what a timeout or an exception makes of it."""
-    from sse.result import PatchResult, RunResult, grade
+    from sse.result import grade
 
     outcome: dict[str, Any] = {}
 
@@ -120,6 +121,32 @@ def runtime_result(end: AgentEnd | None, evaluator_timeout: bool) -> RuntimeResu
     )
 
 
+# What of the predictions agent's output (agent.log) a failed apply's grade keeps: git's words.
+APPLY_LOG_CAP = 8192
+
+
+def prediction_not_applied(settings: RuntimeSettings, end: AgentEnd | None) -> PatchResult | None:
+    """A predictions run whose agent did not apply its patch: the failed grade that says so, with the tail of
+    what the agent said (git's words; in sidecar mode the agent's output is in the agent container's log
+    instead). None for any other run, and for a prediction that applied: that one is graded as any run is.
+
+    The predictions agent does nothing but apply the patch, so its non-zero exit means the patch did not
+    apply. It runs as model, as any agent: trusting its exit can only fail its own run, never pass one.
+    """
+    if not settings.prediction or end is None or end.status == 0:
+        return None
+    from sse.grading import NOT_APPLIED, not_applied
+
+    said = b""
+    with suppress(OSError):  # a missing or odd agent.log leaves the grade without its log, never ungraded
+        said = read_no_follow(Path(settings.results), "agent.log", 1 << 20) or b""
+    why = "its time limit ended the apply" if end.timed_out else f"git apply exited {end.status}"
+    return not_applied(
+        f"{NOT_APPLIED}: the predicted patch does not apply to the task's source ({why})",
+        said[-APPLY_LOG_CAP:].decode("utf-8", errors="replace"),
+    )
+
+
 def agent_figures(stream: IO[bytes]) -> dict[str, str] | None:
     """The agent phase's figures (AGENT_DURATION, AGENT_EXIT_STATUS, SSE_METRIC_AGENT_TIMEOUT), one JSON
     line the entrypoint writes once the phase is over; None when it closes the pipe with nothing (no
@@ -147,10 +174,15 @@ def main() -> int:
     if figures is None:
         print("ssebench-evaluator: not graded (the entrypoint gave no agent figures)", file=sys.stderr)
         return 0
-    graded, timed_out = grade_with_limit(settings.grading_timeout, Path(settings.results))
+    end = AgentEnd.read(figures)
+    unapplied = prediction_not_applied(settings, end)
+    if unapplied is not None:
+        graded, timed_out = RunResult(status=unapplied.status(), patch_result=unapplied), False
+    else:
+        graded, timed_out = grade_with_limit(settings.grading_timeout, Path(settings.results))
     result = replace(
         graded,
-        runtime_result=runtime_result(AgentEnd.read(figures), timed_out),
+        runtime_result=runtime_result(end, timed_out),
         signals=grading_signals(Path(settings.results)) if not timed_out else Signals(),
     )
     path = write_atomic(Path(settings.results), "result.json", json.dumps(result.to_json(), indent=2) + "\n")

@@ -43,6 +43,7 @@ CHANGED = RuntimeSettings(
     grading_timeout=50.0,
     output_cap=4096,
     keep_alive=True,
+    prediction=True,
     keep_token="t0k3n",
     file_size=2 << 20,
     copy_limit=3 << 20,

@@ -318,7 +318,14 @@ def test_options_live_beside_popular_plugins(demo: pytest.Pytester, monkeypatch:
     helped = demo.runpytest_subprocess("--help")
     assert helped.ret == 0, helped.stderr.str()
     text = helped.stdout.str()
-    for option in (*POPULAR.values(), "--agent-timeout=", "--infra-retries=", "--run-limits=", "--trials="):
+    for option in (
+        *POPULAR.values(),
+        "--agent-timeout=",
+        "--infra-retries=",
+        "--run-limits=",
+        "--trials=",
+        "--predictions=",
+    ):
         assert option in text, option
     ran = demo.runpytest_subprocess(
         "datasets/demo/c-demo",
