@@ -104,6 +104,11 @@ CONFIG = {
 
 @pytest.fixture
 def service(tmp_path: Path) -> TaskService:
+    return make_service(tmp_path)
+
+
+def make_service(tmp_path: Path) -> TaskService:
+    """A task's service with fake workers, its task folder and results under `tmp_path`."""
     task_dir = tmp_path / "ssebench"
     for sub, name, text in [
         ("scripts", "build.sh", "make\n"),
@@ -412,13 +417,14 @@ def test_an_uncapturable_tree_is_the_agents_failure(service: TaskService) -> Non
 
 def test_refused_calls_and_peers_are_recorded_for_the_evaluator(service: TaskService) -> None:
     with _connect(service, 2, AGENT) as agent, _connect(service, 2, HTTP, peer=("172.18.0.7", 41000)) as peer:
-        for call in (
+        calls: list[Callable[[], Any]] = [
             lambda: agent.tool("bencher", "run_poc", {"poc": "/ssebench/pocs/crash.bin"}),
             lambda: agent.tool("bencher", "build", {"grading": True}),
             lambda: agent.get("/reference/patch"),
             lambda: agent.get("/admin/refusals"),
             lambda: peer.get("/diff"),
-        ):
+        ]
+        for call in calls:
             with pytest.raises(SDKError):
                 call()
     with _connect(service, 2, ADMIN) as admin:
