@@ -2,32 +2,29 @@
 
 `ReportHooks` is the plugin's reporting half: it attaches each run's grade
 to its report, feeds the score table from reports (so it works under xdist,
-on the controller) and prints the table in the terminal and in report.html.
+on the controller) and prints the table in the terminal and in report.html;
+the table itself is `ssebench.scores`' (the viewer and the export count runs with it too).
 """
 
 from __future__ import annotations
 
 import html
-import math
-from collections import defaultdict
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 from sse.dialog import parse
-from sse.result import PatchResult, RuntimeResult, Signals, typed
+from sse.result import Signals
 
 from pytest_ssebench.transcript import render_transcript
-from ssebench.logs import columns, for_terminal
 from ssebench.record import RunRecord
 from ssebench.result import read_safely
 from ssebench.runspec import RunConfig
+from ssebench.scores import PREFIX, ScoreTable
 
 # The most of a dialog the report reads to render it (the file itself is attached, tail first).
 DIALOG_BYTES = 8 << 20
 
-PREFIX = "ssebench."
 # Where a run item keeps its record (set by the item, read here for the HTML report).
 RECORD = pytest.StashKey[RunRecord]()
 
@@ -250,183 +247,6 @@ def html_extras(record: RunRecord) -> list[dict[str, Any]]:
         if text:
             items.append(extras.text(text, name=name))
     return items
-
-
-@dataclass
-class Tally:
-    runs: int = 0
-    outcomes: dict[str, int] = field(default_factory=lambda: defaultdict(int))
-    checks: dict[str, list[bool]] = field(default_factory=lambda: defaultdict(list))
-    agent_times: list[float] = field(default_factory=list)
-    tokens: int = 0
-    cost: float = 0.0
-    metered: bool = False
-    # Per task (and mode): how many graded trials, how many passed (pass@k is per task, then averaged).
-    per_task: dict[str, list[int]] = field(default_factory=lambda: defaultdict(lambda: [0, 0]))
-
-    def add(self, outcome: str, props: dict[str, Any]) -> None:
-        self.runs += 1
-        self.outcomes[outcome] += 1
-        if outcome in ("passed", "failed"):
-            counts = self.per_task[f"{props.get(PREFIX + 'task')}/{props.get(PREFIX + 'mode')}"]
-            counts[0] += 1
-            counts[1] += outcome == "passed"
-        # The run's properties read back as the record's models: a field renamed there is renamed here.
-        given = {key.removeprefix(PREFIX): value for key, value in props.items() if key.startswith(PREFIX)}
-        patch, runtime = typed(PatchResult, given), RuntimeResult.of(given)
-        for check, value in (
-            ("build", patch.build_success),
-            ("function", patch.func_test_success),
-            ("intent", patch.intent_test_success),
-        ):
-            if value is not None:
-                self.checks[check].append(value)
-        if patch.pov_total and patch.pov_passed is not None:
-            self.checks["poc"].append(patch.pov_passed == patch.pov_total)
-        if runtime.agent_duration is not None:
-            self.agent_times.append(float(runtime.agent_duration))
-        for key in ("usage_prompt_tokens", "usage_completion_tokens"):
-            value = props.get(PREFIX + key)
-            if isinstance(value, int):
-                self.tokens += value
-                self.metered = True
-        cost = props.get(PREFIX + "usage_cost")
-        if isinstance(cost, int | float):
-            self.cost += float(cost)
-
-    def rate(self, check: str) -> str:
-        values = self.checks.get(check) or []
-        return f"{100 * sum(values) / len(values):.0f}%" if values else "-"
-
-    def pass_rate(self) -> str:
-        """Passed over graded runs (errors are not graded), with its 95 % Wilson interval."""
-        graded = self.outcomes["passed"] + self.outcomes["failed"]
-        if not graded:
-            return "-"
-        low, high = wilson_interval(self.outcomes["passed"], graded)
-        return f"{100 * self.outcomes['passed'] / graded:.0f}% [{100 * low:.0f}-{100 * high:.0f}]"
-
-    def pass_at(self, k: int) -> str:
-        """pass@k averaged over the tasks graded at least k times; '-' when none was.
-
-        Tasks with fewer graded runs (an infrastructure error took one) are
-        left out, and the cell says how many tasks it stands for.
-        """
-        values = [pass_at_k(n, c, k) for n, c in self.per_task.values() if n >= k]
-        if not values:
-            return "-"
-        short = f" ({len(values)} of {len(self.per_task)} tasks)" if len(values) < len(self.per_task) else ""
-        return f"{100 * sum(values) / len(values):.0f}%{short}"
-
-
-def wilson_interval(passed: int, total: int, z: float = 1.959964) -> tuple[float, float]:
-    """The Wilson score interval of a pass rate (95 % by default); sound for small counts and 0 or 100 %."""
-    if total <= 0:
-        return (0.0, 1.0)
-    p = passed / total
-    centre = (p + z * z / (2 * total)) / (1 + z * z / total)
-    half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / (1 + z * z / total)
-    return (max(0.0, centre - half), min(1.0, centre + half))
-
-
-def pass_at_k(n: int, c: int, k: int) -> float:
-    """The chance that at least one of k trials drawn from n (c of them passed) passed: 1 - C(n-c,k)/C(n,k)."""
-    if not 0 < k <= n:
-        raise ValueError(f"pass@{k} needs at least {k} trials, got {n}")
-    if n - c < k:
-        return 1.0
-    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
-
-
-class ScoreTable:
-    """Outcomes per agent x model x difficulty x mode, fed from reports (works under xdist)."""
-
-    def __init__(self, trials: int = 1) -> None:
-        self.rows: dict[tuple[str, str, int, str], Tally] = defaultdict(Tally)
-        self.seen: set[str] = set()
-        # With several trials, pass@1 and pass@trials join the table.
-        self.trials = trials
-
-    def add(self, nodeid: str, outcome: str, user_properties: list[tuple[str, object]]) -> None:
-        if nodeid in self.seen:
-            return
-        props = dict(user_properties)
-        if PREFIX + "agent" not in props:
-            return
-        self.seen.add(nodeid)
-        key = (
-            str(props[PREFIX + "agent"]),
-            str(props[PREFIX + "model"]),
-            int(props[PREFIX + "difficulty"]),  # type: ignore[call-overload]
-            str(props.get(PREFIX + "mode", "sandbox")),
-        )
-        self.rows[key].add(outcome, props)
-
-    def cells(self) -> list[tuple[str, ...]]:
-        """The table as rows of cells, the header first."""
-        k = self.trials
-        header = (
-            "agent",
-            "model",
-            "diff",
-            "mode",
-            "runs",
-            "passed",
-            "failed",
-            "error",
-            "pass rate [95% CI]",
-            *(("pass@1", f"pass@{k}") if k > 1 else ()),
-            "build",
-            "PoC",
-            "function",
-            "intent",
-            "agent time",
-            "tokens",
-            "cost",
-        )
-        table: list[tuple[str, ...]] = [header]
-        for (agent, model, level, mode), t in sorted(self.rows.items()):
-            mean = f"{sum(t.agent_times) / len(t.agent_times):.1f}s" if t.agent_times else "-"
-            tokens, cost = (str(t.tokens), f"${t.cost:.4f}") if t.metered else ("-", "-")
-            table.append(
-                (
-                    agent,
-                    model,
-                    str(level),
-                    mode,
-                    str(t.runs),
-                    str(t.outcomes["passed"]),
-                    str(t.outcomes["failed"]),
-                    str(t.outcomes["error"]),
-                    t.pass_rate(),
-                    *((t.pass_at(1), t.pass_at(k)) if k > 1 else ()),
-                    t.rate("build"),
-                    t.rate("poc"),
-                    t.rate("function"),
-                    t.rate("intent"),
-                    mean,
-                    tokens,
-                    cost,
-                )
-            )
-        return table
-
-    def lines(self) -> list[str]:
-        return columns([[for_terminal(cell) for cell in row] for row in self.cells()])
-
-    def html(self) -> str:
-        header, *rows = self.cells()
-        cell = "padding:3px 10px;border:1px solid #d0d7de;text-align:left;white-space:nowrap"
-        head = "".join(f'<th style="{cell};background:#f6f8fa">{html.escape(c)}</th>' for c in header)
-        body = "".join(
-            "<tr>" + "".join(f'<td style="{cell}">{html.escape(c)}</td>' for c in row) + "</tr>" for row in rows
-        )
-        return (
-            f'<h2>SSEBench scores</h2><table id="ssebench-scores" style="border-collapse:collapse">'
-            f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-            "<p>Pass rates count graded runs (errors are infrastructure, not grades); the interval is Wilson's "
-            "95 %. pass@k is averaged over tasks.</p>"
-        )
 
 
 # The runs --resume ran again that the summary names, with why.

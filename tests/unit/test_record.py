@@ -13,10 +13,11 @@ from typing import Any, get_type_hints
 
 from sse.result import PatchResult, RunResult, RuntimeResult
 
-from pytest_ssebench.report import PREFIX, ScoreTable, grade_card, properties
+from pytest_ssebench.report import grade_card, properties
 from ssebench.agent import load_agent
 from ssebench.record import SCHEMA_VERSION, RunRecord, finished_run, read_record
 from ssebench.runspec import RunConfig
+from ssebench.scores import PREFIX, ScoreTable
 from ssebench.settings import get_settings
 from ssebench.task import load_task
 from tests.helpers import DEMO

@@ -8,11 +8,12 @@ from typing import Any
 import pytest
 from sse.result import RunResult
 
-from pytest_ssebench.report import ScoreTable, grade_card, pass_at_k, properties, vulnerability_cell, wilson_interval
+from pytest_ssebench.report import grade_card, properties, vulnerability_cell
 from ssebench.agent import load_agent
 from ssebench.dataset import load_tasks
 from ssebench.record import RunRecord
 from ssebench.runspec import RunConfig
+from ssebench.scores import ScoreTable, pass_at_k, wilson_interval
 from ssebench.settings import get_settings
 from tests.helpers import DEMO, PILOT
 

@@ -11,12 +11,12 @@ from types import SimpleNamespace
 import pytest
 from sse.result import RunResult
 
-from pytest_ssebench.report import ScoreTable
 from ssebench.agent import load_agent
 from ssebench.cli import main
 from ssebench.errors import SSEBenchError
 from ssebench.record import RunRecord
 from ssebench.runspec import RunConfig
+from ssebench.scores import ScoreTable
 from ssebench.session import RunSession
 from ssebench.settings import get_settings
 from ssebench.task import load_task
