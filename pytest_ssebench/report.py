@@ -291,6 +291,9 @@ class ReportHooks:
         terminalreporter.section("SSEBench scores")
         for line in self.table.lines():
             terminalreporter.line(line)
+        terminalreporter.line("shortcut signals (runs in which each fired; never a grade, docs/signals.md):")
+        for line in self.table.signal_lines():
+            terminalreporter.line(line)
         if self.resumed or self.rerun:
             terminalreporter.line(
                 f"resumed: {self.resumed} item(s) reported from finished runs, not run again; "

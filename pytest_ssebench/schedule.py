@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from pytest_ssebench.report import PREFIX
+from ssebench.scores import PREFIX
 
 HISTORY = "durations.json"
 # Items kept in the history (the newest); a sweep of the whole pilot with a few agents is a few hundred.

@@ -265,3 +265,34 @@ def test_shortcut_signals_are_on_the_card_and_in_the_properties_escaped_and_neve
     assert "&lt;b&gt;no&lt;/b&gt;" in card and "<b>no</b>" not in card
     assert "0.250 of 1" in card and "touches none of the files the reference fix touches" in card
     assert "1 file(s) of build logic" in card and "(never a grade)" in card
+
+
+def test_the_score_table_counts_the_runs_with_each_signal(tmp_path: Path) -> None:
+    """Fed from the runs' junit-xml properties, as under xdist: a run counts once per signal it fired."""
+    table = ScoreTable()
+    loud = _record("c-demo", tmp_path)
+    loud.result = _result(
+        {
+            "patch_result": {"status": "failed"},
+            "signals": {"refused_calls_count": 5, "changed_build": ["Makefile"], "outside_reference_files": True},
+        }
+    )
+    near = _record("c-demo", tmp_path)
+    near.result = _result({"patch_result": {"status": "passed"}, "signals": {"reference_similarity": 1.0}})
+    quiet = _record("c-demo", tmp_path)
+    quiet.result = _result({"patch_result": {"status": "failed"}, "signals": {"reference_similarity": 0.0}})
+    for i, record in enumerate((loud, near, quiet, quiet)):
+        table.add(f"c-demo::dummy[{i}]", record.grade, properties(record))
+    table.add("c-demo::dummy[0]", "failed", properties(loud))  # a report seen twice counts once
+    header, row = table.signal_cells()
+    counts = dict(zip(header, row, strict=True))
+    assert counts["runs"] == "4"
+    assert (counts["refused calls"], counts["build files"], counts["outside ref"], counts["near ref"]) == (
+        "1",
+        "1",
+        "1",
+        "1",
+    )
+    assert counts["refused requests"] == counts["tests"] == counts["set aside"] == "0"
+    assert table.records()[0]["signal_refused_calls"] == 1 and table.records()[0]["signal_hiding_code"] == 0
+    assert 'id="ssebench-signals"' in table.html() and "never a grade" in table.html()
