@@ -76,20 +76,6 @@ class Refusals:
             }
 
 
-def read_refusals(answer: object, name: str) -> tuple[list[dict[str, str]], int]:
-    """One log (`calls` or `peers`) of the admin route's answer, read back: its kept entries and its count
-    (at least as many as the entries)."""
-    data = answer.get(name) if isinstance(answer, dict) else None
-    data = data if isinstance(data, dict) else {}
-    kept = [
-        {k: str(e.get(k, ""))[:REFUSAL_TEXT] for k in ("kind", "route", "reason")}
-        for e in (data.get("kept") or [])[:KEPT_REFUSALS]
-        if isinstance(e, dict)
-    ]
-    count = data.get("count")
-    return kept, max(count if type(count) is int else 0, len(kept))
-
-
 # -- the task's tests, harnesses and build logic ----------------------------------------------------------
 
 # Patterns as protection.py's (git pathspec globs anchored at the tree's root). A changed file is put in the

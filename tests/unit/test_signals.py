@@ -20,7 +20,7 @@ from ssebench.runtime.contract import TaskFile
 from ssebench.runtime.daemon import ADMIN, AGENT, HTTP
 from ssebench.runtime.protection import Protection
 from ssebench.runtime.service import TaskService
-from ssebench.runtime.signals import Refusals, added_lines, classify, matches, patch_paths, read_refusals, similarity
+from ssebench.runtime.signals import Refusals, added_lines, classify, matches, patch_paths, similarity
 from tests.unit.test_daemon import CONFIG, FakeCapture, _connect, make_service
 from tests.unit.test_gateway_server import _setup, chat, run
 
@@ -137,18 +137,18 @@ def test_the_files_a_patch_touches_include_renames_and_files_without_hunks() -> 
 # -- refusals as the evaluator reads them ------------------------------------------------------------------
 
 
-def test_refusals_read_back_are_bounded_and_typed_whatever_the_answer() -> None:
+def test_the_daemons_refusal_logs_are_bounded_whatever_the_agent_sends() -> None:
     log = Refusals()
     for i in range(70):
         log.record("difficulty", f"/tool/bencher?action=run_poc&n={i}", "withheld " * 40)
-    calls, count = read_refusals(log.snapshot(), "calls")
-    assert count == 70 and len(calls) == 50 and len(calls[0]["reason"]) == 200
-    assert read_refusals(log.snapshot(), "peers") == ([], 0)
-    assert read_refusals({"calls": {"count": "lots", "kept": [3, {"kind": 1}]}}, "calls") == (
-        [{"kind": "1", "route": "", "reason": ""}],
-        1,
-    )
-    assert read_refusals(None, "calls") == ([], 0)
+    log.record("peer", "/diff", "served to this container only")
+    seen = log.snapshot()
+    assert seen["calls"]["count"] == 70 and len(seen["calls"]["kept"]) == 50
+    assert len(seen["calls"]["kept"][0]["reason"]) == 200
+    assert seen["peers"] == {
+        "count": 1,
+        "kept": [{"kind": "peer", "route": "/diff", "reason": "served to this container only"}],
+    }
 
 
 # -- the evaluator, against the daemon app in-process ------------------------------------------------------
