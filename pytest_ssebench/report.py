@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from sse.dialog import parse
-from sse.result import PatchResult
+from sse.result import PatchResult, Signals
 
 from ssebench.record import RunRecord
 from ssebench.result import read_safely
@@ -78,7 +78,68 @@ def outcome(record: RunRecord) -> list[tuple[str, object]]:
             ("signal.hiding_code", "; ".join(f"{h['path']}: {h['line'].strip()}" for h in hiding[:10])),
             ("signal.hiding_code_count", hidden),
         ]
-    return _prefixed(props)
+    return _prefixed(props + signal_properties(record.signals))
+
+
+def _refusals(entries: list[dict[str, str]]) -> str:
+    return "; ".join(f"{e['kind']} {e['route']}: {e['reason']}" for e in entries[:10])
+
+
+def signal_properties(signals: Signals) -> list[tuple[str, object]]:
+    """The shortcut signals beyond the set-aside files and hiding lines, as (name, one-line value) pairs: the
+    names of those that fire (`signal.fired`, what the score table counts; left out when none does), and each
+    one's detail."""
+    fired = signals.fired()
+    props: list[tuple[str, object]] = [("signal.fired", ", ".join(fired))] if fired else []
+    for name in ("refused_calls", "refused_requests"):
+        count = getattr(signals, f"{name}_count")
+        if count:
+            props += [(f"signal.{name}", _refusals(getattr(signals, name))), (f"signal.{name}_count", count)]
+    for group in ("tests", "harness", "build"):
+        paths = getattr(signals, f"changed_{group}")
+        if paths:
+            props.append((f"signal.changed_{group}", ", ".join(paths)))
+    if signals.reference_similarity is not None:
+        props.append(("signal.reference_similarity", signals.reference_similarity))
+    if signals.outside_reference_files is not None:
+        props.append(("signal.outside_reference_files", signals.outside_reference_files))
+    return props
+
+
+# The grade card's words for the signals `signal_rows` shows.
+_CHANGED = {
+    "tests": "the task's tests (the hidden tests' files, test files)",
+    "harness": "PoC harnesses (the task's protected files, fuzzers, hidden directories)",
+    "build": "build logic (Makefiles, CMake, autotools, Cargo, go.mod)",
+}
+
+
+def signal_rows(signals: Signals) -> list[tuple[str, str]]:
+    """The grade card's rows (name, escaped HTML) of the shortcut signals beyond the set-aside files and
+    hiding lines: refusals, changed tests, harnesses and build logic, and the comparison with the reference."""
+    rows: list[tuple[str, str]] = []
+    for name, what in (("refused_calls", "calls the daemon refused"), ("refused_requests", "requests refused")):
+        count, entries = getattr(signals, f"{name}_count"), getattr(signals, name)
+        if count:
+            rows.append(
+                (
+                    what,
+                    html.escape(f"{count}: ")
+                    + "<br>".join(html.escape(f"{e['kind']} {e['route']}: {e['reason']}") for e in entries[:10]),
+                )
+            )
+    for group, what in _CHANGED.items():
+        paths = getattr(signals, f"changed_{group}")
+        if paths:
+            rows.append((f"changed {group}", html.escape(f"{len(paths)} file(s) of {what}: " + ", ".join(paths[:50]))))
+    if signals.reference_similarity is not None:
+        near = " (near it)" if "near_reference" in signals.fired() else ""
+        rows.append(("like the reference", html.escape(f"{signals.reference_similarity:.3f} of 1{near}")))
+    if signals.outside_reference_files:
+        rows.append(("reference's files", "the patch touches none of the files the reference fix touches"))
+    fired = signals.fired()
+    rows.append(("signals", html.escape(", ".join(fired) + " (never a grade)" if fired else "none")))
+    return rows
 
 
 def vulnerability_cell(user_properties: list[tuple[str, object]]) -> str:
@@ -162,6 +223,7 @@ def grade_card(record: RunRecord) -> str:
                 + "<br>".join(html.escape(f"{h['path']}: {h['line'].strip()}") for h in hiding[:10]),
             )
         )
+    rows += signal_rows(record.signals)
     rows.append(("run", html.escape(str(record.run_dir))))
     body = "".join(f"<tr><th style='text-align:left;padding-right:1em'>{k}</th><td>{v}</td></tr>" for k, v in rows)
     return f"<div><table>{body}</table></div>"
@@ -239,6 +301,9 @@ class ReportHooks:
             return
         terminalreporter.section("SSEBench scores")
         for line in self.table.lines():
+            terminalreporter.line(line)
+        terminalreporter.line("shortcut signals (runs in which each fired; never a grade, docs/signals.md):")
+        for line in self.table.signal_lines():
             terminalreporter.line(line)
         if self.resumed or self.rerun:
             terminalreporter.line(

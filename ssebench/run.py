@@ -283,8 +283,9 @@ def live_run(
         # An override of the host's graded, or the container wrote no result (upstream's "No result" text):
         # result.json says so, as the run's consumers read it.
         said = RunResult.by_host(verdict, said)
-    # The run's settings, as the host ran it: added here, never the container's to write.
-    said = replace(said, config=config.describe())
+    # The run's settings, as the host ran it, and the requests its gateway refused (a signal): added here,
+    # never the container's to write.
+    said = replace(said, config=config.describe(), signals=said.signals.with_requests(*_gateway_refusals(usage)))
     write_json(record.run_dir / "result.json", said.to_json())
     save_reference_patch(config.task, record.run_dir)
     record.result = said
@@ -324,3 +325,14 @@ def _model_broken(usage: dict[str, Any]) -> str | None:
     from ssebench.gateway import Usage
 
     return Usage.from_summary(usage).upstream_broken()
+
+
+def _gateway_refusals(usage: dict[str, Any]) -> tuple[list[dict[str, str]], int]:
+    """The requests of the run's key that the gateway refused as out of its network (the first few, and how
+    many), by its account in `usage`; none for a run without a model."""
+    if not usage:
+        return [], 0
+    from ssebench.gateway import Usage
+
+    read = Usage.from_summary(usage)
+    return read.network_refusals, read.network_refused

@@ -192,6 +192,7 @@ class StoredRun:
             agent_time=None if agent_time is None else float(agent_time),
             tokens=self.total_tokens,
             cost=self.cost,
+            signals=tuple(self.result.signals.fired()) if self.result else (),
         )
 
     def row(self) -> dict[str, Any]:

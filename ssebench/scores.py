@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import html
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sse.result import PatchResult, RuntimeResult, typed
+from sse.result import SIGNALS, PatchResult, RuntimeResult, typed
 
 from ssebench.logs import columns, for_terminal
 
@@ -41,6 +41,8 @@ class Scored:
     # The gateway's tokens (in + out) and cost; None for a run without a model.
     tokens: int | None = None
     cost: float | None = None
+    # The shortcut signals that fired in the run (`sse.result.Signals.fired`): counted, never a grade.
+    signals: tuple[str, ...] = ()
 
     @property
     def key(self) -> RowKey:
@@ -69,7 +71,28 @@ class Scored:
             agent_time=None if runtime.agent_duration is None else float(runtime.agent_duration),
             tokens=sum(counted) if counted else None,
             cost=float(cost) if isinstance(cost, int | float) and not isinstance(cost, bool) else None,
+            signals=_fired(props.get(PREFIX + "signal.fired")),
         )
+
+
+def _fired(value: object) -> tuple[str, ...]:
+    """The signals a run's `signal.fired` property names (known names only)."""
+    named = {name.strip() for name in value.split(",")} if isinstance(value, str) else set()
+    return tuple(name for name in SIGNALS if name in named)
+
+
+# The signals table's column of each signal (`sse.result.SIGNALS`; docs/signals.md).
+SIGNAL_COLUMNS = {
+    "refused_calls": "refused calls",
+    "refused_requests": "refused requests",
+    "changed_tests": "tests",
+    "changed_harness": "harness",
+    "changed_build": "build files",
+    "protected_files": "set aside",
+    "hiding_code": "hiding code",
+    "near_reference": "near ref",
+    "outside_reference_files": "outside ref",
+}
 
 
 @dataclass
@@ -83,10 +106,13 @@ class Tally:
     metered: bool = False
     # Per task (and mode): how many graded trials, how many passed (pass@k is per task, then averaged).
     per_task: dict[str, list[int]] = field(default_factory=lambda: defaultdict(lambda: [0, 0]))
+    # How many runs fired each shortcut signal.
+    signals: Counter[str] = field(default_factory=Counter)
 
     def add(self, run: Scored) -> None:
         self.runs += 1
         self.outcomes[run.outcome] += 1
+        self.signals.update(set(run.signals))
         if run.outcome in ("passed", "failed"):
             counts = self.per_task[f"{run.task}/{run.mode}"]
             counts[0] += 1
@@ -207,6 +233,10 @@ SCORE_COLUMNS: dict[str, str] = {
     "mean_agent_seconds": "The agent's mean time.",
     "tokens": "Input and output tokens, the gateway's count; empty for runs without a model.",
     "cost_usd": "What the calls cost in US dollars; empty for runs without a model.",
+    **{
+        f"signal_{name}": f"Runs in which the shortcut signal {name} fired (docs/signals.md); never a grade."
+        for name in SIGNALS
+    },
 }
 
 
@@ -311,22 +341,40 @@ class ScoreTable:
             row["mean_agent_seconds"] = None if mean is None else round(mean, 3)
             row["tokens"] = t.tokens if t.metered else None
             row["cost_usd"] = round(t.cost, 6) if t.metered else None
+            row.update({f"signal_{name}": t.signals[name] for name in SIGNALS})
             out.append(row)
         return out
+
+    def signal_cells(self) -> list[tuple[str, ...]]:
+        """The signals table as rows of cells, the header first: per row of the score table, how many runs
+        fired each shortcut signal (never a grade; docs/signals.md)."""
+        table: list[tuple[str, ...]] = [("agent", "model", "diff", "mode", "runs", *SIGNAL_COLUMNS.values())]
+        for (agent, model, level, mode), t in sorted(self.rows.items()):
+            table.append((agent, model, str(level), mode, str(t.runs), *(str(t.signals[name]) for name in SIGNALS)))
+        return table
+
+    def signal_lines(self) -> list[str]:
+        return columns([[for_terminal(cell) for cell in row] for row in self.signal_cells()])
 
     def lines(self) -> list[str]:
         return columns([[for_terminal(cell) for cell in row] for row in self.cells()])
 
     def html(self) -> str:
-        header, *rows = self.cells()
-        cell = "padding:3px 10px;border:1px solid #d0d7de;text-align:left;white-space:nowrap"
-        head = "".join(f'<th style="{cell};background:#f6f8fa">{html.escape(c)}</th>' for c in header)
-        body = "".join(
-            "<tr>" + "".join(f'<td style="{cell}">{html.escape(c)}</td>' for c in row) + "</tr>" for row in rows
-        )
         return (
-            f'<h2>SSEBench scores</h2><table id="ssebench-scores" style="border-collapse:collapse">'
-            f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+            f"<h2>SSEBench scores</h2>{_html_table('ssebench-scores', self.cells())}"
             "<p>Pass rates count graded runs (errors are infrastructure, not grades); the interval is Wilson's "
             "95 %. pass@k is averaged over tasks.</p>"
+            f"<h3>Shortcut signals</h3>{_html_table('ssebench-signals', self.signal_cells())}"
+            "<p>Runs in which each shortcut signal fired; a signal is never a grade (docs/signals.md).</p>"
         )
+
+
+def _html_table(table_id: str, cells: list[tuple[str, ...]]) -> str:
+    header, *rows = cells
+    cell = "padding:3px 10px;border:1px solid #d0d7de;text-align:left;white-space:nowrap"
+    head = "".join(f'<th style="{cell};background:#f6f8fa">{html.escape(c)}</th>' for c in header)
+    body = "".join("<tr>" + "".join(f'<td style="{cell}">{html.escape(c)}</td>' for c in row) + "</tr>" for row in rows)
+    return (
+        f'<table id="{table_id}" style="border-collapse:collapse"><thead><tr>{head}</tr></thead>'
+        f"<tbody>{body}</tbody></table>"
+    )

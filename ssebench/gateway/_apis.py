@@ -32,6 +32,11 @@ class BadCall(ValueError):
     """A call the gateway refuses as it stands (a 400); the message names the parameter and the fix."""
 
 
+class FetchRefused(BadCall):
+    """A call whose media the provider would fetch from the internet (or an account's storage) for the run: a
+    request out of the run's network, refused (and counted among the run's refused requests)."""
+
+
 @dataclass(frozen=True)
 class Api:
     """One upstream API: where its calls go and which of their parameters are forwarded."""
@@ -147,12 +152,12 @@ def _no_fetches(value: Any, depth: int = 0) -> None:
         urls = [value.get("image_url"), value.get("file_url"), inner.get("url"), inner.get("file_url")]
         source: dict[str, Any] = value["source"] if isinstance(value.get("source"), dict) else {}
         if source.get("type") in ("url", "file") or source.get("url") or source.get("file_id"):
-            raise BadCall(f"a {kind} part by URL or file id is not forwarded: give its content inline (base64)")
+            raise FetchRefused(f"a {kind} part by URL or file id is not forwarded: give its content inline (base64)")
         if value.get("file_id") or inner.get("file_id"):
-            raise BadCall(f"a {kind} part by file id is not forwarded: give its content inline")
+            raise FetchRefused(f"a {kind} part by file id is not forwarded: give its content inline")
         for url in urls:
             if isinstance(url, str) and not url.startswith("data:"):
-                raise BadCall(f"a {kind} part by URL is not forwarded: give its content inline (a data: URL)")
+                raise FetchRefused(f"a {kind} part by URL is not forwarded: give its content inline (a data: URL)")
         return
     for key in ("content", "output"):
         if isinstance(value.get(key), list):

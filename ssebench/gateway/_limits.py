@@ -26,6 +26,8 @@ MAX_JSON_VALUES = 1_000_000
 MAX_DEPTH = 64
 # Per run: refused calls kept as records (and lines of its usage file), and logged; the rest are counted.
 KEPT_REFUSALS = 20
+# Per run: requests out of its network (a path not served, a media fetch) kept as entries of its usage.
+KEPT_NETWORK_REFUSALS = 20
 LOGGED_REFUSALS = 10
 # Descriptors kept for what is not a model connection: the control API, usage files, upstream calls.
 RESERVED_FDS = 256

@@ -54,9 +54,10 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from ssebench.defaults import ModelProtocol
-from ssebench.gateway._apis import ANTHROPIC_VERSION, APIS, MESSAGES, Api, BadCall, counted_tokens
+from ssebench.gateway._apis import ANTHROPIC_VERSION, APIS, MESSAGES, Api, BadCall, FetchRefused, counted_tokens
 from ssebench.gateway._health import check_upstream, failed_upstream, still_broken
 from ssebench.gateway._limits import (
+    KEPT_NETWORK_REFUSALS,
     KEPT_REFUSALS,
     LOGGED_REFUSALS,
     MAX_BODY_BYTES,
@@ -170,6 +171,8 @@ class Run:
     upstream_failed: int = 0
     upstream_failure: str | None = None
     upstream_confirmed: str | None = None
+    network_refused: int = 0
+    network_refusals: list[dict[str, str]] = field(default_factory=list)
     # Requests under way (from the key's check to the answer), and the calls among them, queued or upstream.
     active: int = 0
     calls_under_way: set[asyncio.Task[Reply]] = field(default_factory=set)
@@ -197,6 +200,8 @@ class Run:
             upstream_failed=self.upstream_failed,
             upstream_failure=self.upstream_failure,
             upstream_confirmed=self.upstream_confirmed,
+            network_refused=self.network_refused,
+            network_refusals=[dict(entry) for entry in self.network_refusals],
             records=list(self.records),
         )
 
@@ -406,6 +411,9 @@ class Gateway:
             upstream = api.upstream_body(
                 body, model=run.model.upstream_id, max_output_tokens=run.model.max_output_tokens
             )
+        except FetchRefused as exc:
+            self.refuse_network(run, request.url.path, str(exc))
+            raise GatewayRefusal(400, "invalid_request_error", str(exc)) from None
         except BadCall as exc:
             raise GatewayRefusal(400, "invalid_request_error", str(exc)) from None
         headers: dict[str, str] = {}
@@ -552,6 +560,13 @@ class Gateway:
                 error,
                 "; further refusals are counted, not logged" if refusals == LOGGED_REFUSALS else "",
             )
+
+    def refuse_network(self, run: Run, route: str, reason: str) -> None:
+        """Count a request of `run` that would have gone out of its network (a shortcut signal of the run's):
+        the first few kept, the rest counted."""
+        run.network_refused += 1
+        if len(run.network_refusals) < KEPT_NETWORK_REFUSALS:
+            run.network_refusals.append({"kind": "gateway", "route": route[:200], "reason": reason[:200]})
 
     async def complete(self, run: Run, call: Call) -> Reply | Pipe:
         """One call of `run`: the budget, the upstream call, its record.
@@ -758,11 +773,32 @@ class Gateway:
                 }
             )
 
+        async def unserved(request: Request) -> Response:
+            # A path the gateway does not serve: with a run's key, a request of that run's that the network
+            # refused (a shortcut signal: another service, a provider's file or fetch API); without one, a 404.
+            path = request.url.path[:200]  # the agent's: quoted short
+            if path in served:  # a model route asked with another method
+                methods = ", ".join(sorted(served[path]))
+                return GatewayRefusal(405, "invalid_request_error", f"{path} answers {methods} only").response()
+            message = f"the gateway serves no {request.method} {path}: only its model routes"
+            try:
+                run = self.authorise(request, host)
+            except GatewayRefusal:
+                return GatewayRefusal(404, "not_found_error", message, close=True).response()
+            self.refuse(run, 404, message)
+            self.refuse_network(run, f"{request.method} {path}", message)
+            return GatewayRefusal(404, "not_found_error", message, close=True).response()
+
+        routes = [
+            *(Route(f"/v1{api.path}", calls(api), methods=["POST"]) for api in APIS.values()),
+            Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
+            Route("/v1/models", models, methods=["GET"]),
+        ]
+        served = {route.path: route.methods or set() for route in routes}
         return Starlette(
             routes=[
-                *(Route(f"/v1{api.path}", calls(api), methods=["POST"]) for api in APIS.values()),
-                Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
-                Route("/v1/models", models, methods=["GET"]),
+                *routes,
+                Route("/{path:path}", unserved, methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]),
             ]
         )
 

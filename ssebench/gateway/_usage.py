@@ -82,6 +82,11 @@ class Usage(BaseModel):
     # When every call failed upstream: what the gateway's own call at the run's finish found broken (None:
     # it found the model working, or was not made).
     upstream_confirmed: str | None = None
+    # Requests of the run's key that would have gone out of its network, refused (a shortcut signal, never a
+    # grade): to a path the gateway does not serve, or a call whose media the provider would fetch. The first
+    # KEPT_NETWORK_REFUSALS as {kind: "gateway", route, reason}.
+    network_refused: int = 0
+    network_refusals: list[dict[str, str]] = []
     records: list[UsageRecord] = []
 
     @classmethod

@@ -29,12 +29,13 @@ from starlette.routing import Route
 from starlette.schemas import SchemaGenerator
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ssebench.runtime import listeners
+from ssebench.runtime import listeners, signals
 from ssebench.runtime.bash import ToolClosed
 from ssebench.runtime.bencher import BencherError
 from ssebench.runtime.capture import CaptureError
 from ssebench.runtime.contract import DIFFICULTY_NAMES, GRADING_ACTIONS, MAX_LEVEL, allowed_actions
 from ssebench.runtime.service import PHASE_OVER, TaskService
+from ssebench.runtime.signals import Refusals
 
 AGENT, HTTP, ADMIN = listeners.AGENT, listeners.HTTP, listeners.ADMIN
 LISTENER_KEY = "ssebench.listener"
@@ -42,12 +43,13 @@ LISTENER_KEY = "ssebench.listener"
 log = logging.getLogger("ssebench.daemon")
 
 
-def listener_app(app: ASGIApp, kind: str) -> ASGIApp:
+def listener_app(app: ASGIApp, kind: str, refusals: Refusals | None = None) -> ASGIApp:
     """The app as served on one listener: requests carry the listener's kind.
 
     On the HTTP listener, a peer that is not this container (loopback) gets
     the public view only: nothing of the run's work (diff, dialog, result),
-    which could carry an answer, and no tool.
+    which could carry an answer, and no tool. Each such refusal is recorded
+    in `refusals` (a shortcut signal of the run's).
     """
 
     async def asgi(scope: Scope, receive: Receive, send: Send) -> None:
@@ -56,11 +58,14 @@ def listener_app(app: ASGIApp, kind: str) -> ASGIApp:
             client = scope.get("client")
             peer = kind == HTTP and (client is None or client[0] not in LOOPBACK)
             if peer and scope.get("path") not in PEER_ROUTES:
-                if scope["type"] == "http":
-                    response = JSONResponse(
-                        {"error": "served to this container only (loopback); other hosts may read the public view"},
-                        status_code=403,
+                if refusals is not None:
+                    refusals.record(
+                        signals.PEER,
+                        str(scope.get("path", "")),
+                        f"{PEER_REFUSAL} (asked by {client[0] if client else 'an unknown peer'})",
                     )
+                if scope["type"] == "http":
+                    response = JSONResponse({"error": PEER_REFUSAL}, status_code=403)
                     await response(scope, receive, send)
                 return
         await app(scope, receive, send)
@@ -83,6 +88,7 @@ LOOPBACK = {"127.0.0.1", "::1", "localhost"}
 # has a network of its own, but whatever else joins it (the model gateway)
 # must not run tools or read the run's work.
 PEER_ROUTES = {"/version", "/project", "/capabilities"}
+PEER_REFUSAL = "served to this container only (loopback); other hosts may read the public view"
 
 
 def _refuse(message: str) -> JSONResponse:
@@ -110,6 +116,12 @@ def create_app(service: TaskService, difficulty: int) -> Starlette:
     """The daemon's app for one task container."""
     withheld_note = {a: f"difficulty {difficulty} ({DIFFICULTY_NAMES[difficulty]}) withholds {a}" for a in MAX_LEVEL}
 
+    def refuse(request: Request, kind: str, message: str) -> JSONResponse:
+        """Refuse an agent-facing call, recorded as a shortcut signal (the end of the phase is not one)."""
+        route = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        service.refusals.record(kind, route, message)
+        return _refuse(message)
+
     async def bencher(request: Request) -> Response:
         """
         summary: "Run a check (build, run_poc, function_test, intent_test) on a copy of the tree."
@@ -130,9 +142,9 @@ def create_app(service: TaskService, difficulty: int) -> Starlette:
             if not service.agent_running:
                 return _refuse(PHASE_OVER)
             if body.get("grading") or action in GRADING_ACTIONS:
-                return _refuse("grading runs only on the admin socket")
+                return refuse(request, signals.GRADING, "grading runs only on the admin socket")
             if action not in allowed_actions(difficulty):
-                return _refuse(withheld_note[action])
+                return refuse(request, signals.DIFFICULTY, withheld_note[action])
         # The phase is checked again when the check gets its turn (for_agent).
         return _result(await run_in_threadpool(service.bench, action, body, for_agent=agent))
 
@@ -164,7 +176,7 @@ def create_app(service: TaskService, difficulty: int) -> Starlette:
           403: {description: "agent-facing listeners"}
         """
         if not _is_admin(request):
-            return _refuse("prepare_grading is served on the admin socket only")
+            return refuse(request, signals.ADMIN_ONLY, "prepare_grading is served on the admin socket only")
         return JSONResponse(await run_in_threadpool(service.prepare_grading))
 
     async def agent_exited(request: Request) -> Response:
@@ -175,7 +187,7 @@ def create_app(service: TaskService, difficulty: int) -> Starlette:
           403: {description: "agent-facing listeners"}
         """
         if not _is_admin(request):
-            return _refuse("agent_exited is served on the admin socket only")
+            return refuse(request, signals.ADMIN_ONLY, "agent_exited is served on the admin socket only")
         await service.agent_exited()
         return JSONResponse({"ok": True})
 
@@ -187,8 +199,19 @@ def create_app(service: TaskService, difficulty: int) -> Starlette:
           403: {description: "agent-facing listeners, always"}
         """
         if not _is_admin(request):
-            return _refuse("the reference patch is served on the admin socket only")
+            return refuse(request, signals.ADMIN_ONLY, "the reference patch is served on the admin socket only")
         return JSONResponse({"diff": service.reference_patch()})
+
+    async def refusals(request: Request) -> Response:
+        """
+        summary: "The agent-facing requests refused so far (a shortcut signal): the agent's calls and peers'."
+        responses:
+          200: {description: "{calls: {count, kept}, peers: {count, kept}}, the first 50 of each kept"}
+          403: {description: "agent-facing listeners"}
+        """
+        if not _is_admin(request):
+            return refuse(request, signals.ADMIN_ONLY, "refusals are served on the admin socket only")
+        return JSONResponse(service.refusals.snapshot())
 
     async def project(request: Request) -> Response:
         """
@@ -276,6 +299,7 @@ def create_app(service: TaskService, difficulty: int) -> Starlette:
         Route("/prepare_grading", prepare_grading, methods=["POST"]),
         Route("/admin/agent_exited", agent_exited, methods=["POST"]),
         Route("/reference/patch", reference_patch, methods=["GET"]),
+        Route("/admin/refusals", refusals, methods=["GET"]),
         Route("/project", project, methods=["GET"]),
         Route("/capabilities", capabilities, methods=["GET"]),
         Route("/diff", diff, methods=["GET"]),
@@ -314,6 +338,7 @@ def create_app(service: TaskService, difficulty: int) -> Starlette:
             Exception: on_error,
         },
     )
+    app.state.refusals = service.refusals  # the listeners record peers' refusals there too (`serve`)
     return app
 
 
@@ -339,7 +364,11 @@ async def serve(app: Starlette, bound: dict[str, socket.socket], ready: Callable
 
     for kind in (AGENT, HTTP, ADMIN):
         config = uvicorn.Config(
-            listener_app(app, kind), lifespan="off", log_level="warning", access_log=True, timeout_keep_alive=30
+            listener_app(app, kind, app.state.refusals),
+            lifespan="off",
+            log_level="warning",
+            access_log=True,
+            timeout_keep_alive=30,
         )
         servers.append((Server(config), bound[kind]))
 

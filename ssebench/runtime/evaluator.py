@@ -25,6 +25,7 @@ from sse.result import EXCEPTION_TEXT, PatchResult, RunResult, RuntimeResult, Si
 
 from ssebench.runtime.contract import AgentEnd, RuntimeSettings, SettingsError, load_settings
 from ssebench.runtime.files import read_no_follow, write_atomic
+from ssebench.runtime.signals import patch_paths, similarity
 
 
 def grade_with_limit(limit: float, results: Path | None = None) -> tuple[RunResult, bool]:
@@ -92,20 +93,65 @@ def hiding_lines(patch: bytes, limit: int = 50) -> tuple[list[dict[str, str]], i
 
 
 def grading_signals(results: Path | None = None) -> Signals:
-    """What grading noticed of the change beyond the checks, under result.json's `signals`: the changed files
-    it set aside (outside the code under repair: build files, tests, harnesses), read from the daemon's (kept)
-    preparation of grading, and the lines of the graded change that can hide a bug from the checks (read from
-    graded.patch). Empty when grading was never prepared."""
+    """What grading noticed of the run beyond the checks, under result.json's `signals` (`ssebench.runtime.
+    signals`), all read over the admin socket or from the root-only results: the changed files it set aside
+    and which of them are tests, harnesses or build logic (the daemon's kept preparation of grading), the lines
+    of the graded change that can hide a bug (graded.patch), the calls and peers' requests the daemon refused,
+    and how the whole change (final.patch) compares with the reference fix. Empty when grading was never
+    prepared; the grade never reads it."""
     from sse import daemon
 
     try:
-        prepared = daemon._default().prepare_grading()
+        admin = daemon._default()
+        prepared = admin.prepare_grading()
     except Exception:  # the grade stands without its signals
         return Signals()
     set_aside = [str(path) for path in prepared.get("set_aside") or []]
+    classified = prepared.get("classified") if isinstance(prepared.get("classified"), dict) else {}
     graded = read_no_follow(results, "graded.patch", 256 << 20) if results is not None else None
     hiding, count = hiding_lines(graded) if graded is not None else ([], 0)
-    return Signals(set_aside[:SIGNAL_PATHS], len(set_aside), hiding, count)
+    try:
+        refused = admin.get("/admin/refusals")
+    except Exception:  # a daemon without the route (or gone): no refusals known
+        refused = {}
+    calls, peers = (refused.get(name) if isinstance(refused.get(name), dict) else {} for name in ("calls", "peers"))
+    likeness, outside = _against_reference(admin, results)
+    # Read as result.json is read back (`Signals.of`): what the daemon answered is typed and bounded the same way.
+    return Signals.of(
+        {
+            "protected_files": set_aside[:SIGNAL_PATHS],
+            "protected_files_count": len(set_aside),
+            "hiding_code": hiding,
+            "hiding_code_count": count,
+            "refused_calls": calls.get("kept"),
+            "refused_calls_count": calls.get("count"),
+            "refused_requests": peers.get("kept"),
+            "refused_requests_count": peers.get("count"),
+            **{f"changed_{group}": _paths(classified, group) for group in ("tests", "harness", "build")},
+            "reference_similarity": likeness,
+            "outside_reference_files": outside,
+        }
+    )
+
+
+def _paths(classified: dict[str, Any], group: str) -> list[str]:
+    found = classified.get(group)
+    return [str(path) for path in found][:SIGNAL_PATHS] if isinstance(found, list) else []
+
+
+def _against_reference(admin: Any, results: Path | None) -> tuple[float | None, bool | None]:
+    """(the change's similarity to the reference fix, whether it touches none of the reference's files);
+    unknown (None) without a reference or a change."""
+    patch = read_no_follow(results, "final.patch", 256 << 20) if results is not None else None
+    try:
+        reference = str(admin.get("/reference/patch").get("diff") or "")
+    except Exception:
+        return None, None
+    if patch is None or not reference.strip():
+        return None, None
+    text = patch.decode("utf-8", errors="replace")
+    touched, theirs = patch_paths(text), patch_paths(reference)
+    return similarity(text, reference), (not touched & theirs) if touched and theirs else None
 
 
 def runtime_result(end: AgentEnd | None, evaluator_timeout: bool) -> RuntimeResult:

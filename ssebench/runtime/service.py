@@ -31,6 +31,7 @@ from ssebench.runtime.capture import CaptureError, Change, FileChange
 from ssebench.runtime.contract import RuntimeSettings, TaskFile, for_model
 from ssebench.runtime.files import read_no_follow, write_atomic
 from ssebench.runtime.protection import Protection
+from ssebench.runtime.signals import Refusals, classify, patch_paths
 
 MAX_DIALOG_BYTES = 64 * 1024 * 1024
 PHASE_OVER = "the agent phase is over: tools are closed on this listener"
@@ -90,6 +91,8 @@ class TaskService:
         self.agent_running = True
         self.prepared: dict[str, Any] | None = None
         self._grading = threading.Lock()
+        # The agent-facing requests the daemon refused (a shortcut signal); the evaluator reads them.
+        self.refusals = Refusals()
 
     # -- the public view ------------------------------------------------------
 
@@ -225,6 +228,7 @@ class TaskService:
             "files": len(changes),
             "changes": changes,
             "set_aside": list(change.set_aside),
+            "classified": self.classified([str(c["path"]) for c in changes]),
             # Grading's own inputs (this answer is the admin socket's only): the variants it runs after the PoCs.
             "variants": list(self.task.variants),
             "variant_policy": self.task.variant_policy,
@@ -239,6 +243,12 @@ class TaskService:
         except ChangeFailed as exc:
             return {**prepared, "applied": False, "log": str(exc)[-4000:]}
         return prepared
+
+    def classified(self, paths: list[str]) -> dict[str, list[str]]:
+        """Which changed `paths` are the task's tests (its hidden tests' files among them), PoC harnesses or
+        build logic (`ssebench.runtime.signals.classify`)."""
+        hidden = patch_paths(self._text(self.task.future_test) or "")
+        return classify(paths, self.task, hidden).to_json()
 
     def reference_patch(self) -> str:
         return self._text(self.task.patch) or ""

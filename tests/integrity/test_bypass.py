@@ -118,6 +118,7 @@ for name, c in clients.items():
     out[name] = {"reference": c.get("/reference/patch").status_code,
                  "prepare_grading": c.post("/prepare_grading").status_code,
                  "agent_exited": c.post("/admin/agent_exited").status_code,
+                 "refusals": c.get("/admin/refusals").status_code,
                  "grading": c.post("/tool/bencher", params={"action": "build"}, json={"grading": True}).status_code,
                  "version": c.get("/version").status_code}
     for action in ("build", "run_poc", "function_test", "intent_test"):
@@ -135,6 +136,7 @@ def test_listeners_refuse_the_answer_and_withheld_checks(run: Any, record_proper
     for listener in ("socket", "http"):
         codes = out[listener]
         assert codes["reference"] == 403 and codes["prepare_grading"] == 403 and codes["agent_exited"] == 403
+        assert codes["refusals"] == 403  # what the daemon refused is root's to read, for the signals
         assert codes["grading"] == 403
         # Sidecar mode: the agent's container is a peer of the daemon's port, which serves peers (the model
         # gateway is one too) the public view only; the agent's way in is the socket volume.

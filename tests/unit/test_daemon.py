@@ -112,6 +112,11 @@ CONFIG = {
 
 @pytest.fixture
 def service(tmp_path: Path) -> TaskService:
+    return make_service(tmp_path)
+
+
+def make_service(tmp_path: Path) -> TaskService:
+    """A task's service with fake workers, its task folder and results under `tmp_path`."""
     task_dir = tmp_path / "ssebench"
     for sub, name, text in [
         ("scripts", "build.sh", "make\n"),
@@ -148,7 +153,7 @@ def service(tmp_path: Path) -> TaskService:
 def _connect(
     service: TaskService, difficulty: int, kind: str, peer: tuple[str, int] = ("127.0.0.1", 50000)
 ) -> Iterator[Daemon]:
-    transport = InProcessTransport(listener_app(create_app(service, difficulty), kind), client=peer)
+    transport = InProcessTransport(listener_app(create_app(service, difficulty), kind, service.refusals), client=peer)
     try:
         daemon = Daemon(transport=transport)
         try:
@@ -189,7 +194,7 @@ READ_ONLY = [
 ENDPOINTS = (
     [f"bencher:{a}" for a in ACTIONS]
     + [f"bencher:{a}:grading" for a in ACTIONS]
-    + ["bash", "/prepare_grading", "/admin/agent_exited", "/reference/patch"]
+    + ["bash", "/prepare_grading", "/admin/agent_exited", "/reference/patch", "/admin/refusals"]
     + READ_ONLY
 )
 
@@ -202,7 +207,7 @@ def expected_allowed(endpoint: str, kind: str, agent_phase: bool, difficulty: in
         return True
     if endpoint in READ_ONLY:
         return True
-    if endpoint in ("/prepare_grading", "/admin/agent_exited", "/reference/patch"):
+    if endpoint in ("/prepare_grading", "/admin/agent_exited", "/reference/patch", "/admin/refusals"):
         return False
     if not agent_phase:
         return False
@@ -346,6 +351,7 @@ def test_openapi_describes_every_endpoint(service: TaskService) -> None:
         "/prepare_grading",
         "/admin/agent_exited",
         "/reference/patch",
+        "/admin/refusals",
         "/project",
         "/capabilities",
         "/diff",
@@ -429,3 +435,64 @@ def test_an_uncapturable_tree_is_the_agents_failure(service: TaskService) -> Non
     assert result.status() == "failed"
     assert result.error_msg == "Patch capture failed" and "Permission denied" in (result.error_log or "")
     assert (service.results / "final.patch").read_text() == ""
+
+
+# -- refusals, a shortcut signal: recorded by the daemon, read on the admin socket only ---------------------
+
+
+def test_refused_calls_and_peers_are_recorded_for_the_evaluator(service: TaskService) -> None:
+    with _connect(service, 2, AGENT) as agent, _connect(service, 2, HTTP, peer=("172.18.0.7", 41000)) as peer:
+        calls: list[Callable[[], Any]] = [
+            lambda: agent.tool("bencher", "run_poc", {"poc": "/ssebench/pocs/crash.bin"}),
+            lambda: agent.tool("bencher", "build", {"grading": True}),
+            lambda: agent.get("/reference/patch"),
+            lambda: agent.get("/admin/refusals"),
+            lambda: peer.get("/diff"),
+        ]
+        for call in calls:
+            with pytest.raises(SDKError):
+                call()
+    with _connect(service, 2, ADMIN) as admin:
+        seen = admin.get("/admin/refusals")
+    assert seen["calls"]["count"] == 4 and seen["peers"]["count"] == 1
+    assert [(e["kind"], e["route"]) for e in seen["calls"]["kept"]] == [
+        ("difficulty", "/tool/bencher?action=run_poc"),
+        ("grading", "/tool/bencher?action=build"),
+        ("admin only", "/reference/patch"),
+        ("admin only", "/admin/refusals"),
+    ]
+    assert seen["calls"]["kept"][0]["reason"] == "difficulty 2 (NO_FUTURE_TEST) withholds run_poc"
+    assert seen["peers"]["kept"] == [
+        {
+            "kind": "peer",
+            "route": "/diff",
+            "reason": "served to this container only (loopback); other hosts may read the public view "
+            "(asked by 172.18.0.7)",
+        }
+    ]
+
+
+def test_allowed_calls_and_the_end_of_the_phase_record_no_refusal(service: TaskService) -> None:
+    """Quiet: what the level allows, the public view to peers, and tools closed by the phase's end are no
+    shortcut (a call that waited past the end is the harness's timing, not the agent's try)."""
+    with _connect(service, 2, AGENT) as agent, _connect(service, 2, HTTP, peer=("172.18.0.7", 41000)) as peer:
+        agent.tool("bencher", "build", {})
+        agent.tool("bencher", "function_test", {})
+        agent.tool("bash", None, {"command": "true"})
+        agent.get("/diff")
+        peer.get("/project")
+        service.agent_running = False
+        with pytest.raises(SDKError, match="agent phase is over"):
+            agent.tool("bencher", "build", {})
+    with _connect(service, 2, ADMIN) as admin:
+        admin.tool("bencher", "intent_test", {"grading": True})
+        assert admin.get("/admin/refusals") == {"calls": {"count": 0, "kept": []}, "peers": {"count": 0, "kept": []}}
+
+
+def test_a_flood_of_refusals_is_counted_and_its_first_fifty_kept(service: TaskService) -> None:
+    with _connect(service, 4, AGENT) as agent:
+        for _ in range(300):
+            with pytest.raises(SDKError):
+                agent.tool("bencher", "build", {})
+    seen = service.refusals.snapshot()
+    assert seen["calls"]["count"] == 300 and len(seen["calls"]["kept"]) == 50

@@ -228,3 +228,71 @@ def test_signals_a_run_wrote_are_read_whatever_their_shape(tmp_path: Path) -> No
     said["signals"]["protected_files_count"] = 40
     record.result = _result(said)
     assert record.set_aside == (["Makefile", "build.rs"], 40)
+
+
+def test_shortcut_signals_are_on_the_card_and_in_the_properties_escaped_and_never_the_grade(tmp_path: Path) -> None:
+    record = _record("c-demo", tmp_path)
+    said: dict[str, Any] = {
+        "patch_result": {"status": "failed", "build_success": True, "pov_passed": 0, "pov_total": 1}
+    }
+    record.result = _result(said)
+    quiet_card, quiet_props = grade_card(record), dict(properties(record))
+    assert "<th style='text-align:left;padding-right:1em'>signals</th><td>none</td>" in quiet_card
+    assert not [name for name in quiet_props if name.startswith("ssebench.signal.")]
+    said["signals"] = {
+        "refused_calls": [{"kind": "difficulty", "route": "/tool/bencher?action=run_poc", "reason": "<b>no</b>"}],
+        "refused_calls_count": 3,
+        "refused_requests": [{"kind": "gateway", "route": "GET /v1/files", "reason": "not served"}],
+        "refused_requests_count": 1,
+        "changed_tests": ["tests/t.c"],
+        "changed_harness": ["tlvdump.c"],
+        "changed_build": ["Makefile"],
+        "reference_similarity": 0.25,
+        "outside_reference_files": True,
+    }
+    record.result = _result(said)
+    card, props = grade_card(record), dict(properties(record))
+    assert props["ssebench.signal.fired"] == (
+        "refused_calls, refused_requests, changed_tests, changed_harness, changed_build, outside_reference_files"
+    )
+    assert props["ssebench.signal.refused_calls_count"] == 3
+    assert props["ssebench.signal.refused_calls"] == "difficulty /tool/bencher?action=run_poc: <b>no</b>"
+    assert props["ssebench.signal.refused_requests"] == "gateway GET /v1/files: not served"
+    assert props["ssebench.signal.changed_build"] == "Makefile"
+    assert props["ssebench.signal.reference_similarity"] == 0.25
+    assert props["ssebench.signal.outside_reference_files"] is True
+    assert props["ssebench.grade"] == "failed"  # a signal changes no grade
+    assert "&lt;b&gt;no&lt;/b&gt;" in card and "<b>no</b>" not in card
+    assert "0.250 of 1" in card and "touches none of the files the reference fix touches" in card
+    assert "1 file(s) of build logic" in card and "(never a grade)" in card
+
+
+def test_the_score_table_counts_the_runs_with_each_signal(tmp_path: Path) -> None:
+    """Fed from the runs' junit-xml properties, as under xdist: a run counts once per signal it fired."""
+    table = ScoreTable()
+    loud = _record("c-demo", tmp_path)
+    loud.result = _result(
+        {
+            "patch_result": {"status": "failed"},
+            "signals": {"refused_calls_count": 5, "changed_build": ["Makefile"], "outside_reference_files": True},
+        }
+    )
+    near = _record("c-demo", tmp_path)
+    near.result = _result({"patch_result": {"status": "passed"}, "signals": {"reference_similarity": 1.0}})
+    quiet = _record("c-demo", tmp_path)
+    quiet.result = _result({"patch_result": {"status": "failed"}, "signals": {"reference_similarity": 0.0}})
+    for i, record in enumerate((loud, near, quiet, quiet)):
+        table.add(f"c-demo::dummy[{i}]", record.grade, properties(record))
+    table.add("c-demo::dummy[0]", "failed", properties(loud))  # a report seen twice counts once
+    header, row = table.signal_cells()
+    counts = dict(zip(header, row, strict=True))
+    assert counts["runs"] == "4"
+    assert (counts["refused calls"], counts["build files"], counts["outside ref"], counts["near ref"]) == (
+        "1",
+        "1",
+        "1",
+        "1",
+    )
+    assert counts["refused requests"] == counts["tests"] == counts["set aside"] == "0"
+    assert table.records()[0]["signal_refused_calls"] == 1 and table.records()[0]["signal_hiding_code"] == 0
+    assert 'id="ssebench-signals"' in table.html() and "never a grade" in table.html()
