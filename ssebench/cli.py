@@ -352,9 +352,7 @@ def _table(header: list[str], rows: list[list[str]]) -> None:
 def cmd_results_predictions(args: argparse.Namespace) -> int:
     from ssebench.predictions import past_runs, prediction_line
 
-    root = args.results
-    if not root.is_dir() or root.is_symlink():
-        raise SSEBenchError(f"{root}: not a results directory (results/<task>/<model>/<agent>/<run-id>/)")
+    root = args.results  # a directory, no link (`_results_dir`)
     count = 0
     for run in past_runs(root):
         print(prediction_line(run.instance_id, run.model, run.patch))
@@ -792,7 +790,9 @@ def parser() -> argparse.ArgumentParser:
             lock.add_argument("--machine", metavar="ARCH", help="the images' machine, e.g. x86_64 (default: asked)")
             lock.set_defaults(func=cmd_agents_lock)
 
-    results = sub.add_parser("results", help="use past runs", description="Use the runs of a results directory.")
+    results = sub.add_parser(
+        "results", help="export or re-grade past runs", description="Use the runs of a results directory."
+    )
     results_sub = results.add_subparsers(dest="action", required=True, metavar="ACTION")
     as_predictions = results_sub.add_parser(
         "predictions",
@@ -801,7 +801,7 @@ def parser() -> argparse.ArgumentParser:
         "SWE-bench predictions (JSON lines; model_name_or_path is AGENT/MODEL), to grade them again with "
         "pytest DATASET --predictions FILE.",
     )
-    as_predictions.add_argument("results", type=Path, metavar="RESULTS_DIR", help="a results directory")
+    as_predictions.add_argument("results", type=_results_dir, metavar="RESULTS_DIR", help="a --results directory")
     as_predictions.set_defaults(func=cmd_results_predictions)
 
     ps = sub.add_parser(
@@ -831,8 +831,6 @@ def parser() -> argparse.ArgumentParser:
     )
     doctor.set_defaults(func=cmd_doctor)
 
-    results = sub.add_parser("results", help="export results", description="Use a results directory's runs.")
-    results_sub = results.add_subparsers(dest="action", required=True, metavar="ACTION")
     export = results_sub.add_parser(
         "export",
         help="write the runs or the score table as CSV or JSON",

@@ -21,12 +21,15 @@ import unicodedata
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ssebench.errors import ConfigError, SSEBenchError
-from ssebench.result import name_of, path_component, read_json_object, read_safely
+from ssebench.result import path_component, read_safely
 from ssebench.runtime.contract import PREDICTIONS_AGENT as PREDICTIONS_AGENT
 from ssebench.task import Task
+
+if TYPE_CHECKING:
+    from ssebench.runs import StoredRun
 
 __all__ = [
     "KEYS",
@@ -213,35 +216,17 @@ class PastRun:
     run_dir: Path
 
 
-def _plain_dirs(folder: Path) -> list[Path]:
-    """The folder's subfolders that are no link (never followed: a results directory is partly the agents'),
-    sorted by name."""
-    try:
-        return sorted(p for p in folder.iterdir() if not p.is_symlink() and p.is_dir() and not p.name.startswith("."))
-    except OSError:
-        return []
-
-
 def past_runs(results_root: Path) -> Iterator[PastRun]:
     """The newest run with a final.patch of each task x model x agent under `results_root`
-    (results/<task>/<model>/<agent>/<run-id>/), as a prediction named `<agent>/<model>`: what
-    `ssebench results predictions` prints, so that any past run's patch can be graded again."""
-    for task_dir in _plain_dirs(results_root):
-        for model_dir in _plain_dirs(task_dir):
-            for agent_dir in _plain_dirs(model_dir):
-                # Run ids begin with their start time: the last by name is the newest.
-                for run_dir in reversed(_plain_dirs(agent_dir)):
-                    summary = read_json_object(run_dir, "summary.json")
-                    patch = read_safely(run_dir, "final.patch", limit=PATCH_CAP, tail=False)
-                    if summary is None or patch is None:
-                        continue
-                    task = summary.get("task")
-                    task_id = task.get("id") if isinstance(task, dict) else None
-                    model, agent = name_of(model_dir.name), name_of(agent_dir.name)
-                    yield PastRun(
-                        instance_id=task_id if isinstance(task_id, str) and task_id else name_of(task_dir.name),
-                        model=f"{agent}/{model}",
-                        patch=patch,
-                        run_dir=run_dir,
-                    )
-                    break
+    (results/<task>/<model>/<agent>/<run-id>/, read by `ssebench.runs`, which follows no link), as a
+    prediction named `<agent>/<model>`: what `ssebench results predictions` prints, so that any past run's
+    patch can be graded again."""
+    from ssebench.runs import read_runs
+
+    newest: dict[tuple[str, ...], tuple[StoredRun, str]] = {}
+    for run in read_runs(results_root):  # oldest first: a later run of the same three replaces it
+        patch = read_safely(run.run_dir, "final.patch", limit=PATCH_CAP, tail=False)
+        if patch is not None:
+            newest[run.parts[:3]] = (run, patch)
+    for _, (run, patch) in sorted(newest.items()):
+        yield PastRun(instance_id=run.task, model=f"{run.agent}/{run.model}", patch=patch, run_dir=run.run_dir)
