@@ -102,7 +102,9 @@ def status_line(snap: Snapshot, *, now: float | None = None, label: str = "ssebe
         else:
             since = max(0.0, now - snap.updated_at) if now is not None else 0.0
             untimed = f" ({snap.untimed} never timed)" if snap.untimed else ""
-            parts.append(f"about {clock(max(0.0, snap.seconds_left - since))} to go{untimed}")
+            seconds = snap.seconds_left - since
+            # Runs left but no time: they take longer than they did last time.
+            parts.append(f"about {clock(seconds)} to go{untimed}" if seconds >= 0.5 else f"due any moment{untimed}")
     if snap.usage != "none":
         whose = " (finished runs)" if snap.usage == "finished" else ""
         parts.append(f"{snap.tokens:,} tokens, ${snap.cost:.4f}{whose}")
