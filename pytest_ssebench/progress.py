@@ -77,7 +77,7 @@ def choose_mode(
 class LiveLine:
     """The status line on the row under pytest's current line of a terminal (`fd`).
 
-    `text()` gives the line; `column()` and `width()` where pytest's own
+    `text(room)` gives the line, as it fits in `room` columns; `column()` and `width()` where pytest's own
     line ends and how wide the terminal is. `hold()` takes the line away
     (pytest is about to write), `release()` draws it again and lets the
     redrawing thread go on; `stop()` takes it away for good.
@@ -86,7 +86,7 @@ class LiveLine:
     def __init__(
         self,
         fd: int,
-        text: Callable[[], str],
+        text: Callable[[int], str],
         column: Callable[[], int],
         width: Callable[[], int],
         every: float = REDRAW_EVERY,
@@ -120,7 +120,8 @@ class LiveLine:
         if column and column % width == 0:
             return ""  # pytest's text ends at the very edge: where the terminal puts the cursor differs
         self._shown = True
-        return "\n" + self.text()[: max(0, width - 1)] + _ERASE
+        room = max(0, width - 1)
+        return "\n" + self.text(room)[:room] + _ERASE
 
     def _redraw(self) -> None:
         while not self._stopped.wait(self.every):
@@ -174,8 +175,8 @@ class ProgressHooks:
     def snapshot(self) -> Snapshot:
         return self.progress.snapshot(self.meter.totals() if self.meter is not None else None)
 
-    def line(self) -> str:
-        return status_line(self.snapshot())
+    def line(self, width: int | None = None) -> str:
+        return status_line(self.snapshot(), width=width)
 
     def _publish(self) -> None:
         with contextlib.suppress(OSError, ValueError):  # a hint for another terminal, never the sweep's failure

@@ -85,30 +85,45 @@ def clock(seconds: float) -> str:
     return f"{hours}h{minutes:02d}m"
 
 
-def status_line(snap: Snapshot, *, now: float | None = None, label: str = "ssebench") -> str:
+def status_line(snap: Snapshot, *, now: float | None = None, label: str = "ssebench", width: int | None = None) -> str:
     """One line: `ssebench: 2/6 done (2 passed, 0 failed, 0 error) | 1 running, 3 left | about 1m40s to go |
     41,230 tokens, $0.1342`. With `now`, the estimate counts down from the snapshot's time (another process
-    reads it later); `label` comes first."""
-    outcomes = f"{snap.passed} passed, {snap.failed} failed, {snap.error} error"
+    reads it later); `label` comes first. With `width`, the line is said more briefly until it fits (the
+    notes go first, then words are shortened), and cut at `width` as a last resort."""
+    since = max(0.0, now - snap.updated_at) if now is not None else 0.0
+    line = ""
+    for brief in range(4):
+        line = " | ".join(_parts(snap, since, label, brief))
+        if width is None or len(line) <= width:
+            return line
+    return line[:width]
+
+
+def _parts(snap: Snapshot, since: float, label: str, brief: int) -> list[str]:
+    """The line's parts; `brief` 0 says everything, 1 drops the notes, 2 shortens the words, 3 the numbers."""
+    counts = [(snap.passed, "passed", "pass"), (snap.failed, "failed", "fail"), (snap.error, "error", "err")]
     if snap.skipped:
-        outcomes += f", {snap.skipped} skipped"
-    parts = [
-        f"{label}: {snap.done}/{snap.total} done ({outcomes})",
-        f"{snap.running} running, {snap.left} left",
-    ]
+        counts.append((snap.skipped, "skipped", "skip"))
+    outcomes = ", ".join(f"{n} {short if brief >= 2 else word}" for n, word, short in counts)
+    parts = [f"{label}: {snap.done}/{snap.total} done ({outcomes})", f"{snap.running} running, {snap.left} left"]
     if snap.done < snap.total:
         if snap.seconds_left is None:
-            parts.append("time to go: known once a run ends")
+            parts.append("time to go: known once a run ends" if brief < 2 else "time to go: ?")
         else:
-            since = max(0.0, now - snap.updated_at) if now is not None else 0.0
-            untimed = f" ({snap.untimed} never timed)" if snap.untimed else ""
             seconds = snap.seconds_left - since
+            untimed = f" ({snap.untimed} never timed)" if snap.untimed and not brief else ""
             # Runs left but no time: they take longer than they did last time.
-            parts.append(f"about {clock(seconds)} to go{untimed}" if seconds >= 0.5 else f"due any moment{untimed}")
+            said = (
+                (f"about {clock(seconds)} to go" if brief < 2 else f"~{clock(seconds)} to go")
+                if seconds >= 0.5
+                else "due any moment"
+            )
+            parts.append(said + untimed)
     if snap.usage != "none":
-        whose = " (finished runs)" if snap.usage == "finished" else ""
-        parts.append(f"{snap.tokens:,} tokens, ${snap.cost:.4f}{whose}")
-    return " | ".join(parts)
+        whose = " (finished runs)" if snap.usage == "finished" and not brief else ""
+        tokens = f"{snap.tokens:,} tokens" if brief < 3 else f"{snap.tokens / 1000:,.0f}k tok"
+        parts.append(f"{tokens}, ${snap.cost:.4f}{whose}" if brief < 3 else f"{tokens} ${snap.cost:,.2f}")
+    return parts
 
 
 def time_left(pending: Iterable[float], running: Iterable[float], workers: int) -> float:

@@ -213,6 +213,41 @@ def test_snapshots_round_trip_and_anything_else_in_their_folder_is_skipped(tmp_p
     assert read_snapshots(tmp_path / "nowhere") == {}
 
 
+def test_a_line_too_wide_says_less_until_it_fits() -> None:
+    snap = Snapshot(
+        session="s",
+        total=480,
+        done=120,
+        running=3,
+        passed=100,
+        failed=15,
+        error=5,
+        seconds_left=7500,
+        untimed=357,
+        tokens=12_345_678,
+        cost=123.45678,
+        usage="finished",
+    )
+    full = status_line(snap)
+    assert full == (
+        "ssebench: 120/480 done (100 passed, 15 failed, 5 error) | 3 running, 357 left | about 2h05m to go "
+        "(357 never timed) | 12,345,678 tokens, $123.4568 (finished runs)"
+    )
+    assert status_line(snap, width=len(full)) == full
+    assert status_line(snap, width=128) == (
+        "ssebench: 120/480 done (100 passed, 15 failed, 5 error) | 3 running, 357 left | about 2h05m to go | "
+        "12,345,678 tokens, $123.4568"
+    )
+    assert status_line(snap, width=127) == (
+        "ssebench: 120/480 done (100 pass, 15 fail, 5 err) | 3 running, 357 left | ~2h05m to go | "
+        "12,345,678 tokens, $123.4568"
+    )
+    assert status_line(snap, width=116) == (
+        "ssebench: 120/480 done (100 pass, 15 fail, 5 err) | 3 running, 357 left | ~2h05m to go | 12,346k tok $123.46"
+    )
+    assert status_line(snap, width=40) == "ssebench: 120/480 done (100 pass, 15 fai"
+
+
 def test_another_terminal_s_estimate_counts_down_from_the_snapshot_s_time() -> None:
     snap = Snapshot(session="s", total=4, done=1, running=1, seconds_left=100, updated_at=50.0)
     assert "about 1m40s to go" in status_line(snap)
@@ -260,7 +295,7 @@ def _drawn(fd: int) -> str:
 def test_the_live_line_is_drawn_under_pytest_s_line_and_taken_away_before_pytest_writes() -> None:
     read, write = os.pipe()
     column = [38]
-    line = LiveLine(write, lambda: "ssebench: 1/6 done" + "x" * 100, lambda: column[0], lambda: 80, every=3600)
+    line = LiveLine(write, lambda room: "ssebench: 1/6 done" + "x" * 100, lambda: column[0], lambda: 80, every=3600)
     try:
         assert _drawn(read) == ""  # nothing until pytest's first hook lets it draw
         line.release()
@@ -293,7 +328,7 @@ def test_the_live_line_redraws_itself_while_a_run_goes_on() -> None:
     read, write = os.pipe()
     count = [0]
 
-    def text() -> str:
+    def text(room: int) -> str:
         count[0] += 1
         return f"look {count[0]}"
 
