@@ -108,7 +108,7 @@ def _parts(snap: Snapshot, since: float, label: str, brief: int) -> list[str]:
     parts = [f"{label}: {snap.done}/{snap.total} done ({outcomes})", f"{snap.running} running, {snap.left} left"]
     if snap.done < snap.total:
         if snap.seconds_left is None:
-            parts.append("time to go: known once a run ends" if brief < 2 else "time to go: ?")
+            parts.append("time to go: not known yet" if brief < 2 else "time to go: ?")
         else:
             seconds = snap.seconds_left - since
             untimed = f" ({snap.untimed} never timed)" if snap.untimed and not brief else ""
@@ -328,8 +328,11 @@ def write_snapshot(results: Path, snap: Snapshot) -> None:
 
 
 def remove_snapshot(results: Path, session: str) -> None:
+    """Remove the session's snapshot, and the folder when no other sweep's is left in it."""
     with contextlib.suppress(OSError, ValueError):
-        snapshot_path(results, session).unlink(missing_ok=True)
+        path = snapshot_path(results, session)
+        path.unlink(missing_ok=True)
+        path.parent.rmdir()  # refused while another sweep's snapshot is there
 
 
 def read_snapshots(results: Path) -> dict[str, Snapshot]:

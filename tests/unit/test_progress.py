@@ -131,7 +131,7 @@ def test_runs_never_timed_take_what_this_sweep_s_runs_took_else_the_history_s_me
     nothing.plan(["x", "y"])
     unknown = nothing.snapshot()
     assert unknown.seconds_left is None
-    assert status_line(unknown).endswith("| time to go: known once a run ends")
+    assert status_line(unknown).endswith("| time to go: not known yet")
 
 
 def test_workers_share_the_runs_left_and_ray_has_every_run_in_flight_at_once() -> None:
@@ -210,6 +210,12 @@ def test_snapshots_round_trip_and_anything_else_in_their_folder_is_skipped(tmp_p
     remove_snapshot(tmp_path, "s1")
     remove_snapshot(tmp_path, "s1")  # gone already: nothing to do
     assert "s1" not in read_snapshots(tmp_path)
+    assert folder.is_dir()  # the other files keep it
+    for other in folder.iterdir():
+        other.unlink()
+    write_snapshot(tmp_path, snap)
+    remove_snapshot(tmp_path, "s1")
+    assert not folder.exists()  # the last sweep's gone: no empty folder left among the results
     assert read_snapshots(tmp_path / "nowhere") == {}
 
 
