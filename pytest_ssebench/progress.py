@@ -18,6 +18,13 @@ shows its status line in one of three ways (`--sweep-progress`, default auto):
   writes during runs (`-s`, live logging).
 - off: with `-q`, on xdist's workers, and with --collect-only.
 
+Under xdist the controller draws the line: pytest's terminal is its own, and
+it gets every run's start and reports from the workers, so it knows what is
+done, running (started, not finished) and left; a worker's output never
+reaches the terminal. Where pytest's line ends is its terminal writer's
+`width_of_current_line` (the reporter's `_tw`: pytest has no public way to
+it); a pytest without it gets plain lines.
+
 Whatever is shown, the controller writes the same snapshot to
 `RESULTS/.progress/SESSION.json` when a run starts or ends, for `ssebench ps
 --watch`, and removes it when the sweep ends.
@@ -104,6 +111,8 @@ class LiveLine:
         self._thread.start()
 
     def _write(self, data: str) -> None:
+        if not data:
+            return
         with contextlib.suppress(OSError):  # a terminal gone away: nothing to show it on
             os.write(self.fd, data.encode("utf-8", "replace"))
 
