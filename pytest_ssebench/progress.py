@@ -178,6 +178,7 @@ class ProgressHooks:
         self.reporter: Any = None
         self._last_line = time.monotonic()
         self._fd: int | None = None
+        self._paused = False
 
     # -- what is shown ----------------------------------------------------
 
@@ -235,6 +236,14 @@ class ProgressHooks:
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
         self.progress.plan(ids)
 
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: object | None) -> None:
+        """A worker crashed: xdist says so, and that it replaces it, outside any hook of a run. The line
+        stays away until a run starts again."""
+        if error is not None and self.live is not None:
+            self._paused = True
+            self.live.hold()
+
     @pytest.hookimpl(wrapper=True, trylast=True)
     def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, object, object]:
         """The line goes when the runs are over: pytest then writes its last progress (inner to its own wrapper,
@@ -277,13 +286,14 @@ class ProgressHooks:
             self.live.hold()
 
     def _release(self) -> None:
-        if self.live is not None:
+        if self.live is not None and not self._paused:
             self.reporter.flush()  # what pytest wrote reaches the terminal before the line under it
             self.live.release()
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_logstart(self, nodeid: str, location: Any) -> Generator[None, object, object]:
         self._hold()
+        self._paused = False
         try:
             return (yield)
         finally:

@@ -8,6 +8,7 @@ import os
 import socket
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -353,6 +354,49 @@ def test_the_live_line_redraws_itself_while_a_run_goes_on() -> None:
     assert "look 3\x1b[K" in _drawn(read)
     os.close(read)
     os.close(write)
+
+
+class Drawn:
+    """A stand-in for the live line: what the hooks asked of it."""
+
+    def __init__(self) -> None:
+        self.said: list[str] = []
+
+    def hold(self) -> None:
+        self.said.append("hold")
+
+    def release(self) -> None:
+        self.said.append("release")
+
+
+def test_after_a_worker_crash_the_line_waits_for_the_next_run_to_start(tmp_path: Path) -> None:
+    """xdist writes that it replaces a crashed worker outside any hook of a run: the line must not be on the
+    row it writes to."""
+    from types import SimpleNamespace
+
+    from pytest_ssebench.progress import ProgressHooks
+
+    config: Any = SimpleNamespace()
+    hooks = ProgressHooks(config, _sweep(Clock()), asked="auto", results=tmp_path, usage_dir=None)
+    drawn = Drawn()
+    hooks.live, hooks.reporter = drawn, SimpleNamespace(flush=lambda: None)  # type: ignore[assignment]
+    report = SimpleNamespace(nodeid="a", when="setup", outcome="failed", user_properties=[])
+
+    def through(hook: object, *args: object) -> None:
+        step = hook(*args)  # type: ignore[operator]
+        next(step)
+        with pytest.raises(StopIteration):
+            step.send(None)
+
+    hooks.pytest_testnodedown(node=None, error=None)  # a worker done with its runs: nothing to do
+    through(hooks.pytest_runtest_logreport, report)
+    assert drawn.said == ["hold", "release"]
+    drawn.said.clear()
+    hooks.pytest_testnodedown(node=None, error="worker 'gw0' crashed while running 'a'")
+    through(hooks.pytest_runtest_logreport, report)  # the crashed run's report
+    assert drawn.said == ["hold", "hold"]
+    through(hooks.pytest_runtest_logstart, "b", None)
+    assert drawn.said == ["hold", "hold", "hold", "release"]
 
 
 # -- ssebench ps --watch ------------------------------------------------------------------------------------
