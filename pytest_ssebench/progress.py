@@ -12,10 +12,10 @@ shows its status line in one of three ways (`--sweep-progress`, default auto):
   the terminal's file descriptor taken before any run, since pytest's output
   capture redirects descriptor 1 while a run's setup (where the run happens)
   goes on.
-- lines: a plain line now and then (when a run ends, at most every 30 s), no
-  cursor movement: for CI (`CI` or `BUILD_NUMBER` set, as pytest itself
-  judges), output that is not a terminal, and a terminal where something else
-  writes during runs (`-s`, live logging).
+- lines: a plain line now and then (when a run ends, at most every 30 s, not
+  after the last), no cursor movement: for CI (`CI` or `BUILD_NUMBER` set, as
+  pytest itself judges), output that is not a terminal, and a terminal where
+  something else writes during runs (`-s`, live logging).
 - off: with `-q`, on xdist's workers, and with --collect-only.
 
 Under xdist the controller draws the line: pytest's terminal is its own, and
@@ -319,7 +319,9 @@ class ProgressHooks:
         finally:
             self.progress.finish(nodeid)
             self._publish()
-            if self.mode == "lines" and time.monotonic() - self._last_line >= LINES_EVERY:
+            # Not after the last run: pytest's summary says the rest, and its last progress follows.
+            last = len(self.progress.finished) >= len(self.progress.planned)
+            if self.mode == "lines" and not last and time.monotonic() - self._last_line >= LINES_EVERY:
                 self._last_line = time.monotonic()
                 self.reporter.write_line(self.line())
             self._release()
