@@ -16,7 +16,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -37,6 +37,16 @@ from ssebench.defaults import (
     parse_run_limits,
     parse_seconds,
 )
+
+ProgressMode = Literal["auto", "live", "lines", "off"]
+PROGRESS_MODES: tuple[ProgressMode, ...] = ("auto", "live", "lines", "off")
+
+
+def parse_progress(text: str) -> ProgressMode:
+    """--sweep-progress's value (pytest_ssebench.progress says what each does)."""
+    if text not in PROGRESS_MODES:
+        raise argparse.ArgumentTypeError(f"{text!r}: give one of {', '.join(PROGRESS_MODES)}")
+    return text
 
 
 @dataclass(frozen=True)
@@ -174,6 +184,16 @@ SETTINGS = (
         "FILE",
     ),
     Setting(
+        "--sweep-progress",
+        "ssebench_progress",
+        parse_progress,
+        "how the sweep's progress shows: auto (default: a live line on a terminal, a plain line now and then in CI "
+        "or a log, nothing with -q), live, lines or off",
+        "auto|live|lines|off",
+        env="SSEBENCH_PROGRESS",
+        default="auto",
+    ),
+    Setting(
         "--model-budget",
         "ssebench_budget",
         parse_budget,
@@ -275,6 +295,7 @@ class Options:
     ray_address: str | None = None
     registry: str | None = None
     predictions: Path | None = None
+    progress: ProgressMode = "auto"
 
 
 def _names(given: list[str]) -> tuple[str, ...]:
@@ -321,4 +342,5 @@ def parse_options(config: pytest.Config) -> Options:
         ray_address=value["ssebench_ray_address"] or None,
         registry=value["ssebench_registry"] or None,
         predictions=predictions,
+        progress=value["ssebench_progress"],
     )

@@ -111,6 +111,29 @@ class Sweep:
         config.pluginmanager.register(self.reports, "ssebench-report")
         if self.is_controller:  # how long each item took, for the next sweep's order (pytest_ssebench.schedule)
             config.pluginmanager.register(DurationHooks(self.settings.cache_dir), "ssebench-durations")
+            config.pluginmanager.register(self._progress(), "ssebench-progress")
+
+    def _progress(self) -> Any:
+        """The controller's progress line (pytest_ssebench.progress), its estimate from the same history as
+        the order of runs, its model use from the session's gateway when it runs here."""
+        from pytest_ssebench.progress import ProgressHooks
+        from ssebench.progress import Progress
+
+        gateway = self.lifecycle.gateway
+        progress = Progress(
+            self.session.id,
+            history=read_history(self.settings.cache_dir),
+            workers=getattr(self.config.option, "numprocesses", None) or 1,
+            all_at_once=self.options.dispatch == "ray",
+            metered=any(agent.needs_model for agent in self.agents) and bool(self.options.models),
+        )
+        return ProgressHooks(
+            self.config,
+            progress,
+            asked=self.options.progress,
+            results=self.options.results,
+            usage_dir=gateway.state_dir / "usage" if gateway is not None else None,
+        )
 
     def _load_predictions(self) -> Predictions | None:
         """--predictions: the file, loaded, and the predictions agent among the agents (it runs only with it)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -476,6 +477,8 @@ def cmd_models_list(args: argparse.Namespace) -> int:
 def cmd_ps(args: argparse.Namespace) -> int:
     from ssebench.inflight import as_json, as_rows, runs_in_flight
 
+    if args.watch:
+        return _watch_runs(args.results, args.interval)
     runs = runs_in_flight()
     if args.json:
         print(json.dumps(as_json(runs), indent=2))
@@ -484,6 +487,36 @@ def cmd_ps(args: argparse.Namespace) -> int:
     else:
         print(for_terminal("\n".join(as_rows(runs))))
     return 0
+
+
+def _watch_runs(results: Path, interval: float) -> int:
+    """`ssebench ps --watch`: the runs in flight under their sweeps' progress, again every `interval` seconds
+    until Ctrl-C. On a terminal each look replaces the last; elsewhere (a file, a pipe) they follow one
+    another, plain text."""
+    from ssebench.inflight import as_watch, runs_in_flight
+    from ssebench.progress import read_snapshots
+
+    tty = sys.stdout.isatty()
+    try:
+        while True:
+            try:
+                runs, problem = runs_in_flight(), None
+            except SSEBenchError as exc:  # the engine went away: say so, and look again
+                runs, problem = [], f"error: {exc}"
+            lines = [
+                f"ssebench ps --watch: {time.strftime('%H:%M:%S')}, every {interval:g} s, Ctrl-C to stop",
+                *([problem] if problem else []),
+                *as_watch(runs, read_snapshots(results), now=time.time(), results=results),
+            ]
+            text = for_terminal("\n".join(lines))
+            if tty:  # home, each line over the last look's, then the rest of the screen cleared
+                sys.stdout.write("\x1b[H" + "".join(f"{line}\x1b[K\n" for line in text.split("\n")) + "\x1b[J")
+            else:
+                sys.stdout.write(text + "\n\n")
+            sys.stdout.flush()
+            time.sleep(interval)
+    except KeyboardInterrupt:
+        return 0
 
 
 def cmd_rm(args: argparse.Namespace) -> int:
@@ -811,7 +844,25 @@ def parser() -> argparse.ArgumentParser:
         "elapsed), from their containers' labels and the phase their entrypoint writes, and the runs kept "
         "with --keep-containers, with the command that enters each of their containers.",
     )
-    ps.add_argument("--json", action="store_true", help="print a JSON array instead of a table")
+    watched = ps.add_mutually_exclusive_group()
+    watched.add_argument("--json", action="store_true", help="print a JSON array instead of a table")
+    watched.add_argument(
+        "--watch",
+        action="store_true",
+        help="look again every --interval seconds until Ctrl-C, each session's runs under its sweep's progress "
+        "(runs done, running and left, time to go, model use), read from --results",
+    )
+    ps.add_argument(
+        "--interval", type=parse_seconds, default=2.0, metavar="SECONDS", help="with --watch: how often (default 2)"
+    )
+    ps.add_argument(
+        "--results",
+        type=Path,
+        default=Path(os.environ.get("SSEBENCH_RESULTS") or "results"),
+        metavar="DIR",
+        help="with --watch: the sweeps' results directory, where each writes its progress "
+        "(default: $SSEBENCH_RESULTS, else ./results)",
+    )
     ps.set_defaults(func=cmd_ps)
 
     rm = sub.add_parser(

@@ -1,7 +1,8 @@
 """The runs in flight on this engine, read from their containers' labels and the phase their entrypoint writes.
 
 `ssebench ps` prints them while a sweep runs (in another terminal, say), and the kept ones
-(--keep-containers), with the command that enters each of their containers.
+(--keep-containers), with the command that enters each of their containers; `ssebench ps --watch` again
+and again, each session's under the progress line its sweep writes (`ssebench.progress`).
 """
 
 from __future__ import annotations
@@ -10,10 +11,13 @@ import io
 import re
 import tarfile
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from ssebench.logs import columns
+from ssebench.progress import PROGRESS_DIR, Snapshot, status_line
 from ssebench.runtime.contract import (
     KEPT_LABEL,
     PHASE_FILE,
@@ -172,3 +176,32 @@ def _clock(seconds: float) -> str:
     minutes, secs = divmod(int(seconds), 60)
     hours, minutes = divmod(minutes, 60)
     return f"{hours}:{minutes:02d}:{secs:02d}"
+
+
+def as_watch(runs: list[InFlight], snapshots: Mapping[str, Snapshot], *, now: float, results: Path) -> list[str]:
+    """`ssebench ps --watch`'s screen: per session, its sweep's progress line (from the snapshot the sweep
+    writes under `results`), then its runs in flight. A session whose sweep wrote no snapshot there says
+    so; a snapshot whose sweep died on this machine is left out."""
+    from ssebench.reaper import may_live
+
+    by_session: dict[str, list[InFlight]] = {}
+    for run in runs:
+        by_session.setdefault(run.session, []).append(run)
+    for session, found in snapshots.items():
+        if session not in by_session and may_live(found.host, str(found.pid)):
+            by_session[session] = []
+    if not by_session:
+        return ["no runs in flight"]
+    lines: list[str] = []
+    for session, in_flight in by_session.items():
+        if lines:
+            lines.append("")
+        if session in snapshots:
+            lines.append(status_line(snapshots[session], now=now, label=f"session {session}"))
+        else:
+            lines.append(
+                f"session {session}: done and left unknown: its sweep wrote no {results / PROGRESS_DIR / session}"
+                ".json (give --results its results directory)"
+            )
+        lines += as_rows(in_flight) if in_flight else ["(no run in flight: between runs, or building images)"]
+    return lines

@@ -58,10 +58,16 @@ def _alive(pid: str | None) -> bool:
     return True
 
 
+def may_live(host: str | None, *pids: str | None) -> bool:
+    """Whether processes of a session may still live: False only when they ran on this machine and one of
+    them is gone (another machine's session, only it knows)."""
+    if host != socket.gethostname():
+        return True
+    return all(_alive(pid) for pid in pids)
+
+
 def _orphaned(labels: dict[str, str]) -> bool:
-    if labels.get(HOST) != socket.gethostname():
-        return False  # another machine's session; only it knows whether it lives
-    return not _alive(labels.get(CONTROLLER)) or not _alive(labels.get(OWNER))
+    return not may_live(labels.get(HOST), labels.get(CONTROLLER), labels.get(OWNER))
 
 
 def _remove(session: str | None, only_orphans: bool) -> int:
