@@ -167,6 +167,12 @@ def _prediction(path: Path, where: str, record: object) -> Prediction:
         )
     if len(patch) > PATCH_CAP:
         raise ConfigError(path, f"{where}: model_patch", f"is larger than {PATCH_CAP >> 20} MiB")
+    try:
+        patch.encode("utf-8")  # JSON's \ud800 escapes hold what no file can: refused here, not in the run
+    except UnicodeEncodeError as exc:
+        raise ConfigError(
+            path, f"{where}: model_patch", f"must be UTF-8 text (a lone surrogate at character {exc.start})"
+        ) from None
     return Prediction(instance_id=instance_id, model=model, patch=patch, where=where)
 
 

@@ -318,13 +318,27 @@ FILTERS: dict[str, str] = {
 }
 
 
+# What a spreadsheet reads as the start of a formula in a cell of text.
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _cell(value: object) -> object:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, str) and value.startswith(FORMULA_STARTS):
+        return "'" + value  # a model name is anyone's to choose (a predictions file): text, never a formula
+    return value
+
+
 def export_csv(rows: list[dict[str, Any]], out: IO[str], header: Iterable[str] = ()) -> None:
     """Rows as CSV, the header first (`header` when there is no row): true/false for booleans, an empty cell
-    for unknown (None)."""
+    for unknown (None), a quote before text a spreadsheet would take for a formula."""
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(list(rows[0]) if rows else list(header))
     for row in rows:
-        writer.writerow(["" if v is None else str(v).lower() if isinstance(v, bool) else v for v in row.values()])
+        writer.writerow([_cell(v) for v in row.values()])
 
 
 def matching(runs: Iterable[StoredRun], wanted: Mapping[str, Iterable[str]]) -> list[StoredRun]:

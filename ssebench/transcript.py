@@ -16,6 +16,9 @@ from typing import Any
 FOLD_LINES = 20
 FOLD_CHARS = 2000
 SHOW_CHARS = 100_000
+# The most HTML a transcript is drawn as: the dialog is the agent's to write, and each reader (the viewer, live,
+# and report.html) draws it whole; past this, a line says how many records are left out (the file is whole).
+MAX_HTML = 8 << 20
 KNOWN = ("init", "prompt", "message", "thinking", "tool_call", "tool_result", "complete")
 STATUS_COLOURS = {"done": "#1a7f37", "error": "#cf222e", "timeout": "#9a6700", "budget": "#9a6700", "turns": "#9a6700"}
 
@@ -128,7 +131,16 @@ def render_transcript(records: list[Any]) -> str:
     shown_results: set[int] = set()
     out = [STYLE, '<div class="sse-t">']
     turn = 0
+    size, counted = 0, len(out)
     for index, record in enumerate(records):
+        size += sum(len(piece) for piece in out[counted:])
+        counted = len(out)
+        if size > MAX_HTML:
+            out.append(
+                f'<div class="rec bad"><span class="err">{len(records) - index} more record(s) not shown: '
+                "the transcript is longer than this page draws (dialog.jsonl holds it all)</span></div>"
+            )
+            break
         if not isinstance(record, dict):
             out.append(_invalid(index, "not a JSON object", record))
             continue

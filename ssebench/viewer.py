@@ -41,6 +41,7 @@ import jinja2
 from markupsafe import Markup
 from sse.dialog import parse
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
@@ -305,7 +306,9 @@ def comparison(runs: list[StoredRun], a: str, b: str, by: str) -> dict[str, Any]
 # -- the app -----------------------------------------------------------------------------------------------
 
 
-Endpoint = Callable[[Request], Awaitable[Response]]
+# A page, drawn in a worker thread (`guarded`): reading and drawing a run can take a while, and the event loop
+# must stay free for every other request.
+Endpoint = Callable[[Request], Response]
 
 
 def create_app(
@@ -333,7 +336,7 @@ def create_app(
         text = env.get_template(template).render(nonce=nonce, results=str(results), poll=POLL_SECONDS, **values)
         return HTMLResponse(text)
 
-    def guarded(endpoint: Endpoint) -> Endpoint:
+    def guarded(endpoint: Endpoint) -> Callable[[Request], Awaitable[Response]]:
         async def answer(request: Request) -> Response:
             if host_name(request.headers.get("host", "")) not in hosts:
                 return PlainTextResponse(
@@ -345,7 +348,7 @@ def create_app(
             if loopback_only and not is_loopback_bind(peer):
                 return PlainTextResponse("refused: this viewer answers only this machine", status_code=403)
             request.state.nonce = secrets.token_urlsafe(16)
-            response = await endpoint(request)
+            response = await run_in_threadpool(endpoint, request)
             response.headers["Content-Security-Policy"] = (
                 f"default-src 'none'; script-src 'nonce-{request.state.nonce}'; style-src 'unsafe-inline'; "
                 "img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'self'; "
@@ -358,7 +361,7 @@ def create_app(
 
         return answer
 
-    async def scores(request: Request) -> Response:
+    def scores(request: Request) -> Response:
         selected = _selected(request)
         runs = viewer.runs()
         chosen = matching(runs, selected)
@@ -383,7 +386,7 @@ def create_app(
 
     columns = ("started_at", "task", "language", "agent", "model", "difficulty", "mode", "grade", "session")
 
-    async def runs_page(request: Request) -> Response:
+    def runs_page(request: Request) -> Response:
         selected = _selected(request)
         runs = viewer.runs()
         chosen = matching(runs, selected)
@@ -418,7 +421,7 @@ def create_app(
             total=len(runs),
         )
 
-    async def run_page(request: Request) -> Response:
+    def run_page(request: Request) -> Response:
         run, rest = viewer.run_of_url(request)
         if rest:
             run = None
@@ -451,7 +454,7 @@ def create_app(
             },
         )
 
-    async def run_file(request: Request) -> Response:
+    def run_file(request: Request) -> Response:
         run, rest = viewer.run_of_url(request)
         name = rest.removeprefix("file/")
         if run is None or not rest.startswith("file/") or name not in {n for n, _ in run_files(run)}:
@@ -461,7 +464,13 @@ def create_app(
             return PlainTextResponse("no such file of a run in this results directory", status_code=404)
         return PlainTextResponse(text, headers={"Content-Disposition": "inline"})
 
-    async def compare(request: Request) -> Response:
+    def run_or_file(request: Request) -> Response:
+        # One route: which run a URL names is the results directory's to say (`run_of_url`), so a run whose
+        # folders are named `file` is a run, and what follows its four parts is a file of it.
+        _, rest = viewer.run_of_url(request)
+        return run_file(request) if rest else run_page(request)
+
+    def compare(request: Request) -> Response:
         # The other filters narrow both sides alike (two agents on one model, say).
         selected = _selected(request)
         runs = matching(viewer.runs(), selected)
@@ -485,23 +494,23 @@ def create_app(
     def live_runs() -> list[InFlight]:
         return viewer.live.runs() if viewer.live is not None else []
 
-    async def live_page(request: Request) -> Response:
+    def live_page(request: Request) -> Response:
         return page(request, "live.html", title="Runs in flight", runs=live_runs(), enabled=viewer.live is not None)
 
-    async def live_json(request: Request) -> Response:
+    def live_json(request: Request) -> Response:
         return JSONResponse([_live_summary(viewer, r) for r in live_runs()])
 
     def find_live(run_id: str) -> InFlight | None:
         return next((r for r in live_runs() if r.run == run_id), None)
 
-    async def live_run_page(request: Request) -> Response:
+    def live_run_page(request: Request) -> Response:
         run_id = request.path_params["run"]
         found = find_live(run_id)
         return page(
             request, "live_run.html", title=f"live: {run_id}", run_id=run_id, state=_live_state(viewer, run_id, found)
         )
 
-    async def live_run_json(request: Request) -> Response:
+    def live_run_json(request: Request) -> Response:
         run_id = request.path_params["run"]
         state = _live_state(viewer, run_id, find_live(run_id))
         state["transcript"] = str(state["transcript"])
@@ -510,8 +519,7 @@ def create_app(
     routes = [
         Route("/", guarded(scores)),
         Route("/runs", guarded(runs_page)),
-        Route("/run/{path:path}/file/{name:path}", guarded(run_file)),
-        Route("/run/{path:path}", guarded(run_page)),
+        Route("/run/{path:path}", guarded(run_or_file)),
         Route("/compare", guarded(compare)),
         Route("/live", guarded(live_page)),
         Route("/live/{run}", guarded(live_run_page)),

@@ -18,7 +18,8 @@ from typing import Any
 
 import yaml
 
-DEMO = Path(__file__).resolve().parent.parent / "datasets" / "demo"
+ROOT = Path(__file__).resolve().parent.parent
+DEMO = ROOT / "datasets" / "demo"
 PILOT = DEMO.parent / "pilot"
 
 

@@ -19,12 +19,15 @@ from sse.dialog import Dialog
 from sse.prompt import task_prompt
 
 PATCH = Path("/prediction/patch.diff")
+# contract.PREDICTION_NOT_MOUNTED: the harness's fault, which the evaluator does not count as the patch's.
+NOT_MOUNTED = 70
 dialog = Dialog()
 dialog.init(agent="predictions", model=os.environ.get("SSE_MODEL_NAME") or "none")
 dialog.prompt(task_prompt())
 if not PATCH.is_file():
     dialog.complete("error", reason=f"{PATCH} is not mounted")
-    sys.exit(f"predictions agent: {PATCH} is not mounted: give the patches with --predictions FILE")
+    print(f"predictions agent: {PATCH} is not mounted: give the patches with --predictions FILE", file=sys.stderr)
+    sys.exit(NOT_MOUNTED)
 if not PATCH.read_bytes().strip():
     dialog.message("The prediction's patch is empty: nothing to apply.")
     dialog.complete("done")

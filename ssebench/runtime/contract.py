@@ -453,6 +453,9 @@ REFERENCE_AGENT = "reference"
 REFERENCE_RUN_LABEL = "ssebench.reference-run"
 # The agent that applies a prediction's patch (`--predictions`): it grades patches made elsewhere.
 PREDICTIONS_AGENT = "predictions"
+# The predictions agent's exit status when the harness mounted no patch for it (EX_SOFTWARE; git apply exits
+# 0, 1 or 128): the harness's fault, an ungraded run, never the prediction's failure.
+PREDICTION_NOT_MOUNTED = 70
 
 
 @dataclass(frozen=True)

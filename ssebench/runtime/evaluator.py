@@ -23,7 +23,7 @@ from typing import IO, Any
 
 from sse.result import EXCEPTION_TEXT, PatchResult, RunResult, RuntimeResult, Signals
 
-from ssebench.runtime.contract import AgentEnd, RuntimeSettings, SettingsError, load_settings
+from ssebench.runtime.contract import PREDICTION_NOT_MOUNTED, AgentEnd, RuntimeSettings, SettingsError, load_settings
 from ssebench.runtime.files import read_no_follow, write_atomic
 from ssebench.runtime.signals import patch_paths, similarity
 
@@ -182,6 +182,9 @@ def prediction_not_applied(settings: RuntimeSettings, end: AgentEnd | None) -> P
     if not settings.prediction or end is None or end.status == 0:
         return None
     from sse.grading import NOT_APPLIED, not_applied
+
+    if end.status == PREDICTION_NOT_MOUNTED and not end.timed_out:  # no check ran: an error, not a grade
+        return PatchResult(error_msg="the predictions agent found no patch at /prediction/patch.diff")
 
     said = b""
     with suppress(OSError):  # a missing or odd agent.log leaves the grade without its log, never ungraded

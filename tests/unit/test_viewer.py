@@ -23,6 +23,8 @@ from urllib.parse import quote
 import pytest
 from starlette.testclient import TestClient
 
+import ssebench.transcript
+import ssebench.viewer
 from ssebench.archive import one_file
 from ssebench.errors import SSEBenchError
 from ssebench.inflight import InFlight
@@ -357,3 +359,39 @@ def test_the_engine_s_live_dialog_comes_from_the_run_s_last_container(monkeypatc
     sidecar = InFlight(**{**run.__dict__, "containers": ("task-c", "agent-c")})
     assert EngineLive().dialog(sidecar) == '{"seq": 0, "type": "init"}\n'
     assert asked == [("agent-c", "/tmp/sse-archive/dialog.jsonl")]
+
+
+def test_a_run_whose_folders_are_named_file_opens_and_odd_file_names_link_to_themselves(results: Path) -> None:
+    """A predictions file names the model: `file` once sent its runs to the file route (404); and a file the
+    agent named `a?b#c` in its archive once made a link that asked for another name."""
+    run = results / "c-demo/file/chat-agent/20261205T140000-d2-sandbox-f11e00"
+    shutil.copytree(results / HOSTILE_RUN, run, symlinks=True)
+    (run / "archive" / "a?b#c").write_text("odd but the agent's own")
+    viewer = client(results)
+    page = viewer.get("/run/" + quote(run.relative_to(results).as_posix()))
+    assert page.status_code == 200, page.text[:300]
+    links = [link for link in markup(page.text).links if "a%3Fb%23c" in link or "a?b" in link]
+    assert links and all("a%3Fb%23c" in link for link in links), links
+    served = viewer.get(links[0])
+    assert served.status_code == 200 and served.text == "odd but the agent's own"
+
+
+def test_pages_are_drawn_off_the_event_loop(results: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run's page can take seconds (a long dialog): drawn on the event loop it would hold every other
+    request; each page is drawn in a worker thread, where no event loop runs."""
+    import asyncio
+
+    on_loop: list[bool] = []
+    real = ssebench.transcript.render_transcript
+
+    def spy(records: Any) -> str:
+        try:
+            asyncio.get_running_loop()
+            on_loop.append(True)
+        except RuntimeError:
+            on_loop.append(False)
+        return real(records)
+
+    monkeypatch.setattr(ssebench.viewer, "render_transcript", spy)
+    assert client(results).get(HOSTILE_URL).status_code == 200
+    assert on_loop == [False]
