@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from ssebench import manifest
 from ssebench.agent import load_agent
 from ssebench.build import build_images
 from ssebench.engine import containers
@@ -205,6 +206,29 @@ def verify(
         for future in futures:
             future.result()
     return [verdicts[t.id] for t in tasks]
+
+
+def record_images(settings: Settings, verdicts: list[TaskVerdict]) -> list[Path]:
+    """Beside each dataset's manifest, the engine's ids of the case and tool images of the tasks just found
+    valid (`images.json`, ssebench.manifest); the tasks found invalid lose theirs."""
+    from ssebench.engine import images
+
+    by_dataset: dict[Path, list[TaskVerdict]] = {}
+    for v in verdicts:
+        if v.task.dataset_version is not None:  # in a dataset (a task folder on its own has no manifest)
+            by_dataset.setdefault(v.task.path.resolve().parent, []).append(v)
+    written = []
+    for folder, found in sorted(by_dataset.items()):
+        ids: dict[str, dict[str, str]] = {}
+        for v in found:
+            if v.valid:
+                names = image_names(settings, v.task)
+                ids[v.task.id] = {layer: images().id(names[layer]) or "missing" for layer in ("case", "tool")}
+        version = found[0].task.dataset_version
+        assert version is not None
+        invalid = [v.task.id for v in found if not v.valid]
+        written.append(manifest.record_images(folder, version, ids, invalid))
+    return written
 
 
 def summary(verdicts: list[TaskVerdict], dataset: str, version: str | None, seconds: float) -> dict[str, Any]:
