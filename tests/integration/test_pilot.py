@@ -16,10 +16,10 @@ from ssebench.agent import load_agent
 from ssebench.build import build_images
 from ssebench.dataset import load_tasks
 from ssebench.image import image_names
+from ssebench.leak import leak_terms, visible_mentions
 from ssebench.reaper import Session, reap_session
 from ssebench.settings import Settings
 from ssebench.task import Task
-from ssebench.verify import leak_terms, visible_mentions
 from tests.helpers import PILOT, rendered_text
 
 pytest_plugins = ["pytester"]
