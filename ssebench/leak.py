@@ -174,20 +174,22 @@ def answer_pieces(task: Task) -> list[Piece]:
     be told from ordinary code); every input is kept, for its whole-file match."""
     files = task.config.files
     pieces: list[Piece] = []
-    for kind, inside in (("fix", files.patch), ("test", files.future_test)):
+    diffs: list[tuple[Kind, str | None]] = [("fix", files.patch), ("test", files.future_test)]
+    for kind, inside in diffs:
         if inside is None:
             continue
         diff = task_file(task.path, inside).read_bytes()
         for number, (name, added) in enumerate(diff_hunks(diff), 1):
             terms = line_terms(added)
             if terms:
-                pieces.append(Piece(kind, f"{inside} hunk {number} ({name})", terms))  # type: ignore[arg-type]
-    for kind, inputs in (("poc", files.poc), ("variant", files.variants)):
-        for inside in inputs:
+                pieces.append(Piece(kind, f"{inside} hunk {number} ({name})", terms))
+    inputs: list[tuple[Kind, list[str]]] = [("poc", files.poc), ("variant", files.variants)]
+    for kind, paths in inputs:
+        for inside in paths:
             data = task_file(task.path, inside).read_bytes()
             pieces.append(
                 Piece(
-                    kind,  # type: ignore[arg-type]
+                    kind,
                     inside,
                     input_terms(data),
                     sha256=hashlib.sha256(data).hexdigest() if len(data) >= MIN_FILE else None,
