@@ -684,7 +684,9 @@ def parser() -> argparse.ArgumentParser:
         description="Run the reference, dummy and hollow agents on every task under PATH: the reference must pass "
         "every check with nothing of its fix set aside, the dummy must build, pass the function test and fail every "
         "PoC, and the hollow agent (which leaves the bug and edits only build files, tests and harnesses) must fail "
-        "with its edits set aside. Also searches what the agent can read for names of the fix. Writes a summary "
+        "with its edits set aside. Also searches what the agent can read for names of the fix and for its answer "
+        "(hunks of the fix and hidden tests, PoCs, variants). Records the ids of valid tasks' images in images.json "
+        "beside the dataset. Writes a summary "
         "(markdown and JSON) beside the runs; exits 1 naming each task and check that disagrees.",
     )
     check.add_argument("path", nargs="?", type=Path, default=DEFAULT_PATH, help="default: ./datasets")
