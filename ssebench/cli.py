@@ -114,8 +114,9 @@ def cmd_dataset_validate(args: argparse.Namespace) -> int:
 
 def cmd_dataset_verify(args: argparse.Namespace) -> int:
     from ssebench.dataset import find_datasets, load_dataset_config, load_tasks
+    from ssebench.manifest import pinned_state
     from ssebench.settings import get_settings
-    from ssebench.verify import summary, verify, write_reports
+    from ssebench.verify import record_images, summary, verify, write_reports
 
     started = time.monotonic()
     tasks = load_tasks(args.path)
@@ -132,12 +133,53 @@ def cmd_dataset_verify(args: argparse.Namespace) -> int:
     )
     report = summary(verdicts, name, version, time.monotonic() - started)
     md, js = write_reports(report, results)
+    for recorded in record_images(get_settings(), verdicts):
+        print(for_terminal(f"image ids recorded in {recorded}"), file=sys.stderr)
+    for folder in datasets:
+        state = pinned_state(folder, load_dataset_config(folder).version)
+        if state != "pinned":
+            print(for_terminal(f"{folder} is {state}: pin it with `ssebench dataset pin {folder}`"), file=sys.stderr)
     for verdict in verdicts:
         for problem in verdict.problems:
             print(for_terminal(f"INVALID {problem}"))
     valid = sum(v.valid for v in verdicts)
     print(f"{valid} of {len(verdicts)} task(s) valid in {report['seconds']:.0f} s; summary: {md} and {js}")
     return 0 if valid == len(verdicts) else 1
+
+
+def cmd_dataset_pin(args: argparse.Namespace) -> int:
+    from ssebench import manifest
+    from ssebench.dataset import find_datasets, load_dataset_config, task_dirs
+
+    datasets = find_datasets(args.path)
+    if not datasets:
+        raise ConfigError(args.path, "", "holds no dataset.yaml; give a dataset folder, e.g. datasets/pilot")
+    refused = 0
+    for folder in datasets:
+        version = load_dataset_config(folder).version
+        dirs = task_dirs(folder)
+        problems, per_task = manifest.check(folder, version, dirs)
+        changed = problems + [per_task[name] for name in sorted(per_task)]
+        if changed and not args.keep_version:
+            for problem in changed:
+                print(for_terminal(str(problem)))
+            print(
+                for_terminal(
+                    f"{folder}: not pinned again: {version} is pinned with other files; bump version in "
+                    f"{folder / 'dataset.yaml'} first (or give --keep-version for a version not yet released)"
+                ),
+                file=sys.stderr,
+            )
+            refused += 1
+            continue
+        path, written, files = manifest.pin(folder, version, dirs)
+        print(
+            for_terminal(
+                f"{folder}: {version} pinned: {len(dirs)} task(s), {files} file(s) in {path}"
+                + ("" if written else " (unchanged)")
+            )
+        )
+    return 1 if refused else 0
 
 
 def cmd_dataset_schema(args: argparse.Namespace) -> int:
@@ -246,14 +288,15 @@ def _find_task(spec: str, search: Path) -> Path:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from ssebench.agent import load_agent
+    from ssebench.dataset import load_task_in_place
     from ssebench.result import path_component, runs_parent
     from ssebench.runspec import RunConfig, limits_for
     from ssebench.session import OptionError, Plan, RunSession
     from ssebench.settings import get_settings
-    from ssebench.task import load_task
 
     settings = _with_registry(get_settings(), args.registry)
-    task = load_task(_find_task(args.task, args.datasets))
+    # With its dataset's name and version, and refused when it differs from the dataset's pin (manifest.json).
+    task = load_task_in_place(_find_task(args.task, args.datasets))
     prediction = _prediction_of(task, args.predictions, args.model, args.agent) if args.predictions else None
     if prediction is None and not args.agent:
         raise SSEBenchError("--agent: give the agent to run (or --predictions FILE, to grade a patch made elsewhere)")
@@ -641,13 +684,31 @@ def parser() -> argparse.ArgumentParser:
         description="Run the reference, dummy and hollow agents on every task under PATH: the reference must pass "
         "every check with nothing of its fix set aside, the dummy must build, pass the function test and fail every "
         "PoC, and the hollow agent (which leaves the bug and edits only build files, tests and harnesses) must fail "
-        "with its edits set aside. Also searches what the agent can read for names of the fix. Writes a summary "
+        "with its edits set aside. Also searches what the agent can read for names of the fix and for its answer "
+        "(hunks of the fix and hidden tests, PoCs, variants). Records the ids of valid tasks' images in images.json "
+        "beside the dataset. Writes a summary "
         "(markdown and JSON) beside the runs; exits 1 naming each task and check that disagrees.",
     )
     check.add_argument("path", nargs="?", type=Path, default=DEFAULT_PATH, help="default: ./datasets")
     check.add_argument("-n", "--jobs", type=_positive, default=1, metavar="N", help="runs at a time (default 1)")
     check.add_argument("--results", type=Path, default=Path("results"), metavar="DIR", help="default ./results")
     check.set_defaults(func=cmd_dataset_verify)
+
+    pinning = dataset_sub.add_parser(
+        "pin",
+        help="write the dataset's manifest (the SHA-256 of every task file) under its version",
+        description="Write manifest.json beside each dataset.yaml under PATH: the dataset's version and the SHA-256 "
+        "of every file of every task, sorted (a second pin of the same files writes the same bytes). Loading the "
+        "dataset then refuses a task that differs from it under that version. Refuses to pin other files under a "
+        "version already pinned unless --keep-version is given; bump the version instead.",
+    )
+    pinning.add_argument("path", type=Path, help="a dataset folder (or a folder above datasets)")
+    pinning.add_argument(
+        "--keep-version",
+        action="store_true",
+        help="pin changed tasks under the version already pinned (for a version not yet released)",
+    )
+    pinning.set_defaults(func=cmd_dataset_pin)
 
     schema = dataset_sub.add_parser(
         "schema",

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from pydantic import field_validator
 
+from ssebench import manifest
 from ssebench.errors import ConfigError, ConfigErrors
 from ssebench.schema import Strict, load
 from ssebench.task import TASK_ID_PATTERN, Task, load_task
@@ -142,6 +143,16 @@ def _load_members(dataset_dir: Path, check_files: bool) -> _Members:
             continue
         seen[task.id.lower()] = task_dir
         members.tasks[key] = task
+    if version is not None:
+        try:
+            pinned, per_task = manifest.check(dataset_dir, version, task_dirs(dataset_dir))
+        except ConfigError as exc:
+            pinned, per_task = [exc], {}
+        members.problems.extend(pinned)
+        for task_dir in task_dirs(dataset_dir):
+            if task_dir.name in per_task:
+                members.task_problems.setdefault(task_dir.resolve(), []).append(per_task[task_dir.name])
+                members.tasks.pop(task_dir.resolve(), None)
     return members
 
 

@@ -111,6 +111,26 @@ def hash_tree(path: Path, h: hashlib._Hash | None = None) -> str:
     return h.hexdigest()
 
 
+def file_digests(path: Path) -> dict[str, str]:
+    """Each file and link of a folder, by relative path: `sha256:<hex>` (` +x` when executable) or `link:<target>`.
+
+    The same files `hash_tree` hashes (its folders aside), one entry each, so a change can be named.
+    """
+    path = Path(path)
+    digests: dict[str, str] = {}
+    for entry in sorted(_walk(path)):
+        rel = entry.relative_to(path).as_posix()
+        if entry.is_symlink():
+            digests[rel] = f"link:{os.readlink(entry)}"
+        elif entry.is_file():
+            h = hashlib.sha256()
+            with entry.open("rb") as f:
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    h.update(chunk)
+            digests[rel] = f"sha256:{h.hexdigest()}" + (" +x" if os.access(entry, os.X_OK) else "")
+    return dict(sorted(digests.items()))
+
+
 def _walk(root: Path) -> Iterable[Path]:
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = [d for d in dirnames if d not in _IGNORED]

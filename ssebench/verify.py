@@ -15,8 +15,6 @@ says for each task which check, if any, disagrees.
 from __future__ import annotations
 
 import json
-import re
-import shlex
 import threading
 import time
 from collections.abc import Callable
@@ -26,15 +24,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from ssebench import manifest
 from ssebench.agent import load_agent
 from ssebench.build import build_images
-from ssebench.engine import containers
 from ssebench.image import image_names
+from ssebench.leak import answer_pieces, leak_terms, searchable, task_leaks
 from ssebench.logs import for_terminal
-from ssebench.reaper import Session
 from ssebench.record import RunRecord
 from ssebench.runspec import RunConfig, limits_for
-from ssebench.runtime.contract import SESSION_LABEL
 from ssebench.session import Plan, RunSession
 from ssebench.settings import Settings
 from ssebench.task import Task
@@ -118,40 +115,6 @@ def judge(task: Task, agent: str, record: RunRecord) -> list[str]:
     return problems
 
 
-# Debian patch files a task's Dockerfile names: the fix's own file, which the agent must not see named.
-_PATCH_NAME = re.compile(r"(?:debian/patches/|STOP_AT=)([\w.+-]+\.(?:patch|diff))")
-
-# Run as the agent (uid 1000) in the tool image, with no network: every readable
-# file, compressed or not, and every git history that names a term.
-_SEARCH = r"""
-cd /
-grep -rlFi -f /tmp/terms --exclude-dir=proc --exclude-dir=sys --exclude-dir=dev / 2>/dev/null
-find / -xdev -name '*.gz' -type f -readable 2>/dev/null | while read -r f; do
-  zcat -- "$f" 2>/dev/null | grep -qFi -f /tmp/terms && echo "$f (compressed)"; done
-find / -xdev -name .git 2>/dev/null | while read -r g; do
-  git -C "${g%/.git}" log --all --format='%H %s%n%b' 2>/dev/null | grep -qFi -f /tmp/terms && echo "$g (history)"; done
-true
-"""
-
-
-def leak_terms(task: Task) -> list[str]:
-    """What no agent-visible file may name: the task's advisory ids and the fix's Debian patch file names."""
-    dockerfile = (task.path / "Dockerfile").read_text(encoding="utf-8", errors="replace")
-    names = [name for name in _PATCH_NAME.findall(dockerfile) if name != "series"]
-    return list(dict.fromkeys([*task.advisories(), *names]))
-
-
-def visible_mentions(image: str, terms: list[str], session: Session) -> list[str]:
-    """The files and git histories in `image` that uid 1000 can read and that name any of `terms`."""
-    if not terms:
-        return []
-    script = f"printf '%s\\n' {' '.join(shlex.quote(t) for t in terms)} > /tmp/terms\n{_SEARCH}"
-    out = containers().run(
-        image, ["-c", script], entrypoint=["/bin/sh"], user="1000:1000", labels={SESSION_LABEL: session.id}
-    )
-    return [line for line in out.decode(errors="replace").splitlines() if line and line != "/tmp/terms"]
-
-
 def verify(
     settings: Settings,
     tasks: list[Task],
@@ -179,15 +142,22 @@ def verify(
     lock = threading.Lock()
 
     def hidden(task: Task) -> None:
-        terms = leak_terms(task)
-        found = visible_mentions(image_names(settings, task)["tool"], terms, lifecycle.session)
+        # The leak scan (ssebench.leak): names of the fix, its hunks, the hidden tests, PoCs and variants.
+        found = task_leaks(image_names(settings, task)["tool"], task, lifecycle.session)
+        pieces = answer_pieces(task)
+        blind = [p.where for p in pieces if not searchable(p)]
         with lock:
             if found:
                 verdicts[task.id].problems.append(
-                    f"{task.id}: the agent (uid 1000) can read what names the fix ({', '.join(terms)}): "
-                    + ", ".join(found[:10])
+                    f"{task.id}: the agent (uid 1000) can read what names the fix or holds its answer: "
+                    + "; ".join(map(str, found[:10]))
+                    + (f" and {len(found) - 10} more" if len(found) > 10 else "")
                 )
-            say(f"{task.id} hidden: {len(found)} agent-readable files name {', '.join(terms)}")
+            say(
+                f"{task.id} hidden: {len(found)} agent-readable files name the fix ({', '.join(leak_terms(task))}) "
+                f"or hold one of its {len(pieces)} hunks, tests and inputs"
+                + (f" ({', '.join(blind)}: too small or too common to search for)" if blind else "")
+            )
 
     def one(task: Task, agent: str) -> None:
         config = RunConfig(task=task, agent=agents[agent], limits=limits_for(settings, task))
@@ -205,6 +175,29 @@ def verify(
         for future in futures:
             future.result()
     return [verdicts[t.id] for t in tasks]
+
+
+def record_images(settings: Settings, verdicts: list[TaskVerdict]) -> list[Path]:
+    """Beside each dataset's manifest, the engine's ids of the case and tool images of the tasks just found
+    valid (`images.json`, ssebench.manifest); the tasks found invalid lose theirs."""
+    from ssebench.engine import images
+
+    by_dataset: dict[Path, list[TaskVerdict]] = {}
+    for v in verdicts:
+        if v.task.dataset_version is not None:  # in a dataset (a task folder on its own has no manifest)
+            by_dataset.setdefault(v.task.path.resolve().parent, []).append(v)
+    written = []
+    for folder, found in sorted(by_dataset.items()):
+        ids: dict[str, dict[str, str]] = {}
+        for v in found:
+            if v.valid:
+                names = image_names(settings, v.task)
+                ids[v.task.id] = {layer: images().id(names[layer]) or "missing" for layer in ("case", "tool")}
+        version = found[0].task.dataset_version
+        assert version is not None
+        invalid = [v.task.id for v in found if not v.valid]
+        written.append(manifest.record_images(folder, version, ids, invalid))
+    return written
 
 
 def summary(verdicts: list[TaskVerdict], dataset: str, version: str | None, seconds: float) -> dict[str, Any]:

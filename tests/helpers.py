@@ -60,6 +60,12 @@ def write_task(
     return folder
 
 
+def unpin(dataset: Path) -> None:
+    """Make a copied dataset a scratch one whose tasks a test may edit: without its pin (manifest.json), whose
+    version would otherwise refuse every edited task (ssebench.manifest)."""
+    (dataset / "manifest.json").unlink()
+
+
 def write_dataset(root: Path, name: str = "tinyset", tasks: tuple[str, ...] = ("tiny-1",)) -> Path:
     folder = root / name
     folder.mkdir(parents=True)

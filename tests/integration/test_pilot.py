@@ -16,10 +16,10 @@ from ssebench.agent import load_agent
 from ssebench.build import build_images
 from ssebench.dataset import load_tasks
 from ssebench.image import image_names
+from ssebench.leak import leak_terms, task_leaks, visible_mentions
 from ssebench.reaper import Session, reap_session
 from ssebench.settings import Settings
 from ssebench.task import Task
-from ssebench.verify import leak_terms, visible_mentions
 from tests.helpers import PILOT, rendered_text
 
 pytest_plugins = ["pytester"]
@@ -96,14 +96,15 @@ def test_reference_passes_and_dummy_and_hollow_fail_on_the_poc(
 
 
 @pytest.mark.parametrize("task_id", SUBSET)
-def test_the_agent_cannot_read_what_names_the_fix(
+def test_the_agent_cannot_read_what_names_the_fix_or_holds_its_answer(
     pilot_subset: list[Task], settings: Settings, session: Session, task_id: str
 ) -> None:
     task = next(t for t in pilot_subset if t.id == task_id)
     image = image_names(settings, task)["tool"]
     terms = leak_terms(task)
     assert task.advisories()[0] in terms
-    assert visible_mentions(image, terms, session) == []
+    # Names of the fix, and the answer itself: its hunks, the hidden tests, the PoCs (ssebench.leak).
+    assert task_leaks(image, task, session) == []
     # Positive control: the same search, as the same user, with the same terms and the source tree's own
     # name last, finds files of the tree.
     source_name = task.config.source.rstrip("/").rsplit("/", 1)[-1]

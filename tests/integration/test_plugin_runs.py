@@ -19,7 +19,7 @@ import pytest
 
 from ssebench.engine import cleanup, client
 from ssebench.task import Task
-from tests.helpers import DEMO, interruptible, rendered_text, scripted_steps
+from tests.helpers import DEMO, interruptible, rendered_text, scripted_steps, unpin
 
 pytest_plugins = ["pytester"]
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -257,6 +257,7 @@ def test_a_run_beside_popular_plugins(demo: pytest.Pytester, monkeypatch: pytest
 
 
 def test_broken_dockerfile_is_an_error_with_the_build_log(demo: pytest.Pytester) -> None:
+    unpin(demo.path / "datasets" / "demo")  # else the pinned demo refuses the edited task before any build
     dockerfile = demo.path / "datasets" / "demo" / "c-demo" / "Dockerfile"
     dockerfile.write_text(dockerfile.read_text() + "RUN echo the-case-build-breaks-here && false\n")
     result = demo.runpytest_subprocess(

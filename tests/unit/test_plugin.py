@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import DEMO
+from tests.helpers import DEMO, unpin
 
 pytest_plugins = ["pytester"]
 
@@ -116,7 +116,9 @@ def test_a_run_is_taken_back_by_the_node_id_pytest_printed(demo: pytest.Pytester
         "datasets/demo/go-demo::reference[none-d2-sandbox]", "--agent", "dummy,reference", "--collect-only", "-q"
     )
     assert _ids(short) == [one]
-    # The task's file alone is its runs; anything else in the task's folder is not collected.
+    # The task's file alone is its runs; anything else in the task's folder is not collected (a file planted
+    # in a task of the pinned demo would be refused: this copy is a scratch one).
+    unpin(demo.path / "datasets" / "demo")
     (demo.path / "datasets/demo/go-demo/sse/test_planted.py").write_text("def test_x():\n    pass\n")
     whole = _ids(
         demo.runpytest("datasets/demo/go-demo/sse/config.yaml", "--agent", "dummy,reference", "--collect-only", "-q")
@@ -247,6 +249,7 @@ def test_broken_task_is_a_collection_error_naming_the_field(demo: pytest.Pyteste
 
 def test_duplicate_task_ids_are_a_collection_error_as_in_the_cli(demo: pytest.Pytester) -> None:
     """pytest loads a task with its dataset, by the same rules as `ssebench dataset validate`."""
+    unpin(demo.path / "datasets" / "demo")  # a task added to the pinned demo would be refused for that alone
     copy = demo.path / "datasets" / "demo" / "C-Demo"
     shutil.copytree(demo.path / "datasets" / "demo" / "c-demo", copy)
     config = copy / "sse" / "config.yaml"
@@ -268,6 +271,31 @@ def test_a_task_with_a_broken_dataset_yaml_is_a_collection_error(demo: pytest.Py
     result = demo.runpytest("datasets/demo/c-demo", "--agent", "dummy", "--collect-only", "-q")
     assert result.ret == pytest.ExitCode.INTERRUPTED
     result.stdout.fnmatch_lines(["*dataset.yaml: version: must not be empty*"])
+
+
+def test_a_task_edited_under_its_pinned_version_is_refused_with_one_line(demo: pytest.Pytester) -> None:
+    """The demo is pinned (manifest.json): a task file changed without a new version is not collected, and
+    the line says how to update the pin; once the version is bumped the edited dataset collects again."""
+    dataset = demo.path / "datasets" / "demo"
+    args = ("datasets/demo", "--agent", "dummy", "--collect-only", "-q")
+    assert _ids(demo.runpytest(*args)) == [
+        f"datasets/demo/{t}/sse/config.yaml::dummy[none-d2-sandbox]" for t in ("c-demo", "go-demo", "rust-demo")
+    ]
+    build = dataset / "c-demo" / "sse" / "build.sh"
+    build.write_text(build.read_text() + "# an edit\n")
+    refused = demo.runpytest(*args)
+    assert refused.ret == pytest.ExitCode.INTERRUPTED
+    lines = [line for line in refused.outlines if "differs from" in line]
+    assert lines == [
+        f"{dataset}/c-demo: differs from {dataset}/manifest.json (demo-v3): sse/build.sh changed; to change a "
+        f"task, bump version in {dataset}/dataset.yaml and run `ssebench dataset pin {dataset}`"
+    ]
+    # The tasks that match their pin still collect.
+    assert _ids(refused) == [
+        f"datasets/demo/{t}/sse/config.yaml::dummy[none-d2-sandbox]" for t in ("go-demo", "rust-demo")
+    ]
+    (dataset / "dataset.yaml").write_text("version: demo-v3-edited\n")
+    assert len(_ids(demo.runpytest(*args))) == 3
 
 
 def test_a_folder_with_an_sse_package_is_not_a_task(demo: pytest.Pytester) -> None:

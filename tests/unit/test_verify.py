@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -10,10 +12,12 @@ from sse.result import GradeStatus, RunResult
 
 from ssebench.agent import load_agent
 from ssebench.dataset import load_tasks
+from ssebench.image import image_names
 from ssebench.record import RunRecord
 from ssebench.runspec import RunConfig
 from ssebench.settings import get_settings
-from ssebench.verify import AGENTS, judge, markdown
+from ssebench.task import load_task
+from ssebench.verify import AGENTS, TaskVerdict, judge, markdown, record_images
 from tests.helpers import DEMO
 
 
@@ -108,3 +112,28 @@ def test_the_summary_has_a_column_per_agent(agent: str) -> None:
     text = markdown(report)
     assert "| reference | dummy | hollow | valid |" in text
     assert "| c-demo | c | - | " + " | ".join("failed" if a == agent else "-" for a in AGENTS) + " | yes |" in text
+
+
+def test_the_ids_of_the_images_of_valid_tasks_are_recorded_beside_the_pin(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ssebench.engine
+
+    class Ids:
+        def id(self, ref: str) -> str:
+            return "sha256:" + ref
+
+    monkeypatch.setattr(ssebench.engine, "images", lambda: Ids())
+    shutil.copytree(DEMO, tmp_path / "demo")
+    tasks = {t.id: t for t in load_tasks(tmp_path / "demo")}
+    verdicts = [TaskVerdict(tasks["c-demo"]), TaskVerdict(tasks["go-demo"], problems=["go-demo (dummy): ..."])]
+    settings = get_settings()
+    [written] = record_images(settings, verdicts)
+    assert written == (tmp_path / "demo" / "images.json").resolve()
+    data = json.loads(written.read_text())
+    assert data["version"] == "demo-v3" and list(data["tasks"]) == ["c-demo"]
+    names = image_names(settings, tasks["c-demo"])
+    assert data["tasks"]["c-demo"]["tool"] == "sha256:" + names["tool"]
+    assert data["tasks"]["c-demo"]["case"] == "sha256:" + names["case"]
+    # A task outside any dataset has no manifest beside which to record it.
+    assert record_images(settings, [TaskVerdict(load_task(tmp_path / "demo" / "c-demo"))]) == []

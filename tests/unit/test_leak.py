@@ -1,0 +1,181 @@
+"""What the leak scan searches for and how it reads the search's output (the search itself runs in real
+containers: tests/integration/test_leak.py)."""
+
+from __future__ import annotations
+
+import hashlib
+
+from ssebench.dataset import load_tasks
+from ssebench.leak import (
+    HOLD,
+    MIN_LINE,
+    Hit,
+    Piece,
+    ScanOutput,
+    answer_pieces,
+    diff_hunks,
+    input_terms,
+    judge,
+    line_terms,
+    normalised,
+    parse,
+    patterned,
+)
+from tests.helpers import DEMO, PILOT
+
+DIFF = b"""\
+diff --git a/src/x.c b/src/x.c
+--- a/src/x.c
++++ b/src/x.c
+@@ -1,3 +1,5 @@ int parse(void)
+ int parse(void) {
++\tif (len > LIMIT_OF_THE_VALUE) {
++\t\treturn ERR_TOO_LONG;
++\t}
+ }
+@@ -9,2 +11,3 @@
+ x
++    int aligned_name    = compute_the_value(a, b);
+--- a/tests/t.c
++++ b/tests/t.c
+@@ -1,1 +1,1 @@
+-removed line that is long enough to count
+ context line
+"""
+
+
+def test_a_line_is_searched_without_its_indentation_and_by_its_longest_part_between_alignment() -> None:
+    assert normalised(b"\t\tif (len > LIMIT_OF_THE_VALUE) {  ") == b"if (len > LIMIT_OF_THE_VALUE) {"
+    assert normalised(b"    int aligned_name    = compute_the_value(a, b);") == b"= compute_the_value(a, b);"
+    assert normalised(b"\tkey:\tvalue_that_is_long") == b"value_that_is_long"
+    assert normalised(b"   ") == b""
+
+
+def test_hunks_are_the_added_lines_of_each_hunk_named_by_their_file() -> None:
+    assert diff_hunks(DIFF) == [
+        ("src/x.c", [b"\tif (len > LIMIT_OF_THE_VALUE) {", b"\t\treturn ERR_TOO_LONG;", b"\t}"]),
+        ("src/x.c", [b"    int aligned_name    = compute_the_value(a, b);"]),
+    ]
+
+
+def test_short_lines_are_not_searched_for() -> None:
+    terms = line_terms([b"\t}", b"\t\treturn ERR_TOO_LONG;", b"\tif (len > LIMIT_OF_THE_VALUE) {"])
+    assert terms == (b"return ERR_TOO_LONG;", b"if (len > LIMIT_OF_THE_VALUE) {")
+    assert all(len(t) >= MIN_LINE for t in terms)
+    assert line_terms([b"}", b"return 0;", b"x = y + 1;"]) == ()
+
+
+def test_comments_are_not_searched_for_code_is() -> None:
+    licence = [
+        b' * THE SOFTWARE IS PROVIDED "AS IS" AND INTERNET SOFTWARE CONSORTIUM DISCLAIMS',
+        b"/* Copyright (c) 2012 by Gilles Chehade <gilles@openbsd.org>",
+        b"\t// reject an index below zero, as upstream does",
+        b"# a comment of a shell script that is long",
+        b" */",
+    ]
+    code = [b"\t*dst++ = (unsigned char)value_of_the_digit;", b"#include <some/long/header_name.h>"]
+    assert line_terms(licence) == ()
+    assert line_terms(code) == (b"*dst++ = (unsigned char)value_of_the_digit;", b"#include <some/long/header_name.h>")
+
+
+def test_an_inputs_windows_are_its_distinctive_runs_between_breaks() -> None:
+    data = b'FILE "disc.bin" BINARY\n  INDEX 4294567296 00:00:00\n\x00AAAAAAAAAAAAAAAAAAAAAAAA\nshort\n'
+    assert input_terms(data) == (b'FILE "disc.bin" BINARY', b"INDEX 4294567296 00:00:00")
+    # Runs and ramps of bytes are in every compiler's tables: never searched for.
+    assert patterned(bytes(range(14, 78))) and patterned(b"(" * 40) and patterned(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+    assert not patterned(b'{"items":[1,2,3],"insert":{"at":1}}')
+    assert input_terms(bytes(range(14, 200)) + b"\n" + b"Fri, " + b"(" * 300) == ()
+    assert input_terms(b"\n") == ()
+
+
+def test_the_demo_and_pilot_answers_are_pieces_with_something_to_search_for() -> None:
+    tasks = load_tasks(DEMO) + load_tasks(PILOT)
+    for task in tasks:
+        pieces = answer_pieces(task)
+        kinds = {p.kind for p in pieces}
+        assert {"fix", "test", "poc"} <= kinds, (task.id, kinds)
+        assert len([p for p in pieces if p.kind == "poc"]) == len(task.config.files.poc)
+        assert len([p for p in pieces if p.kind == "variant"]) == len(task.config.files.variants)
+        for piece in pieces:
+            if piece.kind in ("poc", "variant") and piece.size and piece.size >= 8:
+                assert piece.sha256 is not None
+    c_demo = next(t for t in tasks if t.id == "c-demo")
+    fix = [p for p in answer_pieces(c_demo) if p.kind == "fix"]
+    assert fix[0].where == "diffs/patch.diff hunk 1 (tlv.c)"
+    assert fix[0].terms == (b"if (len > TLV_VALUE_MAX) {", b"return TLV_ERR_TOO_LONG;")
+
+
+def _out(*lines: bytes) -> bytes:
+    return b"\n".join(lines) + b"\n"
+
+
+def test_the_output_is_read_back_to_every_term_a_match_holds() -> None:
+    terms = [b"return ERR_TOO_LONG;", b"ERR_TOO_LONG", b"Some Other Line Of Code();"]
+    out = _out(
+        b"T /a/b c.txt\0RETURN err_too_long;",  # grep -i printed the text as the file has it
+        b"T /a/b c.txt\0some other line of code();",
+        b"Z /x.gz (compressed)\0err_too_long",
+        b"H " + b"0" * 64 + b"  /opt/with  two spaces",
+        b"garbage line",
+    )
+    read = parse(out, terms)
+    assert read.matches == {
+        "/a/b c.txt": {b"return err_too_long;", b"err_too_long", b"some other line of code();"},
+        "/x.gz (compressed)": {b"err_too_long"},
+    }
+    assert read.hashes == {"/opt/with  two spaces": "0" * 64}
+
+
+def _piece(*terms: bytes, kind: str = "fix") -> Piece:
+    return Piece(kind, "diffs/patch.diff hunk 1 (x.c)", terms)  # type: ignore[arg-type]
+
+
+def test_a_file_holds_a_hunk_with_three_of_its_lines_or_all_when_it_has_fewer() -> None:
+    assert HOLD == 3
+    big = _piece(b"aaaa line one", b"bbbb line two", b"cccc line three", b"dddd line four")
+    small = _piece(b"eeee only line")
+    output = ScanOutput(
+        matches={
+            "/usr/share/two-of-four": {b"aaaa line one", b"bbbb line two"},
+            "/usr/share/three-of-four": {b"aaaa line one", b"bbbb line two", b"dddd line four"},
+            "/home/one": {b"eeee only line"},
+        },
+        hashes={},
+    )
+    assert judge(output, [big, small], None, "/tmp/scan") == [
+        Hit("/home/one", small),
+        Hit("/usr/share/three-of-four", big),
+    ]
+
+
+def test_lines_the_vulnerable_tree_holds_are_not_searched_for_but_names_always_are() -> None:
+    hunk = _piece(b"aaaa line one", b"bbbb line two", b"cccc line three")
+    name = Piece("name", "CVE-2023-0001", (b"cve-2023-0001",))
+    output = ScanOutput(
+        matches={
+            # The tree has two of the hunk's lines (a fix that repeats code found elsewhere in it), and a name.
+            "/src/proj/other.c": {b"aaaa line one", b"bbbb line two", b"cve-2023-0001"},
+            "/usr/share/doc/copy.c": {b"aaaa line one", b"bbbb line two"},
+            "/var/tmp/whole.c": {b"aaaa line one", b"bbbb line two", b"cccc line three"},
+            "/tmp/scan/terms": {b"aaaa line one", b"bbbb line two", b"cccc line three"},
+        },
+        hashes={},
+    )
+    hits = judge(output, [hunk, name], "/src/proj", "/tmp/scan")
+    assert hits == [Hit("/src/proj/other.c", name), Hit("/var/tmp/whole.c", hunk)]
+    # The file holding only the tree's two lines holds nothing of the answer; the one holding the third does.
+    assert Hit("/usr/share/doc/copy.c", hunk) not in hits
+    # With the third line in the tree too, nothing of the hunk is left to find.
+    output.matches["/src/proj/more.c"] = {b"cccc line three"}
+    assert judge(output, [hunk], "/src/proj", "/tmp/scan") == []
+
+
+def test_a_copy_of_an_input_is_found_by_its_hash_whatever_its_name() -> None:
+    data = b"\x01a\x01b\x03key\x00\x09long-name"
+    poc = Piece("poc", "pocs/x.kv", (), sha256=hashlib.sha256(data).hexdigest(), size=len(data))
+    output = ScanOutput(
+        matches={},
+        hashes={"/opt/renamed.bin": poc.sha256 or "", "/usr/lib/other": "f" * 64, "/tmp/scan/x": poc.sha256 or ""},
+    )
+    assert judge(output, [poc], "/src/x", "/tmp/scan") == [Hit("/opt/renamed.bin", poc)]
+    assert str(Hit("/opt/renamed.bin", poc)) == "/opt/renamed.bin: poc pocs/x.kv"
