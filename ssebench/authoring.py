@@ -139,16 +139,16 @@ def parse_sources(text: str, name: str, version: str, suite: str, archive: str) 
     return None
 
 
-def find_source(
+def find_sources(
     name: str,
     version: str,
     fetch: Fetch = fetch_url,
     suites: Iterable[tuple[str, str]] | None = None,
-    say: Callable[[str], None] = lambda _m: None,
-) -> SourcePackage:
-    """Look `name`=`version` up in the suites' Sources indexes (the mirror keeps every version a suite
-    still carries; an older one is gone and the task cannot be built)."""
+) -> list[SourcePackage]:
+    """Every suite's entry for `name`=`version` (a version is often in a suite and its security archive,
+    and the mirror may keep the files of only one of them); none when the version is gone."""
     tried = []
+    found = []
     for suite, archive in SUITES if suites is None else suites:
         url = f"{archive}/dists/{suite}/main/source/Sources.xz"
         try:
@@ -156,13 +156,35 @@ def find_source(
         except AuthoringError:
             continue
         tried.append(suite)
-        found = parse_sources(text, name, version, suite, archive)
-        if found is not None:
-            say(f"found {name} {version} in {suite}")
-            return found
+        entry = parse_sources(text, name, version, suite, archive)
+        if entry is not None:
+            found.append(entry)
+    if not found:
+        raise AuthoringError(
+            f"--debian {name}={version}: no such source package version in"
+            f" {', '.join(tried) or 'any suite (is the mirror reachable?)'}; give a version the mirror's Sources index lists"
+        )
+    return found
+
+
+def find_source(
+    name: str,
+    version: str,
+    fetch: Fetch = fetch_url,
+    suites: Iterable[tuple[str, str]] | None = None,
+    say: Callable[[str], None] = lambda _m: None,
+) -> SourcePackage:
+    """The first suite entry for `name`=`version` whose packaging (the .debian tarball, or the .dsc of a
+    native package) the mirror still serves."""
+    entries = find_sources(name, version, fetch, suites)
+    for entry in entries:
+        packaging = [f for f in entry.files if ".debian.tar." in f] or [f for f in entry.files if f.endswith(".dsc")]
+        if all(_reachable(entry, f, fetch) for f in packaging):
+            say(f"found {name} {version} in {entry.suite}")
+            return entry
     raise AuthoringError(
-        f"--debian {name}={version}: no such source package version in {', '.join(tried) or 'any suite (is the mirror reachable?)'};"
-        " give a version the mirror's Sources index lists"
+        f"--debian {name}={version}: the mirror lists it ({', '.join(e.suite for e in entries)}) but serves none"
+        " of its packaging files; pick another version"
     )
 
 
@@ -228,61 +250,85 @@ def _reachable(pkg: SourcePackage, filename: str, fetch: Fetch) -> bool:
     return True
 
 
-def dev_package(pkg: SourcePackage, language: str) -> str:
-    """The binary package that carries the source (golang-*-dev, librust-*-dev)."""
-    for binary in pkg.binaries:
-        if binary.endswith("-dev"):
-            return binary
-    raise AuthoringError(f"{pkg.name} {pkg.version}: no -dev binary package carries its {language} source")
+def _binary_candidates(pkg: SourcePackage) -> list[str]:
+    """The binary packages that may carry the source: -dev (golang-*-dev, librust-*-dev), then -src (Go's
+    toolchain), then the rest."""
+    dev = [b for b in pkg.binaries if b.endswith("-dev")]
+    src = [b for b in pkg.binaries if b.endswith("-src")]
+    return dev + src + [b for b in pkg.binaries if b not in dev and b not in src]
 
 
 def _without_epoch(version: str) -> str:
     return version.split(":", 1)[-1]
 
 
-def unpack_binary(pkg: SourcePackage, work: Path, language: str, fetch: Fetch = fetch_url) -> tuple[Path, str]:
-    """The fixed tree as the -dev binary package installs it (every patch of the series applied), with
-    the source package's debian/ beside it: for packages whose upstream tarball the mirror no longer has.
-    Returns the tree and where the package installs it."""
+def patch_paths(text: str) -> list[str]:
+    """The files a patch changes that exist before it (its '--- ' side), without the first component."""
+    paths = []
+    for line in text.splitlines():
+        if line.startswith("--- ") and not line.startswith("--- /dev/null"):
+            name = line[4:].split("\t")[0].strip()
+            parts = PurePosixPath(name).parts[1:]
+            if parts:
+                paths.append(str(PurePosixPath(*parts)))
+    return paths
+
+
+def _find_root(root: Path, paths: list[str]) -> Path | None:
+    """The folder of an unpacked package under which every path exists."""
+    if not paths:
+        return None
+    first = paths[0]
+    for found in sorted(root.rglob(PurePosixPath(first).name)):
+        if found.as_posix().endswith("/" + first):
+            base = Path(found.as_posix()[: -len(first) - 1])
+            if all((base / p).exists() for p in paths):
+                return base
+    return None
+
+
+def unpack_binary(
+    pkg: SourcePackage, work: Path, patch: str | None, advisory: str | None, fetch: Fetch = fetch_url
+) -> tuple[Path, str, str]:
+    """The fixed tree as a binary package installs it (every patch of the series applied), with the source
+    package's debian/ in it: for packages whose upstream tarball the mirror no longer has. Returns the
+    tree, the binary package and where it installs the tree (found by the fix's files)."""
     debian = next((f for f in pkg.files if ".debian.tar." in f), None)
     if debian is None:
         raise AuthoringError(f"{pkg.name} {pkg.version}: no debian tarball, so no debian/patches to take the fix from")
-    binary = dev_package(pkg, language)
-    deb = None
-    for arch in ("all", "amd64"):
-        name = f"{binary}_{_without_epoch(pkg.version)}_{arch}.deb"
-        try:
-            deb = fetch(pkg.url(name))
-            break
-        except AuthoringError:
-            continue
-    if deb is None:
-        raise AuthoringError(
-            f"neither the source tarball nor {binary} {pkg.version} is on the mirror; pick another version"
-        )
-    (work / "pkg.deb").write_bytes(deb)
-    root = work / "root"
-    if shutil.which("dpkg-deb") is None:
-        raise AuthoringError("dpkg-deb is not installed on this host (apt-get install dpkg)")
-    subprocess.run(["dpkg-deb", "-x", str(work / "pkg.deb"), str(root)], check=True, capture_output=True)
-    if language == "go":
-        inside = f"usr/share/gocode/src/{pkg.go_import_path}"
-    else:
-        found = sorted((root / "usr/share/cargo/registry").glob("*")) if language == "rust" else []
-        if not found:
-            raise AuthoringError(f"{binary}: no source found in the package for language {language}")
-        inside = str(found[0].relative_to(root))
-    if not (root / inside).is_dir():
-        raise AuthoringError(f"{binary}: /{inside} is not in the package")
-    tree = work / "tree"
-    shutil.copytree(root / inside, tree, symlinks=True)
-    shutil.rmtree(tree / "debian", ignore_errors=True)
     data = fetch(pkg.url(debian))
     if hashlib.sha256(data).hexdigest() != pkg.files[debian]:
         raise AuthoringError(f"{pkg.url(debian)}: SHA-256 differs from the Sources index; fetch again")
     (work / debian).write_bytes(data)
-    _safe_extract(work / debian, tree, strip=False)
-    return tree, "/" + inside
+    packaging = work / "packaging"
+    packaging.mkdir()
+    _safe_extract(work / debian, packaging, strip=False)
+    fix = pick_patch(packaging, patch, advisory)
+    paths = patch_paths((packaging / "debian" / "patches" / fix).read_text(errors="replace"))
+    if shutil.which("dpkg-deb") is None:
+        raise AuthoringError("dpkg-deb is not installed on this host (apt-get install dpkg)")
+    for binary in _binary_candidates(pkg):
+        for arch in ("all", "amd64"):
+            name = f"{binary}_{_without_epoch(pkg.version)}_{arch}.deb"
+            try:
+                deb = fetch(pkg.url(name))
+            except AuthoringError:
+                continue
+            (work / name).write_bytes(deb)
+            root = work / f"root-{binary}"
+            subprocess.run(["dpkg-deb", "-x", str(work / name), str(root)], check=True, capture_output=True)
+            base = _find_root(root, paths)
+            if base is None:
+                break
+            tree = work / "tree"
+            shutil.copytree(base, tree, symlinks=True)
+            shutil.rmtree(tree / "debian", ignore_errors=True)
+            shutil.copytree(packaging / "debian", tree / "debian")
+            return tree, binary, "/" + base.relative_to(root).as_posix()
+    raise AuthoringError(
+        f"{pkg.name} {pkg.version}: the mirror has neither its upstream tarball nor a binary package with the"
+        f" files debian/patches/{fix} changes; pick another version"
+    )
 
 
 def read_series(tree: Path) -> list[str]:
@@ -415,7 +461,7 @@ def split_diff(diff: str, language: str) -> tuple[str, str]:
 
 def guess_language(pkg: SourcePackage) -> str:
     deps = set(pkg.build_depends)
-    if "dh-golang" in deps or pkg.go_import_path:
+    if "dh-golang" in deps or pkg.go_import_path or pkg.name.startswith("golang-"):
         return "go"
     if "dh-cargo" in deps or pkg.name.startswith("rust-"):
         return "rust"
@@ -428,6 +474,8 @@ def default_id(project: str, advisory: str | None, patch: str) -> str:
 
 
 def _project_name(pkg: SourcePackage) -> str:
+    if re.match(r"golang-\d", pkg.name):
+        return "go"  # the toolchain's own packages (golang-1.15): the project is Go itself
     if pkg.go_import_path:
         return pkg.go_import_path.rstrip("/").split("/")[-1]
     return re.sub(r"^(golang-(github-[^-]+-)?|rust-)", "", pkg.name)
@@ -686,9 +734,9 @@ def new_from_debian(
         if all(_reachable(pkg, f, fetch) for f in tarballs):
             tree = unpack_source(pkg, work, fetch)
         else:
-            say("the mirror no longer has the upstream tarball: taking the source from the -dev package")
-            binary = dev_package(pkg, language)
-            tree, inside = unpack_binary(pkg, work, language, fetch)
+            say("the mirror no longer has the upstream tarball: taking the source from a binary package")
+            tree, binary, inside = unpack_binary(pkg, work, patch, advisory, fetch)
+            say(f"the source is {inside} in {binary}")
         fix = pick_patch(tree, patch, advisory)
         say(f"the fix is debian/patches/{fix}")
         diff, position = fix_diff_reversed(tree, fix) if binary else fix_diff(tree, fix)

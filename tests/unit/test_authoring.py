@@ -101,6 +101,20 @@ def _mirror(root: Path, patches: dict[str, str], *, drop_orig: bool = False) -> 
     return f"file://{root}"
 
 
+def _deb(root: Path, package: str, files: dict[str, str]) -> None:
+    """A binary package in the fake mirror's pool, built with dpkg-deb."""
+    build = root / f"build-{package}"
+    for name, text in files.items():
+        (build / name).parent.mkdir(parents=True, exist_ok=True)
+        (build / name).write_text(text)
+    (build / "DEBIAN").mkdir()
+    (build / "DEBIAN/control").write_text(
+        f"Package: {package}\nVersion: 1.0-1+deb12u1\nArchitecture: all\nMaintainer: t <t@example.org>\nDescription: t\n"
+    )
+    out = root / f"pool/main/f/foo/{package}_1.0-1+deb12u1_all.deb"
+    subprocess.run(["dpkg-deb", "--root-owner-group", "-b", str(build), str(out)], check=True, capture_output=True)
+
+
 @pytest.fixture
 def dataset(tmp_path: Path) -> Path:
     folder = tmp_path / "ds"
@@ -185,6 +199,33 @@ def test_unknown_version_and_existing_task(tmp_path: Path, dataset: Path) -> Non
     _new(dataset, mirror, patch="fix-range.patch", task_id="t")
     with pytest.raises(authoring.AuthoringError, match="exists; give another --id"):
         _new(dataset, mirror, patch="fix-range.patch", task_id="t")
+
+
+def test_without_the_upstream_tarball_the_tree_comes_from_the_binary_package(tmp_path: Path, dataset: Path) -> None:
+    """The mirror keeps a version's packaging and binary packages longer than its upstream tarball: the
+    fixed tree is taken from the package that carries it (found by the fix's files), and the Dockerfile
+    installs that package and reverses the fix."""
+    mirror = _mirror(tmp_path / "mirror", {"01-comment.patch": EARLIER, "fix-range.patch": FIX}, drop_orig=True)
+    fixed_c = "/* parse one record */\n" + PARSE_C.replace(
+        "    table[n] = 1;", "    if (n < 0 || n > 3)\n        return -1;\n    table[n] = 1;"
+    )
+    fixed_test = TEST_C.replace("assert(parse(0) == 1);", "assert(parse(0) == 1); assert(parse(9) == -1);")
+    _deb(tmp_path / "mirror", "foo-bin", {"usr/bin/foo": "binary\n"})
+    _deb(
+        tmp_path / "mirror",
+        "libfoo-dev",
+        {"usr/share/foo/src/parse.c": fixed_c, "usr/share/foo/tests/parse_test.c": fixed_test},
+    )
+    scaffold = _new(dataset, mirror, advisory="CVE-2099-0001")
+    patch = (scaffold.task_dir / "sse/diffs/patch.diff").read_text()
+    assert "+    if (n < 0 || n > 3)" in patch and "parse_test.c" not in patch
+    assert (
+        "+int main(void) { assert(parse(0) == 1); assert(parse(9) == -1); return 0; }"
+        in (scaffold.task_dir / "sse/diffs/test.diff").read_text()
+    )
+    dockerfile = (scaffold.task_dir / "Dockerfile").read_text()
+    assert "pkg=libfoo-dev; ver=1.0-1+deb12u1;" in dockerfile and "cp -a /usr/share/foo /src/foo" in dockerfile
+    assert "patch -R -p1 < /tmp/fix.diff" in dockerfile and "CVE-2099-0001" not in dockerfile
 
 
 def test_tarball_with_wrong_checksum_is_refused(tmp_path: Path, dataset: Path) -> None:
