@@ -59,16 +59,29 @@ class AuthoringError(SSEBenchError):
     """A task cannot be made as asked: one line that names what and how to fix it."""
 
 
+class NotOnMirror(AuthoringError):
+    """The file is not (or no longer) on the mirror."""
+
+
 Fetch = Callable[[str], bytes]
 
 
 def fetch_url(url: str) -> bytes:
-    """The bytes at `url` (https or file), or an AuthoringError naming the URL."""
+    """The bytes at `url` (https or file), or an AuthoringError naming the URL (NotOnMirror when there is
+    no such file)."""
     try:
         with urllib.request.urlopen(url, timeout=120) as response:
             data: bytes = response.read()
             return data
-    except (urllib.error.URLError, OSError) as exc:
+    except urllib.error.HTTPError as exc:
+        if exc.code in (403, 404, 410):
+            raise NotOnMirror(f"cannot fetch {url}: {exc}") from None
+        raise AuthoringError(f"cannot fetch {url}: {exc}") from None
+    except urllib.error.URLError as exc:
+        if isinstance(exc.reason, FileNotFoundError):
+            raise NotOnMirror(f"cannot fetch {url}: {exc}") from None
+        raise AuthoringError(f"cannot fetch {url}: {exc}") from None
+    except OSError as exc:
         raise AuthoringError(f"cannot fetch {url}: {exc}") from None
 
 
@@ -216,6 +229,8 @@ def unpack_source(pkg: SourcePackage, work: Path, fetch: Fetch = fetch_url) -> P
     orig: list[Path] = []
     debian: Path | None = None
     for filename, sha in pkg.files.items():
+        if ".tar." not in filename or filename.endswith(".asc"):
+            continue  # the .dsc and signatures: the index's checksums already pin the tarballs
         data = fetch(pkg.url(filename))
         if hashlib.sha256(data).hexdigest() != sha:
             raise AuthoringError(f"{pkg.url(filename)}: SHA-256 differs from the Sources index; fetch again")
@@ -729,11 +744,10 @@ def new_from_debian(
     with tempfile.TemporaryDirectory(prefix="ssebench-task-new-") as tmp:
         work = Path(tmp)
         language = language or guess_language(pkg)
-        tarballs = [f for f in pkg.files if ".tar." in f and ".debian.tar." not in f and not f.endswith(".asc")]
         binary = inside = ""
-        if all(_reachable(pkg, f, fetch) for f in tarballs):
-            tree = unpack_source(pkg, work, fetch)
-        else:
+        try:
+            tree = unpack_source(pkg, work / "source", fetch)
+        except NotOnMirror:
             say("the mirror no longer has the upstream tarball: taking the source from a binary package")
             tree, binary, inside = unpack_binary(pkg, work, patch, advisory, fetch)
             say(f"the source is {inside} in {binary}")
