@@ -82,6 +82,46 @@ def cmd_tasks_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_task_new(args: argparse.Namespace) -> int:
+    from ssebench import authoring
+
+    def say(message: str) -> None:
+        print(for_terminal(message), file=sys.stderr, flush=True)
+
+    if args.debian and args.crate:
+        raise authoring.AuthoringError("give --debian PKG=VERSION or --crate NAME, not both")
+    if args.debian:
+        name, sep, version = args.debian.partition("=")
+        if not (sep and name and version):
+            raise authoring.AuthoringError(
+                f"--debian {args.debian}: give it as PKG=VERSION, e.g. libcue=2.2.1-4+deb12u1"
+            )
+        scaffold = authoring.new_from_debian(
+            args.dataset,
+            name,
+            version,
+            patch=args.patch,
+            advisory=args.advisory,
+            task_id=args.id,
+            language=args.language,
+            say=say,
+        )
+    elif args.crate:
+        if not (args.vulnerable and args.fixed):
+            raise authoring.AuthoringError("--crate needs --vulnerable VERSION and --fixed VERSION")
+        scaffold = authoring.new_from_crate(
+            args.dataset, args.crate, args.vulnerable, args.fixed, advisory=args.advisory, task_id=args.id, say=say
+        )
+    else:
+        raise authoring.AuthoringError("give --debian PKG=VERSION (with --patch or --advisory) or --crate NAME")
+    for path in scaffold.files:
+        print(f"wrote {shown_path(path)}")
+    print("left to do:")
+    for item in scaffold.todo:
+        print(f"  - {item}")
+    return 0
+
+
 def cmd_dataset_validate(args: argparse.Namespace) -> int:
     from ssebench.dataset import load_tasks
 
@@ -663,6 +703,28 @@ def parser() -> argparse.ArgumentParser:
     listing.add_argument("path", nargs="?", type=Path, default=DEFAULT_PATH, help="default: ./datasets")
     listing.add_argument("--json", action="store_true", help="print a JSON array instead of a table")
     listing.set_defaults(func=cmd_tasks_list)
+
+    task = sub.add_parser("task", help="make tasks", description="Make a task.")
+    task_sub = task.add_subparsers(dest="action", required=True, metavar="ACTION")
+    new = task_sub.add_parser(
+        "new",
+        help="scaffold a task from a Debian source package or two crate versions",
+        description=(
+            "Fetch the source (on this host: Debian's mirror, crates.io), split the fix into sse/diffs/patch.diff "
+            "(code) and sse/diffs/test.diff (tests), and write config.yaml, the Dockerfile and script skeletons "
+            "in DATASET/ID; print what is left to the author (PoC, harness, report)."
+        ),
+    )
+    new.add_argument("dataset", type=Path, metavar="DATASET", help="the dataset folder to add the task to")
+    new.add_argument("--debian", metavar="PKG=VERSION", help="a Debian source package at an exact version")
+    new.add_argument("--patch", metavar="NAME", help="the fix: its name in debian/patches/series")
+    new.add_argument("--advisory", metavar="ID", help="the advisory (CVE-..., RUSTSEC-...); finds --patch by it")
+    new.add_argument("--crate", metavar="NAME", help="a crate on crates.io (with --vulnerable and --fixed)")
+    new.add_argument("--vulnerable", metavar="VERSION", help="the crate's last vulnerable version")
+    new.add_argument("--fixed", metavar="VERSION", help="the crate's first fixed version")
+    new.add_argument("--id", metavar="ID", help="the task's id (default: PROJECT-ADVISORY)")
+    new.add_argument("--language", choices=("c", "go", "rust"), help="default: from the package's build tools")
+    new.set_defaults(func=cmd_task_new)
 
     dataset = sub.add_parser("dataset", help="check datasets", description="Check datasets.")
     dataset_sub = dataset.add_subparsers(dest="action", required=True, metavar="ACTION")

@@ -16,6 +16,7 @@ from tests.helpers import DEMO, write_dataset
 
 COMMANDS = [
     ["tasks", "list"],
+    ["task", "new"],
     ["dataset", "validate"],
     ["dataset", "schema"],
     ["images", "build"],

@@ -1,0 +1,350 @@
+"""`ssebench task new`: a fake Debian mirror on disk (file:// URLs, no network), and one real package.
+
+The fake source package has two patches in its series: an earlier one that
+touches the same file as the fix, so that the fix only applies after it (the
+reason the pilot applies the series up to the fix), and the fix, which changes
+code and a test.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import lzma
+import subprocess
+import tarfile
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ssebench import authoring
+from ssebench.cli import main
+from ssebench.runtime.protection import PROTECTED, is_protected
+from ssebench.task import TaskConfig
+
+PARSE_C = "int parse(int n)\n{\n    int table[4];\n    table[n] = 1;\n    return table[0];\n}\n"
+TEST_C = "#include <assert.h>\nint parse(int n);\nint main(void) { assert(parse(0) == 1); return 0; }\n"
+
+EARLIER = """Description: a comment first
+--- a/src/parse.c
++++ b/src/parse.c
+@@ -1,3 +1,4 @@
++/* parse one record */
+ int parse(int n)
+ {
+     int table[4];
+"""
+
+FIX = """From: Upstream <dev@example.org>
+Subject: reject out-of-range indexes (CVE-2099-0001)
+Index: foo-1.0/src/parse.c
+===================================================================
+--- foo-1.0.orig/src/parse.c
++++ foo-1.0/src/parse.c
+@@ -2,5 +2,7 @@
+ int parse(int n)
+ {
+     int table[4];
++    if (n < 0 || n > 3)
++        return -1;
+     table[n] = 1;
+     return table[0];
+ }
+--- foo-1.0.orig/tests/parse_test.c
++++ foo-1.0/tests/parse_test.c
+@@ -1,3 +1,3 @@
+ #include <assert.h>
+ int parse(int n);
+-int main(void) { assert(parse(0) == 1); return 0; }
++int main(void) { assert(parse(0) == 1); assert(parse(9) == -1); return 0; }
+"""
+
+
+def _tar(path: Path, files: dict[str, str], mode: str) -> bytes:
+    with tarfile.open(path, mode) as tar:  # type: ignore[call-overload]
+        for name, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            info.mode = 0o644
+            tar.addfile(info, io.BytesIO(data))
+    return path.read_bytes()
+
+
+def _mirror(root: Path, patches: dict[str, str], *, drop_orig: bool = False) -> str:
+    pool = root / "pool/main/f/foo"
+    pool.mkdir(parents=True)
+    orig = _tar(
+        pool / "foo_1.0.orig.tar.gz", {"foo-1.0/src/parse.c": PARSE_C, "foo-1.0/tests/parse_test.c": TEST_C}, "w:gz"
+    )
+    debian_files = {f"debian/patches/{n}": t for n, t in patches.items()}
+    debian_files["debian/patches/series"] = "# the series\n" + "".join(f"{n}\n" for n in patches)
+    debian_files["debian/control"] = "Source: foo\n"
+    deb = _tar(pool / "foo_1.0-1+deb12u1.debian.tar.xz", debian_files, "w:xz")
+    sums = "".join(
+        f" {hashlib.sha256(d).hexdigest()} {len(d)} {n}\n"
+        for n, d in (("foo_1.0.orig.tar.gz", orig), ("foo_1.0-1+deb12u1.debian.tar.xz", deb))
+    )
+    if drop_orig:
+        (pool / "foo_1.0.orig.tar.gz").unlink()
+    index = (
+        "Package: bar\nVersion: 1.0-1\nDirectory: pool/main/b/bar\n\n"
+        "Package: foo\nBinary: foo-bin, libfoo-dev\nVersion: 1.0-1+deb12u1\n"
+        "Build-Depends: debhelper-compat (= 13), libz-dev, pkgconf\nFormat: 3.0 (quilt)\n"
+        f"Homepage: https://example.org/foo\nChecksums-Sha256:\n{sums}Directory: pool/main/f/foo\n"
+    )
+    sources = root / "dists/bookworm/main/source"
+    sources.mkdir(parents=True)
+    (sources / "Sources.xz").write_bytes(lzma.compress(index.encode()))
+    return f"file://{root}"
+
+
+def _deb(root: Path, package: str, files: dict[str, str]) -> None:
+    """A binary package in the fake mirror's pool, built with dpkg-deb."""
+    build = root / f"build-{package}"
+    for name, text in files.items():
+        (build / name).parent.mkdir(parents=True, exist_ok=True)
+        (build / name).write_text(text)
+    (build / "DEBIAN").mkdir()
+    (build / "DEBIAN/control").write_text(
+        f"Package: {package}\nVersion: 1.0-1+deb12u1\nArchitecture: all\nMaintainer: t <t@example.org>\nDescription: t\n"
+    )
+    out = root / f"pool/main/f/foo/{package}_1.0-1+deb12u1_all.deb"
+    subprocess.run(["dpkg-deb", "--root-owner-group", "-b", str(build), str(out)], check=True, capture_output=True)
+
+
+@pytest.fixture
+def dataset(tmp_path: Path) -> Path:
+    folder = tmp_path / "ds"
+    folder.mkdir()
+    (folder / "dataset.yaml").write_text("version: t-1\n")
+    return folder
+
+
+def _new(dataset: Path, mirror: str, **kwargs: str) -> authoring.Scaffold:
+    return authoring.new_from_debian(
+        dataset,
+        "foo",
+        "1.0-1+deb12u1",
+        suites=[("bookworm", mirror)],
+        patch=kwargs.get("patch"),
+        advisory=kwargs.get("advisory"),
+        task_id=kwargs.get("task_id"),
+    )
+
+
+def test_debian_package_is_split_into_code_and_tests(tmp_path: Path, dataset: Path) -> None:
+    mirror = _mirror(tmp_path / "mirror", {"01-comment.patch": EARLIER, "fix-range.patch": FIX})
+    scaffold = _new(dataset, mirror, advisory="CVE-2099-0001")
+    task = dataset / "foo-CVE-2099-0001"
+    assert scaffold.task_dir == task
+    patch = (task / "sse/diffs/patch.diff").read_text()
+    test = (task / "sse/diffs/test.diff").read_text()
+    assert "diff --git a/src/parse.c b/src/parse.c" in patch and "+    if (n < 0 || n > 3)" in patch
+    assert "tests/parse_test.c" not in patch
+    assert "diff --git a/tests/parse_test.c b/tests/parse_test.c" in test and "assert(parse(9) == -1)" in test
+    assert "src/parse.c" not in test
+    # The code diff applies to the tree with the series up to the fix (the earlier patch's comment in it).
+    tree = tmp_path / "check"
+    (tree / "src").mkdir(parents=True)
+    (tree / "src/parse.c").write_text("/* parse one record */\n" + PARSE_C)
+    subprocess.run(["git", "apply", "--check", "-"], input=patch, text=True, cwd=tree, check=True)
+    dockerfile = (task / "Dockerfile").read_text()
+    assert "NFIX=2;" in dockerfile and "pkg=foo; ver=1.0-1+deb12u1;" in dockerfile
+    assert "libz-dev" in dockerfile and "debhelper" not in dockerfile
+    # The image's history shows the RUN line: it must not name the fix.
+    assert "fix-range" not in dockerfile and "CVE-2099-0001" not in dockerfile
+    config = yaml.safe_load((task / "sse/config.yaml").read_text())
+    TaskConfig.model_validate(config)
+    assert config["language"] == "c" and config["repository"] == "https://example.org/foo"
+    assert "TODO" in config["task_description"]["bug_description"]
+    assert all((task / "sse" / name).stat().st_mode & 0o100 for name in ("build.sh", "run.sh", "test.sh"))
+    assert any("PoC" in item for item in scaffold.todo)
+
+
+def test_patch_named_directly_and_id_given(tmp_path: Path, dataset: Path) -> None:
+    mirror = _mirror(tmp_path / "mirror", {"01-comment.patch": EARLIER, "fix-range.patch": FIX})
+    scaffold = _new(dataset, mirror, patch="fix-range.patch", task_id="foo-range")
+    assert scaffold.task_dir.name == "foo-range"
+    assert "NFIX=2;" in (scaffold.task_dir / "Dockerfile").read_text()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"advisory": "CVE-2000-1"}, "--advisory CVE-2000-1: no patch names it in debian/patches; give --patch"),
+        ({"patch": "nope.patch"}, "--patch nope.patch: not in debian/patches/series"),
+        ({}, "give --patch NAME.patch or --advisory ID"),
+    ],
+)
+def test_which_patch_errors_name_the_flag(tmp_path: Path, dataset: Path, kwargs: dict[str, str], message: str) -> None:
+    mirror = _mirror(tmp_path / "mirror", {"01-comment.patch": EARLIER, "fix-range.patch": FIX})
+    with pytest.raises(authoring.AuthoringError, match="^" + message.replace("(", r"\(")):
+        _new(dataset, mirror, **kwargs)
+    assert list(dataset.iterdir()) == [dataset / "dataset.yaml"]
+
+
+def test_advisory_in_two_patches_is_ambiguous(tmp_path: Path, dataset: Path) -> None:
+    mirror = _mirror(tmp_path / "mirror", {"CVE-2099-0001-part1.patch": EARLIER, "fix-range.patch": FIX})
+    with pytest.raises(authoring.AuthoringError, match="2 patches name"):
+        _new(dataset, mirror, advisory="CVE-2099-0001")
+
+
+def test_unknown_version_and_existing_task(tmp_path: Path, dataset: Path) -> None:
+    mirror = _mirror(tmp_path / "mirror", {"01-comment.patch": EARLIER, "fix-range.patch": FIX})
+    with pytest.raises(authoring.AuthoringError, match=r"--debian foo=9: no such source package version in bookworm"):
+        authoring.new_from_debian(dataset, "foo", "9", patch="fix-range.patch", suites=[("bookworm", mirror)])
+    _new(dataset, mirror, patch="fix-range.patch", task_id="t")
+    with pytest.raises(authoring.AuthoringError, match="exists; give another --id"):
+        _new(dataset, mirror, patch="fix-range.patch", task_id="t")
+
+
+def test_without_the_upstream_tarball_the_tree_comes_from_the_binary_package(tmp_path: Path, dataset: Path) -> None:
+    """The mirror keeps a version's packaging and binary packages longer than its upstream tarball: the
+    fixed tree is taken from the package that carries it (found by the fix's files), and the Dockerfile
+    installs that package and reverses the fix."""
+    mirror = _mirror(tmp_path / "mirror", {"01-comment.patch": EARLIER, "fix-range.patch": FIX}, drop_orig=True)
+    fixed_c = "/* parse one record */\n" + PARSE_C.replace(
+        "    table[n] = 1;", "    if (n < 0 || n > 3)\n        return -1;\n    table[n] = 1;"
+    )
+    fixed_test = TEST_C.replace("assert(parse(0) == 1);", "assert(parse(0) == 1); assert(parse(9) == -1);")
+    _deb(tmp_path / "mirror", "foo-bin", {"usr/bin/foo": "binary\n"})
+    _deb(
+        tmp_path / "mirror",
+        "libfoo-dev",
+        {"usr/share/foo/src/parse.c": fixed_c, "usr/share/foo/tests/parse_test.c": fixed_test},
+    )
+    scaffold = _new(dataset, mirror, advisory="CVE-2099-0001")
+    patch = (scaffold.task_dir / "sse/diffs/patch.diff").read_text()
+    assert "+    if (n < 0 || n > 3)" in patch and "parse_test.c" not in patch
+    assert (
+        "+int main(void) { assert(parse(0) == 1); assert(parse(9) == -1); return 0; }"
+        in (scaffold.task_dir / "sse/diffs/test.diff").read_text()
+    )
+    dockerfile = (scaffold.task_dir / "Dockerfile").read_text()
+    assert "pkg=libfoo-dev; ver=1.0-1+deb12u1;" in dockerfile and "cp -a /usr/share/foo /src/foo" in dockerfile
+    assert "patch -R -p1 < /tmp/fix.diff" in dockerfile and "CVE-2099-0001" not in dockerfile
+
+
+def test_tarball_with_wrong_checksum_is_refused(tmp_path: Path, dataset: Path) -> None:
+    mirror = _mirror(tmp_path / "mirror", {"fix-range.patch": FIX})
+    orig = tmp_path / "mirror/pool/main/f/foo/foo_1.0.orig.tar.gz"
+    orig.write_bytes(orig.read_bytes() + b"\0")
+    with pytest.raises(authoring.AuthoringError, match="SHA-256 differs"):
+        _new(dataset, mirror, patch="fix-range.patch")
+
+
+def test_split_follows_the_languages_test_conventions() -> None:
+    diff = "".join(
+        f"diff --git a/{p} b/{p}\n--- a/{p}\n+++ b/{p}\n@@ -1 +1 @@\n-a\n+b\n"
+        for p in ("web/users.go", "web/users_test.go", "web/testdata/users.yml", "README.md")
+    )
+    code, tests = authoring.split_diff(diff, "go")
+    assert "a/web/users.go" in code and "a/README.md" in code
+    assert "users_test.go" in tests and "testdata/users.yml" in tests
+    assert "users_test.go" not in code
+
+
+def test_is_protected_agrees_with_git(tmp_path: Path) -> None:
+    """The matcher the split uses selects what git's glob pathspecs select (grading's side)."""
+    paths = [
+        "Makefile",
+        "src/Makefile.am",
+        "src/parse.c",
+        "tests/a.c",
+        "lib/test_x.c",
+        "x_test.c",
+        "a/b/fuzz/f.c",
+        ".hidden/h.c",
+        "go/kv.go",
+        "go/kv_test.go",
+        "vendor/x/y.go",
+        "rs/build.rs",
+        "rs/src/lib.rs",
+        "rs/benches/b.rs",
+    ]
+    for p in paths:
+        (tmp_path / p).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / p).write_text("x\n")
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    subprocess.run(["git", "add", "-A", "-f"], cwd=tmp_path, check=True)
+    for language, patterns in PROTECTED.items():
+        listed = subprocess.run(
+            ["git", "ls-files", "--", *(f":(glob){p}" for p in patterns)],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
+        assert sorted(p for p in paths if is_protected(language, p)) == sorted(listed), language
+        assert listed, language
+
+
+def _crate(tmp_path: Path, version: str, lib: str, test: str) -> bytes:
+    files = {
+        f"demo-{version}/src/lib.rs": lib,
+        f"demo-{version}/tests/it.rs": test,
+        f"demo-{version}/Cargo.toml": f'[package]\nname = "demo"\nversion = "{version}"\n',
+        f"demo-{version}/.cargo_vcs_info.json": f'{{"sha1": "{version}"}}\n',
+    }
+    return _tar(tmp_path / f"demo-{version}.crate", files, "w:gz")
+
+
+def test_crate_versions_are_diffed_and_split(tmp_path: Path, dataset: Path) -> None:
+    crates = {
+        f"{authoring.CRATES}/demo/demo-0.1.0.crate": _crate(
+            tmp_path, "0.1.0", "pub fn f() {}\n", "#[test]\nfn t() {}\n"
+        ),
+        f"{authoring.CRATES}/demo/demo-0.1.1.crate": _crate(
+            tmp_path, "0.1.1", "pub fn f() { check(); }\n", "#[test]\nfn t() {}\n#[test]\nfn u() {}\n"
+        ),
+    }
+    scaffold = authoring.new_from_crate(
+        dataset, "demo", "0.1.0", "0.1.1", advisory="RUSTSEC-2099-0001", fetch=crates.__getitem__
+    )
+    patch = (scaffold.task_dir / "sse/diffs/patch.diff").read_text()
+    test = (scaffold.task_dir / "sse/diffs/test.diff").read_text()
+    assert scaffold.task_dir.name == "demo-RUSTSEC-2099-0001"
+    assert "+pub fn f() { check(); }" in patch and "tests/it.rs" not in patch
+    assert "+fn u() {}" in test and "src/lib.rs" not in test
+    assert ".cargo_vcs_info.json" not in patch  # packaging noise, not the fix
+    assert 'version = "0.1.1"' in patch  # the rest of the version bump stays for the author to cut
+    TaskConfig.model_validate(yaml.safe_load((scaffold.task_dir / "sse/config.yaml").read_text()))
+
+
+def test_cli_says_what_is_left_and_names_bad_flags(
+    tmp_path: Path, dataset: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert main(["task", "new", str(dataset), "--debian", "foo"]) == 1
+    assert "--debian foo: give it as PKG=VERSION" in capsys.readouterr().err
+    assert main(["task", "new", str(dataset), "--crate", "demo"]) == 1
+    assert "--crate needs --vulnerable VERSION and --fixed VERSION" in capsys.readouterr().err
+    mirror = _mirror(tmp_path / "mirror", {"fix-range.patch": FIX})
+    monkeypatch.setattr(authoring, "SUITES", (("bookworm", mirror),))
+    assert main(["task", "new", str(dataset), "--debian", "foo=1.0-1+deb12u1", "--advisory", "CVE-2099-0001"]) == 0
+    out = capsys.readouterr().out
+    assert "sse/diffs/patch.diff" in out and "left to do:" in out and "PoC" in out
+
+
+def _mirror_reachable() -> bool:
+    try:
+        with urllib.request.urlopen(f"{authoring.MIRROR}/dists/bullseye/Release", timeout=10):
+            return True
+    except OSError:
+        return False
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _mirror_reachable(), reason="Debian's mirror is not reachable from here")
+def test_real_go_package_from_the_mirror(dataset: Path) -> None:
+    """The pilot's exporter-toolkit task's first step, against the real mirror (its upstream tarball is
+    gone, so the source comes from the -dev package)."""
+    scaffold = authoring.new_from_debian(
+        dataset, "golang-github-prometheus-exporter-toolkit", "0.5.1-2+deb11u2", advisory="CVE-2022-46146"
+    )
+    pilot = Path(__file__).parents[2] / "datasets/pilot/exporter-toolkit-CVE-2022-46146/sse/diffs"
+    for name in ("patch.diff", "test.diff"):
+        assert (scaffold.task_dir / "sse/diffs" / name).read_text() == (pilot / name).read_text()
+    assert "golang-github-prometheus-exporter-toolkit-dev" in (scaffold.task_dir / "Dockerfile").read_text()
