@@ -81,7 +81,7 @@ def test_reference_passes_and_dummy_and_hollow_fail_on_the_poc(
     assert len(summaries) == 9
     for summary in summaries:
         task = summary["task"]
-        assert task["dataset_version"] == "pilot-v1.1" and any(a in task["id"] for a in task["advisories"]), task
+        assert task["dataset_version"] == "pilot-v1.2" and any(a in task["id"] for a in task["advisories"]), task
         assert summary["grade"] == ("passed" if summary["config"]["agent"] == "reference" else "failed")
     for run in (pytester.path / "out").glob("*/none/hollow/*-sandbox-*"):
         signals = json.loads((run / "result.json").read_text())["signals"]

@@ -35,7 +35,7 @@ def test_a_pilot_run_names_its_advisories_and_project(tmp_path: Path) -> None:
     record = _record("time-CVE-2026-25727", tmp_path)
     props = dict(properties(record))
     assert props["ssebench.advisories"] == "CVE-2026-25727, RUSTSEC-2026-0009"
-    assert props["ssebench.project"] == "time" and props["ssebench.dataset_version"] == "pilot-v1.1"
+    assert props["ssebench.project"] == "time" and props["ssebench.dataset_version"] == "pilot-v1.2"
     assert vulnerability_cell(properties(record)) == "CVE-2026-25727, RUSTSEC-2026-0009 · time"
     card = grade_card(record)
     assert "time-CVE-2026-25727: time (rust)" in card and "CVE-2026-25727, RUSTSEC-2026-0009" in card
