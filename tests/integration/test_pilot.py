@@ -14,7 +14,7 @@ import pytest
 
 from ssebench.agent import load_agent
 from ssebench.build import build_images
-from ssebench.dataset import load_tasks
+from ssebench.dataset import load_dataset_config, load_tasks
 from ssebench.image import image_names
 from ssebench.leak import leak_terms, task_leaks, visible_mentions
 from ssebench.reaper import Session, reap_session
@@ -79,9 +79,10 @@ def test_reference_passes_and_dummy_and_hollow_fail_on_the_poc(
     assert failures.count("Set aside by grading (outside the code under repair): ") == 3
     summaries = [json.loads(p.read_text()) for p in (pytester.path / "out").glob("*/none/*/*-sandbox-*/summary.json")]
     assert len(summaries) == 9
+    version = load_dataset_config(PILOT).version  # dataset.yaml's, whatever it is at the time
     for summary in summaries:
         task = summary["task"]
-        assert task["dataset_version"] == "pilot-v1.1" and any(a in task["id"] for a in task["advisories"]), task
+        assert task["dataset_version"] == version and any(a in task["id"] for a in task["advisories"]), task
         assert summary["grade"] == ("passed" if summary["config"]["agent"] == "reference" else "failed")
     for run in (pytester.path / "out").glob("*/none/hollow/*-sandbox-*"):
         signals = json.loads((run / "result.json").read_text())["signals"]
