@@ -32,7 +32,7 @@ from pathlib import Path, PurePosixPath
 import yaml
 
 from ssebench.errors import SSEBenchError
-from ssebench.runtime.protection import is_protected
+from ssebench.runtime.contract import is_protected
 
 MIRROR = "https://deb.debian.org/debian"
 SECURITY_MIRROR = "https://deb.debian.org/debian-security"
@@ -461,7 +461,7 @@ def fix_diff_reversed(tree: Path, fix: str) -> tuple[str, int]:
 
 def split_diff(diff: str, language: str) -> tuple[str, str]:
     """(code, tests): the per-file sections of a git diff whose paths are the language's tests, test data,
-    harnesses or build logic (`ssebench.runtime.protection.PROTECTED`) go to the tests, the rest to the
+    harnesses or build logic (`ssebench.runtime.contract.PROTECTED`) go to the tests, the rest to the
     code change."""
     code: list[str] = []
     tests: list[str] = []

@@ -21,89 +21,10 @@ graded change (`ssebench.runtime.capture`), with one meaning everywhere.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
-from ssebench.runtime.contract import TaskFile
-
-# Files a fix of the language is made of.
-CODE: dict[str, tuple[str, ...]] = {
-    "c": (
-        "**/*.c",
-        "**/*.h",
-        "**/*.cc",
-        "**/*.cpp",
-        "**/*.cxx",
-        "**/*.hh",
-        "**/*.hpp",
-        "**/*.hxx",
-        "**/*.inc",
-        "**/*.y",
-        "**/*.l",
-    ),
-    "go": ("**/*.go", "**/*.s"),
-    "rust": ("**/*.rs",),
-}
-
-# Where source files are not the code under repair: tests, fuzzers, test data, examples and build logic,
-# dependencies a build takes from the tree, and hidden directories (where the pilot's Go harnesses are
-# built, and which `go build ./...` never reads).
-_EVERY_LANGUAGE = ("**/.*/**", "**/test/**", "**/tests/**", "**/testdata/**", "**/fuzz/**", "**/fuzzing/**")
-PROTECTED: dict[str, tuple[str, ...]] = {
-    # (`*.inc` is code, but a Makefile.inc is make's: c-ares's src/lib/Makefile.inc, found by review.)
-    "c": (
-        *_EVERY_LANGUAGE,
-        "**/Makefile*",
-        "**/t/**",
-        "**/testing/**",
-        "**/oss-fuzz/**",
-        "**/test_*.c",
-        "**/test_*.cc",
-        "**/*_test.c",
-        "**/*_test.cc",
-        "**/*_tests.c",
-        "**/*_unittest.c",
-        "**/*_unittest.cc",
-        "**/*fuzzer*",
-    ),
-    "go": (*_EVERY_LANGUAGE, "**/*_test.go", "**/vendor/**"),
-    "rust": (*_EVERY_LANGUAGE, "**/build.rs", "**/tests.rs", "**/benches/**", "**/examples/**"),
-}
-
-
-def _pattern_regex(pattern: str) -> re.Pattern[str]:
-    """git's `glob` pathspec magic as a regular expression (for paths that are not in a git tree yet)."""
-    out = []
-    i = 0
-    while i < len(pattern):
-        if pattern.startswith("**/", i):
-            out.append("(?:.*/)?")
-            i += 3
-        elif pattern.startswith("/**", i) and i + 3 == len(pattern):
-            out.append("/.*")
-            i += 3
-        elif pattern[i] == "*":
-            out.append("[^/]*")
-            i += 1
-        elif pattern[i] == "?":
-            out.append("[^/]")
-            i += 1
-        else:
-            out.append(re.escape(pattern[i]))
-            i += 1
-    return re.compile("".join(out) + r"\Z")
-
-
-def matches(pattern: str, path: str) -> bool:
-    """Whether `path` (relative to the tree's root, '/'-separated) matches the glob pathspec `pattern`
-    as git would select it."""
-    return _pattern_regex(pattern).match(path) is not None
-
-
-def is_protected(language: str, path: str) -> bool:
-    """Whether `path` is one of the language's tests, test data, harnesses or build logic (`PROTECTED`):
-    what task authoring puts in a task's hidden tests rather than in its fix."""
-    return any(matches(p, path) for p in PROTECTED.get(language, ()))
+# The patterns are the contract's: task authoring on the host splits a fix by them too.
+from ssebench.runtime.contract import CODE, PROTECTED, TaskFile
 
 
 def _glob(pattern: str, *, exclude: bool = False) -> str:

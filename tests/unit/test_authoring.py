@@ -21,7 +21,7 @@ import yaml
 
 from ssebench import authoring
 from ssebench.cli import main
-from ssebench.runtime.protection import PROTECTED, is_protected
+from ssebench.runtime.contract import PROTECTED, is_protected
 from ssebench.task import TaskConfig
 
 PARSE_C = "int parse(int n)\n{\n    int table[4];\n    table[n] = 1;\n    return table[0];\n}\n"

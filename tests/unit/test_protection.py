@@ -16,10 +16,10 @@ import pytest
 
 from ssebench.runtime.bencher import crash_report
 from ssebench.runtime.capture import Capture, make_base
-from ssebench.runtime.contract import TaskFile
+from ssebench.runtime.contract import CODE, PROTECTED, TaskFile
 from ssebench.runtime.files import prune_tree, remove_tree
 from ssebench.runtime.process import User
-from ssebench.runtime.protection import CODE, PROTECTED, Protection
+from ssebench.runtime.protection import Protection
 
 ME = User(name="me", uid=os.geteuid(), gid=os.getegid(), home="/nonexistent")
 
