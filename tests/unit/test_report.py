@@ -10,7 +10,7 @@ from sse.result import RunResult
 
 from pytest_ssebench.report import grade_card, properties, vulnerability_cell
 from ssebench.agent import load_agent
-from ssebench.dataset import load_tasks
+from ssebench.dataset import load_dataset_config, load_tasks
 from ssebench.record import RunRecord
 from ssebench.runspec import RunConfig
 from ssebench.scores import ScoreTable, pass_at_k, wilson_interval
@@ -36,7 +36,9 @@ def test_a_pilot_run_names_its_advisories_and_project(tmp_path: Path) -> None:
     record = _record("time-CVE-2026-25727", tmp_path)
     props = dict(properties(record))
     assert props["ssebench.advisories"] == "CVE-2026-25727, RUSTSEC-2026-0009"
-    assert props["ssebench.project"] == "time" and props["ssebench.dataset_version"] == "pilot-v1.1"
+    # The pilot's own version, whatever it is now: a new task bumps it.
+    version = load_dataset_config(PILOT).version
+    assert props["ssebench.project"] == "time" and props["ssebench.dataset_version"] == version
     assert vulnerability_cell(properties(record)) == "CVE-2026-25727, RUSTSEC-2026-0009 · time"
     card = grade_card(record)
     assert "time-CVE-2026-25727: time (rust)" in card and "CVE-2026-25727, RUSTSEC-2026-0009" in card
