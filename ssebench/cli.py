@@ -593,7 +593,8 @@ def cmd_results_export(args: argparse.Namespace) -> int:
     from ssebench.scores import SCORE_COLUMNS
 
     runs = matching(read_runs(args.results), _filters(args))
-    rows = [run.row() for run in runs] if args.table == "runs" else score_table(runs).records()
+    table = score_table(runs)
+    rows = [run.row() for run in runs] if args.table == "runs" else table.records()
     out = sys.stdout if args.out is None else args.out.open("w", encoding="utf-8", newline="")
     try:
         if args.format == "json":
@@ -607,6 +608,8 @@ def cmd_results_export(args: argparse.Namespace) -> int:
             out.close()
     if args.out is not None:
         print(for_terminal(f"{len(rows)} row(s) of {len(runs)} run(s) written to {args.out}"), file=sys.stderr)
+    if args.table == "scores" and (note := table.left_out_line()):
+        print(note, file=sys.stderr)
     return 0
 
 
