@@ -158,6 +158,7 @@ def engine(monkeypatch: pytest.MonkeyPatch) -> Engine:
         run_dir = make_run_dir(self.plan.results, config.task.id, config.model, config.agent.name, run_id)
         grade, patch, signals = fake.outcome(config)
         result = RunResult.from_json({"status": grade, "patch_result": {"status": grade, **patch}, "signals": signals})
+        assert result is not None
         (run_dir / "result.json").write_text(json.dumps(result.to_json()))
         record = RunRecord(
             config=config, run_id=run_id, run_dir=run_dir, started_at="2026-12-05T00:00:00+00:00", grade=grade
@@ -240,6 +241,10 @@ def _runs(agent: str, tmp_path: Path, *patches: tuple[GradeStatus, dict[str, Any
     return runs
 
 
+def _failed(patch: dict[str, Any]) -> tuple[GradeStatus, dict[str, Any]]:
+    return ("failed", patch)
+
+
 def test_flakes_count_runs_against_the_majority_and_against_a_valid_tasks_result(tmp_path: Path) -> None:
     task = _c_demo()
     still = PASSED | {"pov_passed": 0}
@@ -253,7 +258,7 @@ def test_flakes_count_runs_against_the_majority_and_against_a_valid_tasks_result
     assert set(got) == {"build", "poc", "variants", "function", "intent", "grade"}
     # Every dummy run fixed the PoC without a change: no noise, but every run wrong.
     fixed = DUMMY | {"pov_passed": 1}
-    got = flakes(task, "dummy", _runs("dummy", tmp_path, *[("failed", fixed)] * 3))
+    got = flakes(task, "dummy", _runs("dummy", tmp_path, *[_failed(fixed)] * 3))
     assert got["poc"] == {"runs": 3, "flaky": 0, "wrong": 3, "disagree": 3}
     # The dummy's intent test is expected of nothing: it failing once is noise, never wrong.
     passes = DUMMY | {"intent_test_success": True}
@@ -269,7 +274,7 @@ def test_the_flake_table_names_the_flaky_task_and_what_to_do(tmp_path: Path) -> 
     verdict = ssebench.verify.TaskVerdict(task)
     still = PASSED | {"pov_passed": 0}
     verdict.runs["reference"] = _runs("reference", tmp_path, ("passed", PASSED), ("failed", still), ("passed", PASSED))
-    verdict.runs["dummy"] = _runs("dummy", tmp_path, *[("failed", DUMMY)] * 3)
+    verdict.runs["dummy"] = _runs("dummy", tmp_path, *[_failed(DUMMY)] * 3)
     report = summary([verdict], "demo", "demo-v2", 1.0, repeat=3)
     assert report["tasks"][0]["flaky"] is True
     text = markdown(report)
