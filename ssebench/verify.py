@@ -30,7 +30,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -222,17 +222,28 @@ def verify(
             say(f"{task.id} {agent}{which}: {record.grade}{' (resumed)' if record.resumed else ''}{said}")
 
     runnable = [t for t in tasks if not verdicts[t.id].problems]
-    with lifecycle, ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = [pool.submit(hidden, t) for t in runnable]
-        futures += [
-            pool.submit(one, t, a, trial)
-            for trial in range(1, repeat + 1)  # every task's first runs before any task's second
-            for t in runnable
-            for a in AGENTS
-            if trial <= trials_of(a, repeat)
-        ]
-        for future in futures:
-            future.result()
+    with lifecycle:
+        pool = ThreadPoolExecutor(max_workers=jobs)
+        futures: list[Future[None]] = []
+        try:
+            futures += [pool.submit(hidden, t) for t in runnable]
+            futures += [
+                pool.submit(one, t, a, trial)
+                for trial in range(1, repeat + 1)  # every task's first runs before any task's second
+                for t in runnable
+                for a in AGENTS
+                if trial <= trials_of(a, repeat)
+            ]
+            for future in futures:
+                future.result()
+        except BaseException:
+            # Stopped (Ctrl-C) or broken: no run starts any more, and those under way end and are recorded, so
+            # that --resume reads them back; a second Ctrl-C stops them too (the session removes their containers).
+            under_way = sum(f.running() for f in futures)
+            say(f"stopping: {under_way} run(s) under way end first (Ctrl-C again stops them); then --resume goes on")
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+        pool.shutdown()
     for verdict in verdicts.values():
         for runs in verdict.runs.values():
             runs.sort(key=lambda record: record.config.trial)

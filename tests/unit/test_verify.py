@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -309,3 +311,39 @@ def test_verify_takes_several_paths_and_k(
         capsys.readouterr().err == "error: -k 'c-demo rust': 'rust' after a whole expression; join words with and/or\n"
     )
     assert len(chosen) == 1
+
+
+def test_a_verify_stopped_with_ctrl_c_starts_no_other_run_and_resume_goes_on(tmp_path: Path, engine: Engine) -> None:
+    interrupted = threading.Event()
+
+    def stopped(config: RunConfig) -> Outcome:
+        if config.agent.name == "dummy":
+            interrupted.set()
+            raise KeyboardInterrupt  # as Ctrl-C during the dummy's first run
+        if interrupted.is_set():
+            time.sleep(0.5)  # a run takes minutes: the interrupt reaches the pool while this one is under way
+        return AS_EXPECTED[config.agent.name]
+
+    engine.outcome = stopped
+    said: list[str] = []
+    with pytest.raises(KeyboardInterrupt):
+        verify(get_settings(), [_c_demo()], tmp_path / "results", repeat=3, say=said.append)
+    # The one worker may have taken the next run before the interrupt reached the pool; none after that.
+    first = engine.ran()
+    assert first in ([("dummy", 1), ("reference", 1)], [("dummy", 1), ("hollow", 1), ("reference", 1)])
+    [stopping] = [line for line in said if line.startswith("stopping: ")]
+    assert stopping.endswith("(Ctrl-C again stops them); then --resume goes on")
+    engine.outcome, engine.runs = Engine().outcome, []
+    [verdict] = _verify(tmp_path, repeat=3, resume=True)
+    every = [
+        ("dummy", 1),
+        ("dummy", 2),
+        ("dummy", 3),
+        ("hollow", 1),
+        ("reference", 1),
+        ("reference", 2),
+        ("reference", 3),
+    ]
+    graded = {("reference", 1), ("hollow", 1)} & set(first)  # the interrupted dummy run was never recorded
+    assert engine.ran() == [run for run in every if run not in graded]
+    assert verdict.valid
