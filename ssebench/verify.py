@@ -245,8 +245,12 @@ def verify(
             raise
         pool.shutdown()
     for verdict in verdicts.values():
-        for runs in verdict.runs.values():
-            runs.sort(key=lambda record: record.config.trial)
+        # In AGENTS' order, each agent's by trial, however the runs ended.
+        verdict.runs = {
+            agent: sorted(verdict.runs[agent], key=lambda r: r.config.trial)
+            for agent in AGENTS
+            if agent in verdict.runs
+        }
     return [verdicts[t.id] for t in tasks]
 
 

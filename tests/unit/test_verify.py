@@ -200,7 +200,8 @@ def test_repeat_runs_reference_and_dummy_n_times_and_hollow_once(tmp_path: Path,
     report = summary([verdict], "demo", "demo-v2", 1.0, repeat=3)
     [row] = report["tasks"]
     assert row["grades"] == {"reference": ["passed"] * 3, "dummy": ["failed"] * 3, "hollow": ["failed"]}
-    assert set(row["flakes"]) == {"reference", "dummy"} and row["flaky"] is False
+    assert list(row["grades"]) == list(AGENTS)
+    assert list(row["flakes"]) == ["reference", "dummy"] and row["flaky"] is False  # in AGENTS' order
     assert all(c["disagree"] == 0 and c["runs"] == 3 for checks in row["flakes"].values() for c in checks.values())
     text = markdown(report)
     assert "| c-demo | c | - | 3 passed | 3 failed | failed | yes |" in text
