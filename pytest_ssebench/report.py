@@ -35,7 +35,10 @@ def _prefixed(props: list[tuple[str, object]]) -> list[tuple[str, object]]:
 
 def _identity(config: RunConfig) -> list[tuple[str, object]]:
     task = config.task
+    # Only a quarantined task's runs say it: the score table leaves them out (ssebench.scores).
+    quarantined = [("quarantined", task.quarantined)] if task.quarantined else []
     return [
+        *quarantined,
         ("task", task.id),
         ("project", task.config.project),
         ("language", task.language),
@@ -297,11 +300,13 @@ class ReportHooks:
                 self.rerun.append((report.nodeid, why))
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        if not self.show_table or not self.table.rows:
+        if not self.show_table or not (self.table.rows or self.table.left_out):
             return
         terminalreporter.section("SSEBench scores")
         for line in self.table.lines():
             terminalreporter.line(line)
+        if note := self.table.left_out_line():
+            terminalreporter.line(note)
         terminalreporter.line("shortcut signals (runs in which each fired; never a grade, docs/signals.md):")
         for line in self.table.signal_lines():
             terminalreporter.line(line)
@@ -328,5 +333,5 @@ class ReportHooks:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_html_results_summary(self, prefix: list[str], summary: list[str], postfix: list[str]) -> None:
-        if self.show_table and self.table.rows:
+        if self.show_table and (self.table.rows or self.table.left_out):
             postfix.append(self.table.html())

@@ -153,29 +153,56 @@ def cmd_dataset_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_dataset_verify(args: argparse.Namespace) -> int:
-    from ssebench.dataset import find_datasets, load_dataset_config, load_tasks
+    from ssebench.dataset import DATASET_FILE, load_dataset_config, load_tasks, select_tasks
     from ssebench.manifest import pinned_state
     from ssebench.settings import get_settings
-    from ssebench.verify import record_images, summary, verify, write_reports
+    from ssebench.verify import flake_table, record_images, summary, verify, write_reports
 
     started = time.monotonic()
-    tasks = load_tasks(args.path)
-    datasets = find_datasets(args.path) if not (args.path / "sse").is_dir() else [args.path.resolve().parent]
-    name = ",".join(d.resolve().name for d in datasets) or tasks[0].dataset
-    version = ",".join(load_dataset_config(d).version for d in datasets) or None
+    tasks: list[Task] = []
+    problems: list[str] = []
+    for path in args.path or [DEFAULT_PATH]:
+        try:
+            tasks += [t for t in load_tasks(path) if t.path.resolve() not in {k.path.resolve() for k in tasks}]
+        except (ConfigError, ConfigErrors) as exc:
+            problems += _problems(exc)
+    if problems:
+        for line in problems:
+            print(for_terminal(line))
+        print(f"{len(problems)} problem(s) found", file=sys.stderr)
+        return 1
+    if args.keyword is not None:
+        try:
+            tasks = select_tasks(tasks, args.keyword)
+        except ValueError as exc:
+            print(for_terminal(f"error: {exc}"), file=sys.stderr)
+            return 2
+    if not tasks:
+        print(for_terminal(f"error: -k {args.keyword!r} selects none of the tasks there"), file=sys.stderr)
+        return 2
+    # What the summary is named after: the datasets of the tasks it verifies, each with its version.
+    datasets = dict.fromkeys((t.dataset, t.dataset_version) for t in tasks)
+    name = ",".join(d for d, _ in datasets)
+    version = ",".join(v for _, v in datasets if v) or None
     results = args.results.resolve()
     verdicts = verify(
         get_settings(),
         tasks,
         results,
         jobs=args.jobs,
+        repeat=args.repeat,
+        resume=args.resume,
         say=lambda m: print(for_terminal(m), file=sys.stderr, flush=True),
     )
-    report = summary(verdicts, name, version, time.monotonic() - started)
+    report = summary(verdicts, name, version, time.monotonic() - started, repeat=args.repeat)
     md, js = write_reports(report, results)
+    if args.repeat > 1:
+        print(for_terminal("\n".join(flake_table(report))))
     for recorded in record_images(get_settings(), verdicts):
         print(for_terminal(f"image ids recorded in {recorded}"), file=sys.stderr)
-    for folder in datasets:
+    for folder in sorted({t.path.resolve().parent for t in tasks}):
+        if not (folder / DATASET_FILE).is_file():
+            continue  # a folder of task folders: no dataset to pin
         state = pinned_state(folder, load_dataset_config(folder).version)
         if state != "pinned":
             print(for_terminal(f"{folder} is {state}: pin it with `ssebench dataset pin {folder}`"), file=sys.stderr)
@@ -183,7 +210,8 @@ def cmd_dataset_verify(args: argparse.Namespace) -> int:
         for problem in verdict.problems:
             print(for_terminal(f"INVALID {problem}"))
     valid = sum(v.valid for v in verdicts)
-    print(f"{valid} of {len(verdicts)} task(s) valid in {report['seconds']:.0f} s; summary: {md} and {js}")
+    resumed = f" ({report['resumed']} run(s) resumed)" if report["resumed"] else ""
+    print(f"{valid} of {len(verdicts)} task(s) valid in {report['seconds']:.0f} s{resumed}; summary: {md} and {js}")
     return 0 if valid == len(verdicts) else 1
 
 
@@ -650,7 +678,8 @@ def cmd_results_export(args: argparse.Namespace) -> int:
     from ssebench.scores import SCORE_COLUMNS
 
     runs = matching(read_runs(args.results), _filters(args))
-    rows = [run.row() for run in runs] if args.table == "runs" else score_table(runs).records()
+    table = score_table(runs)
+    rows = [run.row() for run in runs] if args.table == "runs" else table.records()
     out = sys.stdout if args.out is None else args.out.open("w", encoding="utf-8", newline="")
     try:
         if args.format == "json":
@@ -664,6 +693,8 @@ def cmd_results_export(args: argparse.Namespace) -> int:
             out.close()
     if args.out is not None:
         print(for_terminal(f"{len(rows)} row(s) of {len(runs)} run(s) written to {args.out}"), file=sys.stderr)
+    if args.table == "scores" and (note := table.left_out_line()):
+        print(note, file=sys.stderr)
     return 0
 
 
@@ -749,10 +780,37 @@ def parser() -> argparse.ArgumentParser:
         "with its edits set aside. Also searches what the agent can read for names of the fix and for its answer "
         "(hunks of the fix and hidden tests, PoCs, variants). Records the ids of valid tasks' images in images.json "
         "beside the dataset. Writes a summary "
-        "(markdown and JSON) beside the runs; exits 1 naming each task and check that disagrees.",
+        "(markdown and JSON) beside the runs; exits 1 naming each task and check that disagrees. With --repeat N, "
+        "runs reference and dummy N times each and prints the flake table: per task and check, how many runs "
+        "disagree with the others or with what a valid task gives.",
     )
-    check.add_argument("path", nargs="?", type=Path, default=DEFAULT_PATH, help="default: ./datasets")
+    check.add_argument(
+        "path",
+        nargs="*",
+        type=Path,
+        help="task folders, dataset folders or folders above them (default: ./datasets)",
+    )
+    check.add_argument(
+        "-k",
+        dest="keyword",
+        metavar="EXPR",
+        help="only the tasks whose id EXPR matches, as pytest's -k: a word matches the ids containing it (any "
+        "case), joined with and, or, not and parentheses, e.g. -k 'libcue or jwt-go'",
+    )
     check.add_argument("-n", "--jobs", type=_positive, default=1, metavar="N", help="runs at a time (default 1)")
+    check.add_argument(
+        "--repeat",
+        type=_positive,
+        default=1,
+        metavar="N",
+        help="run reference and dummy N times each (hollow once) and print each task's flakes per check",
+    )
+    check.add_argument(
+        "--resume",
+        action="store_true",
+        help="read back the runs an earlier verify already graded in --results (same task files, agent and "
+        "trial) and run only the rest",
+    )
     check.add_argument("--results", type=Path, default=Path("results"), metavar="DIR", help="default ./results")
     check.set_defaults(func=cmd_dataset_verify)
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from pydantic import field_validator
+from pydantic import Field, field_validator
 
 from ssebench import manifest
 from ssebench.errors import ConfigError, ConfigErrors
@@ -19,6 +20,22 @@ DATASET_FILE = "dataset.yaml"
 _SKIP_DIRS = {"results", "node_modules", "__pycache__", "build", "dist"}
 
 
+class Quarantined(Strict):
+    """A task of the dataset whose verify runs disagree among themselves (`dataset verify --repeat`)."""
+
+    task: str
+    """The task's id."""
+    reason: str
+    """Why it is quarantined: which check flaked, how often, and what was seen."""
+
+    @field_validator("task", "reason")
+    @classmethod
+    def _said(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must not be empty")
+        return value.strip()
+
+
 class DatasetConfig(Strict):
     """`dataset.yaml`."""
 
@@ -26,6 +43,35 @@ class DatasetConfig(Strict):
     """The dataset's version (e.g. pilot-v1): bump it whenever results could change; results record it."""
     description: str | None = None
     """What the dataset holds, for people."""
+    quarantine: list[Quarantined] = Field(default_factory=list)
+    """Tasks whose results are noise: each with its reason. Still run and verified, but left out of the score
+    table, which says how many runs it left out. A list of {task, reason}, or a mapping of task id to reason."""
+
+    @field_validator("quarantine", mode="before", json_schema_input_type=list[Quarantined] | dict[str, str] | None)
+    @classmethod
+    def _quarantine(cls, value: object) -> object:
+        # The mapping form (task: reason) is the list form written shorter.
+        if value is None:
+            return []
+        if isinstance(value, dict):
+            return [{"task": task, "reason": reason} for task, reason in value.items()]
+        if not isinstance(value, list):
+            raise ValueError("must be a list of {task, reason}, or a mapping of task id to reason")
+        return value
+
+    @field_validator("quarantine")
+    @classmethod
+    def _once(cls, value: list[Quarantined]) -> list[Quarantined]:
+        seen: set[str] = set()
+        for entry in value:
+            if entry.task.lower() in seen:
+                raise ValueError(f"task '{entry.task}' is listed twice; keep one entry")
+            seen.add(entry.task.lower())
+        return value
+
+    def quarantined(self) -> dict[str, str]:
+        """Task id (lower case) -> the reason it is quarantined."""
+        return {entry.task.lower(): entry.reason for entry in self.quarantine}
 
     @field_validator("version", mode="before", json_schema_input_type=str | int | float)
     @classmethod
@@ -142,7 +188,21 @@ def _load_members(dataset_dir: Path, check_files: bool) -> _Members:
             ]
             continue
         seen[task.id.lower()] = task_dir
-        members.tasks[key] = task
+        reason = members.config.quarantined().get(task.id.lower()) if members.config else None
+        members.tasks[key] = replace(task, quarantined=reason) if reason else task
+    if members.config is not None:
+        unknown = [e.task for e in members.config.quarantine if e.task.lower() not in seen]
+        # A task's problems make it unknown here too: said once, by the task's own lines.
+        known = {path.name.lower() for path in members.task_problems}
+        for task_id in unknown:
+            if task_id.lower() not in known:
+                members.problems.append(
+                    ConfigError(
+                        dataset_dir / DATASET_FILE,
+                        "quarantine",
+                        f"names task '{task_id}', which is not in this dataset: correct the id or remove the entry",
+                    )
+                )
     if version is not None:
         try:
             pinned, per_task = manifest.check(dataset_dir, version, task_dirs(dataset_dir))
@@ -256,3 +316,66 @@ def load_tasks(path: Path, *, check_files: bool = True) -> list[Task]:
     if problems:
         raise ConfigErrors(problems)
     return tasks
+
+
+# -k's words: parentheses, and runs of anything else but blanks.
+_K_TOKEN = re.compile(r"\s*([()]|[^()\s]+)")
+
+
+def select_tasks(tasks: list[Task], expression: str) -> list[Task]:
+    """The tasks whose id `expression` matches, in their order: as pytest's -k, a word matches the ids that
+    contain it (any case), and words join with `and`, `or`, `not` and parentheses
+    (`"libcue or jwt-go"`, `"CVE-2023 and not cjson"`). Raises ValueError naming what is wrong."""
+    tokens = _K_TOKEN.findall(expression)
+    if "".join(tokens) != re.sub(r"\s", "", expression):
+        raise ValueError(f"-k {expression!r}: cannot be read")
+    if not tokens:
+        raise ValueError("-k: empty; give a word of the task ids, e.g. -k libcue")
+    position = 0
+
+    def peek() -> str | None:
+        return tokens[position] if position < len(tokens) else None
+
+    def take() -> str:
+        nonlocal position
+        token = peek()
+        if token is None:
+            raise ValueError(f"-k {expression!r}: ends where a word was expected")
+        position += 1
+        return token
+
+    # Each level returns a predicate on a task id (lower case).
+    def either() -> Callable[[str], bool]:
+        terms = [both()]
+        while peek() == "or":
+            take()
+            terms.append(both())
+        return lambda task_id: any(term(task_id) for term in terms)
+
+    def both() -> Callable[[str], bool]:
+        terms = [single()]
+        while peek() == "and":
+            take()
+            terms.append(single())
+        return lambda task_id: all(term(task_id) for term in terms)
+
+    def single() -> Callable[[str], bool]:
+        token = take()
+        if token == "not":
+            inner = single()
+            return lambda task_id: not inner(task_id)
+        if token == "(":
+            inner = either()
+            if peek() != ")":
+                raise ValueError(f"-k {expression!r}: a '(' is not closed")
+            take()
+            return inner
+        if token in (")", "and", "or"):
+            raise ValueError(f"-k {expression!r}: '{token}' where a word was expected")
+        word = token.lower()
+        return lambda task_id: word in task_id
+
+    match = either()
+    if peek() is not None:
+        raise ValueError(f"-k {expression!r}: '{peek()}' after a whole expression; join words with and/or")
+    return [task for task in tasks if match(task.id.lower())]

@@ -200,6 +200,9 @@ class TaskSummary:
     """The advisory ids (CVE, RUSTSEC, GHSA) the task names in its id and references."""
     path: str
     """The task folder, as the run was given it."""
+    quarantined: str | None = None
+    """Why dataset.yaml quarantines the task (its results are noise; score tables leave the run out); null when
+    it does not."""
 
 
 def task_summary(task: Task) -> dict[str, Any]:
@@ -214,6 +217,7 @@ def task_summary(task: Task) -> dict[str, Any]:
             project=task.config.project,
             advisories=task.advisories(),
             path=str(task.path),
+            quarantined=task.quarantined,
         )
     )
 

@@ -109,6 +109,11 @@ class StoredRun:
         return [a for a in found if isinstance(a, str)] if isinstance(found, list) else []
 
     @property
+    def quarantined(self) -> bool:
+        """Its task was quarantined in dataset.yaml when it ran (summary.json's task.quarantined)."""
+        return bool(self._task.get("quarantined"))
+
+    @property
     def difficulty(self) -> int:
         return _int(self._config.get("difficulty")) or 0
 
@@ -193,6 +198,7 @@ class StoredRun:
             tokens=self.total_tokens,
             cost=self.cost,
             signals=tuple(self.result.signals.fired()) if self.result else (),
+            quarantined=self.quarantined,
         )
 
     def row(self) -> dict[str, Any]:

@@ -43,6 +43,8 @@ class Scored:
     cost: float | None = None
     # The shortcut signals that fired in the run (`sse.result.Signals.fired`): counted, never a grade.
     signals: tuple[str, ...] = ()
+    # Its task is quarantined in dataset.yaml (its results are noise): the table leaves it out and says so.
+    quarantined: bool = False
 
     @property
     def key(self) -> RowKey:
@@ -72,6 +74,7 @@ class Scored:
             tokens=sum(counted) if counted else None,
             cost=float(cost) if isinstance(cost, int | float) and not isinstance(cost, bool) else None,
             signals=_fired(props.get(PREFIX + "signal.fired")),
+            quarantined=bool(props.get(PREFIX + "quarantined")),
         )
 
 
@@ -248,6 +251,8 @@ class ScoreTable:
         self.seen: set[str] = set()
         # With several trials, pass@1 and pass@trials join the table.
         self.trials = trials
+        # Runs of quarantined tasks, not counted in any row.
+        self.left_out = 0
 
     def add(self, nodeid: str, outcome: str, user_properties: list[tuple[str, object]]) -> None:
         """Count a test's report once (a run's report may come twice: setup and call)."""
@@ -257,10 +262,21 @@ class ScoreTable:
         if run is None:
             return
         self.seen.add(nodeid)
-        self.rows[run.key].add(run)
+        self.add_run(run)
 
     def add_run(self, run: Scored) -> None:
+        if run.quarantined:
+            self.left_out += 1
+            return
         self.rows[run.key].add(run)
+
+    def left_out_line(self) -> str | None:
+        """What the table says under it of the runs it left out (of quarantined tasks); None when none."""
+        return (
+            f"{self.left_out} run(s) of quarantined tasks left out (dataset.yaml: quarantine)"
+            if self.left_out
+            else None
+        )
 
     def cells(self) -> list[tuple[str, ...]]:
         """The table as rows of cells, the header first."""
@@ -363,7 +379,9 @@ class ScoreTable:
         return (
             f"<h2>SSEBench scores</h2>{_html_table('ssebench-scores', self.cells())}"
             "<p>Pass rates count graded runs (errors are infrastructure, not grades); the interval is Wilson's "
-            "95 %. pass@k is averaged over tasks.</p>"
+            "95 %. pass@k is averaged over tasks."
+            + (f" {html.escape(note)}." if (note := self.left_out_line()) else "")
+            + "</p>"
             f"<h3>Shortcut signals</h3>{_html_table('ssebench-signals', self.signal_cells())}"
             "<p>Runs in which each shortcut signal fired; a signal is never a grade (docs/signals.md).</p>"
         )

@@ -378,6 +378,8 @@ class Task:
     dataset: str
     # The version in the dataset's dataset.yaml, when the task is in a dataset.
     dataset_version: str | None = None
+    # Why dataset.yaml quarantines the task (its runs are noise, left out of the score table); None if it does not.
+    quarantined: str | None = None
 
     @property
     def id(self) -> str:

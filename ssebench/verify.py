@@ -10,6 +10,15 @@ changes nothing grading sets aside (else it is not graded whole: the task
 names such files in `fix_may_change`). `verify` runs the three agents on
 every task, N runs at a time, through the same code as a pytest item, and
 says for each task which check, if any, disagrees.
+
+With `repeat` above 1 the reference and dummy agents run that many times
+each (the hollow agent once), as trials of the same run, and `flakes` counts
+per task and check the runs that disagree with the others or with what a
+valid task gives: a task whose runs disagree among themselves is noise, and
+dataset.yaml quarantines it (`quarantine:`). With `resume`, runs already
+graded in the results directory for the same task files, agent, difficulty
+and trial are read back, not run again (`ssebench.record.resumable`, as the
+plugin's --resume).
 """
 
 from __future__ import annotations
@@ -17,8 +26,9 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -42,7 +52,8 @@ AGENTS = ("reference", "dummy", "hollow")
 @dataclass
 class TaskVerdict:
     task: Task
-    records: dict[str, RunRecord] = field(default_factory=dict)
+    # Each agent's runs, by trial (one each without repeats).
+    runs: dict[str, list[RunRecord]] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
     build_seconds: float | None = None
 
@@ -50,12 +61,18 @@ class TaskVerdict:
     def valid(self) -> bool:
         return not self.problems
 
+    @property
+    def records(self) -> dict[str, RunRecord]:
+        """Each agent's first run."""
+        return {agent: runs[0] for agent, runs in self.runs.items() if runs}
 
-def judge(task: Task, agent: str, record: RunRecord) -> list[str]:
-    """What is wrong with one run for a valid task, each naming the task and the check; empty when right."""
+
+def judge(task: Task, agent: str, record: RunRecord, *, trials: int = 1) -> list[str]:
+    """What is wrong with one run for a valid task, each naming the task and the check (and which of `trials`
+    runs it was, when there are several); empty when right."""
     checks = task.checks()
     patch = record.patch_result
-    where = f"{task.id} ({agent})"
+    where = f"{task.id} ({agent}" + (f", run {record.config.trial} of {trials})" if trials > 1 else ")")
     if record.infra_error:
         return [f"{where}: not graded: {record.infra_error.splitlines()[0]}"]
     problems = []
@@ -121,11 +138,14 @@ def verify(
     results: Path,
     *,
     jobs: int = 1,
+    repeat: int = 1,
+    resume: bool = False,
     say: Callable[[str], None] = lambda message: print(for_terminal(message)),
 ) -> list[TaskVerdict]:
-    """Build every image, run reference and dummy on every task, judge each run."""
+    """Build every image, run reference and dummy (`repeat` times each) and hollow on every task, judge each
+    run; with `resume`, read back the runs already graded in `results` instead of running them."""
     # The session's checks (the results directory among them) before an hour of building, not after.
-    lifecycle = RunSession(settings, Plan(results=results))
+    lifecycle = RunSession(settings, Plan(results=results, resume=resume))
     verdicts = {t.id: TaskVerdict(t) for t in tasks}
     agents = {name: load_agent(settings.agents_dir, name) for name in AGENTS}
     for name, agent in agents.items():
@@ -159,21 +179,48 @@ def verify(
                 + (f" ({', '.join(blind)}: too small or too common to search for)" if blind else "")
             )
 
-    def one(task: Task, agent: str) -> None:
-        config = RunConfig(task=task, agent=agents[agent], limits=limits_for(settings, task))
+    def one(task: Task, agent: str, trial: int) -> None:
+        config = RunConfig(task=task, agent=agents[agent], limits=limits_for(settings, task), trial=trial)
         record = lifecycle.run(config, build=False)
-        problems = judge(task, agent, record)
+        trials = trials_of(agent, repeat)
+        problems = judge(task, agent, record, trials=trials)
         with lock:
-            verdicts[task.id].records[agent] = record
+            verdicts[task.id].runs.setdefault(agent, []).append(record)
             verdicts[task.id].problems.extend(problems)
-            say(f"{task.id} {agent}: {record.grade}" + (f" — {problems[0]}" if problems else " — as expected"))
+            which = f" {trial}/{trials}" if trials > 1 else ""
+            said = f" — {problems[0]}" if problems else " — as expected"
+            say(f"{task.id} {agent}{which}: {record.grade}{' (resumed)' if record.resumed else ''}{said}")
 
     runnable = [t for t in tasks if not verdicts[t.id].problems]
-    with lifecycle, ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = [pool.submit(hidden, t) for t in runnable]
-        futures += [pool.submit(one, t, a) for t in runnable for a in AGENTS]
-        for future in futures:
-            future.result()
+    with lifecycle:
+        pool = ThreadPoolExecutor(max_workers=jobs)
+        futures: list[Future[None]] = []
+        try:
+            futures += [pool.submit(hidden, t) for t in runnable]
+            futures += [
+                pool.submit(one, t, a, trial)
+                for trial in range(1, repeat + 1)  # every task's first runs before any task's second
+                for t in runnable
+                for a in AGENTS
+                if trial <= trials_of(a, repeat)
+            ]
+            for future in futures:
+                future.result()
+        except BaseException:
+            # Stopped (Ctrl-C) or broken: no run starts any more, and those under way end and are recorded, so
+            # that --resume reads them back; a second Ctrl-C stops them too (the session removes their containers).
+            under_way = sum(f.running() for f in futures)
+            say(f"stopping: {under_way} run(s) under way end first (Ctrl-C again stops them); then --resume goes on")
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+        pool.shutdown()
+    for verdict in verdicts.values():
+        # In AGENTS' order, each agent's by trial, however the runs ended.
+        verdict.runs = {
+            agent: sorted(verdict.runs[agent], key=lambda r: r.config.trial)
+            for agent in AGENTS
+            if agent in verdict.runs
+        }
     return [verdicts[t.id] for t in tasks]
 
 
@@ -200,7 +247,76 @@ def record_images(settings: Settings, verdicts: list[TaskVerdict]) -> list[Path]
     return written
 
 
-def summary(verdicts: list[TaskVerdict], dataset: str, version: str | None, seconds: float) -> dict[str, Any]:
+def trials_of(agent: str, repeat: int) -> int:
+    """How many times verify runs `agent`: the hollow agent once (its edits are set aside or not, whatever the
+    runs' noise), the others `repeat` times."""
+    return 1 if agent == "hollow" else repeat
+
+
+# The checks the flake table counts, in its order.
+FLAKE_CHECKS = ("build", "poc", "variants", "function", "intent", "grade")
+
+
+def observed(task: Task, agent: str, record: RunRecord) -> dict[str, tuple[object, bool | None]]:
+    """Each check of the task in one run of reference or dummy: what it gave, and whether that is what a valid
+    task gives (None where verify expects nothing, as of the dummy's intent test). The same expectations as
+    `judge`, one value per check, so that runs can be compared."""
+    checks = task.checks()
+    patch = record.patch_result
+    fixed = agent == "reference"
+    variants = len(task.config.files.variants)
+
+    def counted(passed: int | None, total: int | None) -> str | None:
+        return None if total is None else f"{passed}/{total}"
+
+    out: dict[str, tuple[object, bool | None]] = {}
+    if "build" in checks:
+        out["build"] = (patch.build_success, patch.build_success is True)
+    if "poc" in checks:
+        pocs = patch.pov_total is not None and patch.pov_passed == (patch.pov_total if fixed else 0)
+        out["poc"] = (counted(patch.pov_passed, patch.pov_total), pocs)
+        if variants:
+            ran = patch.variants_total == variants
+            good = ran and patch.variants_passed == (variants if fixed else 0)
+            out["variants"] = (counted(patch.variants_passed, patch.variants_total), good)
+    if "function_test" in checks:
+        out["function"] = (patch.func_test_success, patch.func_test_success is True)
+    if "intent_test" in checks:
+        out["intent"] = (patch.intent_test_success, patch.intent_test_success is True if fixed else None)
+    out["grade"] = (record.grade, record.grade == ("passed" if fixed else "failed"))
+    return out
+
+
+def flakes(task: Task, agent: str, runs: list[RunRecord]) -> dict[str, dict[str, int]]:
+    """Per check of the task, over `runs` of one agent: `runs`; `flaky`, the runs that disagree with the
+    majority's value (with a tie, all but one of the largest groups); `wrong`, those not giving what a valid
+    task gives; `disagree`, those that do either."""
+    seen = [observed(task, agent, record) for record in runs]
+    out: dict[str, dict[str, int]] = {}
+    for check in FLAKE_CHECKS:
+        values = [run[check] for run in seen if check in run]
+        if not values:
+            continue
+        counts = Counter(repr(value) for value, _ in values)
+        top = max(counts.values())
+        # Of the largest groups, an expected one stands as the majority, so a tie is not counted twice.
+        tied = [key for key, n in counts.items() if n == top]
+        good = [repr(value) for value, ok in values if ok is not False]
+        majority = next((key for key in tied if key in good), tied[0])
+        off = [repr(value) != majority for value, _ in values]
+        wrong = [ok is False for _, ok in values]
+        out[check] = {
+            "runs": len(values),
+            "flaky": sum(off),
+            "wrong": sum(wrong),
+            "disagree": sum(a or b for a, b in zip(off, wrong, strict=True)),
+        }
+    return out
+
+
+def summary(
+    verdicts: list[TaskVerdict], dataset: str, version: str | None, seconds: float, *, repeat: int = 1
+) -> dict[str, Any]:
     rows = []
     for v in verdicts:
         row: dict[str, Any] = {
@@ -210,17 +326,25 @@ def summary(verdicts: list[TaskVerdict], dataset: str, version: str | None, seco
             "advisories": v.task.advisories(),
             "checks": v.task.checks(),
             "valid": v.valid,
+            "quarantined": v.task.quarantined,
             "problems": v.problems,
         }
         for agent, record in v.records.items():
             # The record's one-line form (ssebench.record: grade, checks, times), as the report's properties.
             row[agent] = dict(record.properties()) | {"seconds": record.durations.get("total")}
+        row["grades"] = {agent: [r.grade for r in runs] for agent, runs in v.runs.items()}
+        row["flakes"] = {
+            agent: flakes(v.task, agent, runs) for agent, runs in v.runs.items() if trials_of(agent, repeat) > 1
+        }
+        row["flaky"] = any(c["flaky"] for checks in row["flakes"].values() for c in checks.values())
         rows.append(row)
     return {
         "dataset": dataset,
         "version": version,
         "verified_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "seconds": round(seconds, 1),
+        "repeat": repeat,
+        "resumed": sum(r.resumed for v in verdicts for runs in v.runs.values() for r in runs),
         "valid": all(v.valid for v in verdicts),
         "tasks": rows,
     }
@@ -238,15 +362,65 @@ def markdown(report: dict[str, Any]) -> str:
         "|---|---|---|" + "---|" * len(AGENTS) + "---|",
     ]
     for row in report["tasks"]:
-        grades = " | ".join((row.get(agent) or {}).get("grade", "-") for agent in AGENTS)
+        grades = " | ".join(_grades(_runs_of(row, agent)) for agent in AGENTS)
+        valid = "yes" if row["valid"] else "NO"
+        if row.get("quarantined"):
+            valid += " (quarantined)"
         lines.append(
-            f"| {row['task']} | {row['language']} | {', '.join(row['advisories']) or '-'} | {grades} | "
-            f"{'yes' if row['valid'] else 'NO'} |"
+            f"| {row['task']} | {row['language']} | {', '.join(row['advisories']) or '-'} | {grades} | {valid} |"
         )
+    if report.get("resumed"):
+        lines += ["", f"{report['resumed']} run(s) read back from an earlier verify (--resume), not run again."]
+    if report.get("repeat", 1) > 1:
+        lines += ["", *flake_table(report)]
     problems = [p for row in report["tasks"] for p in row["problems"]]
     if problems:
         lines += ["", "## Problems", ""] + [f"- {p}" for p in problems]
     return for_terminal("\n".join(lines) + "\n")
+
+
+def _runs_of(row: dict[str, Any], agent: str) -> list[str]:
+    """An agent's grades in a summary's row: every run's, or (a summary without them) its first run's."""
+    grades = row.get("grades", {}).get(agent)
+    if grades:
+        return list(grades)
+    return [row[agent]["grade"]] if isinstance(row.get(agent), dict) and "grade" in row[agent] else []
+
+
+def _grades(grades: list[str]) -> str:
+    """One agent's grades: the grade, or with several runs how many of each (`3 passed`, `2 failed, 1 passed`)."""
+    if len(grades) <= 1:
+        return grades[0] if grades else "-"
+    return ", ".join(f"{n} {grade}" for grade, n in Counter(grades).most_common())
+
+
+def flake_table(report: dict[str, Any]) -> list[str]:
+    """The flake table of a summary (markdown lines): per task and agent run several times, per check, how
+    many of the runs disagree with the others or with what a valid task gives."""
+    n = report.get("repeat", 1)
+    lines = [
+        f"## Flakes ({n} runs each of reference and dummy)",
+        "",
+        "| task | agent | " + " | ".join(FLAKE_CHECKS) + " | flaky |",
+        "|---|---|" + "---|" * len(FLAKE_CHECKS) + "---|",
+    ]
+    for row in report["tasks"]:
+        for agent, checks in row.get("flakes", {}).items():
+            cells = []
+            for check in FLAKE_CHECKS:
+                got = checks.get(check)
+                cells.append("-" if got is None else f"{got['disagree']}/{got['runs']}")
+            noisy = any(c["flaky"] for c in checks.values())
+            lines.append(f"| {row['task']} | {agent} | {' | '.join(cells)} | {'YES' if noisy else 'no'} |")
+    flaky = [row["task"] for row in report["tasks"] if row.get("flaky")]
+    lines += [
+        "",
+        "A cell counts the runs that disagree with the majority of the runs or with what a valid task gives "
+        "(- where the task has no such check). Flaky: the runs disagree among themselves.",
+        f"{len(flaky)} flaky task(s)"
+        + (f": {', '.join(flaky)}; quarantine each in dataset.yaml with the reason (quarantine:)." if flaky else "."),
+    ]
+    return lines
 
 
 def write_reports(report: dict[str, Any], out: Path) -> tuple[Path, Path]:

@@ -382,6 +382,7 @@ def create_app(
             selected=selected,
             count=len(chosen),
             total=len(runs),
+            left_out=table.left_out_line(),
         )
 
     columns = ("started_at", "task", "language", "agent", "model", "difficulty", "mode", "grade", "session")

@@ -22,6 +22,45 @@ ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / "datasets" / "demo"
 PILOT = DEMO.parent / "pilot"
 
+# A conftest.py that fakes the runs of a pytester sweep: each takes {seconds} s and ends as its agent says (the
+# reference passes, the dummy fails); nothing reaches Docker. The plain lines of CI wait for no time (they wait
+# 30 s in a real sweep).
+FAKE_RUNS = """
+import time
+
+import pytest
+
+import pytest_ssebench.progress
+import ssebench.reaper
+from ssebench.record import RunRecord
+from ssebench.session import RunSession
+
+
+def execute(self, config, *, build=True):
+    time.sleep({seconds})
+    run_dir = self.plan.results / config.task.id / config.agent.name
+    run_dir.mkdir(parents=True, exist_ok=True)
+    grade = "passed" if config.agent.name == "reference" else "failed"
+    return RunRecord(config=config, run_id="r", run_dir=run_dir, started_at="now", grade=grade)
+
+
+# Patched for this session only, and undone at its end: a pytester run in-process shares its modules with the
+# test session that started it, whose other tests must find the real RunSession.
+patched = pytest.MonkeyPatch()
+
+
+def pytest_configure(config):
+    patched.setattr(pytest_ssebench.progress, "LINES_EVERY", 0)
+    patched.setattr(RunSession, "execute", execute)
+    patched.setattr(RunSession, "check_engine", lambda self: None)
+    patched.setattr(ssebench.reaper, "reap_orphans", lambda: 0)
+    patched.setattr(ssebench.reaper, "reap_session", lambda session: 0)
+
+
+def pytest_unconfigure(config):
+    patched.undo()
+"""
+
 
 def task_config(task_id: str = "tiny-1", **overrides: Any) -> dict[str, Any]:
     config: dict[str, Any] = {

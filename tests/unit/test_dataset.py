@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from ssebench import ConfigError, ConfigErrors, load_dataset, load_tasks
+from ssebench.dataset import select_tasks
 from tests.helpers import task_config, write_dataset, write_task
 
 pytest_plugins = ["pytester"]
@@ -80,3 +81,95 @@ def test_a_folder_without_tasks_is_an_error(tmp_path: Path) -> None:
 def test_missing_path_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="no such file or directory"):
         load_tasks(tmp_path / "nope")
+
+
+# -- quarantine: tasks whose runs are noise ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "entries",
+    [
+        "quarantine:\n  - task: b-task\n    reason: flaky poc (1 of 3)\n",
+        "quarantine:\n  b-task: flaky poc (1 of 3)\n",
+        "quarantine:\n  B-TASK: flaky poc (1 of 3)\n",  # ids are case-insensitive, as everywhere
+    ],
+)
+def test_quarantine_as_a_list_or_a_mapping_marks_the_task_with_its_reason(tmp_path: Path, entries: str) -> None:
+    dataset = write_dataset(tmp_path, tasks=("a-task", "b-task"))
+    (dataset / "dataset.yaml").write_text("version: v1\n" + entries)
+    tasks = {t.id: t.quarantined for t in load_dataset(dataset).tasks}
+    assert tasks == {"a-task": None, "b-task": "flaky poc (1 of 3)"}
+    # Loaded one at a time, as pytest collects it, the task knows it too.
+    assert [t.quarantined for t in load_tasks(dataset / "b-task")] == ["flaky poc (1 of 3)"]
+
+
+@pytest.mark.parametrize(
+    ("entries", "problem"),
+    [
+        (
+            "quarantine:\n  - task: no-such-task\n    reason: x\n",
+            "quarantine: names task 'no-such-task', which is not in this dataset: correct the id or remove the entry",
+        ),
+        ("quarantine:\n  - task: a-task\n", "quarantine[0].reason: required key is missing"),
+        ("quarantine:\n  a-task: '  '\n", "quarantine[0].reason: must not be empty"),
+        (
+            "quarantine:\n  - {task: a-task, reason: x, until: never}\n",
+            "quarantine[0].until: unknown key (check its spelling against the file format: docs/formats.md)",
+        ),
+        (
+            "quarantine:\n  - {task: a-task, reason: x}\n  - {task: A-task, reason: y}\n",
+            "quarantine: task 'A-task' is listed twice; keep one entry",
+        ),
+        (
+            "quarantine: a-task\n",
+            "quarantine: must be a list of {task, reason}, or a mapping of task id to reason",
+        ),
+    ],
+)
+def test_a_wrong_quarantine_is_one_line_naming_the_field(tmp_path: Path, entries: str, problem: str) -> None:
+    dataset = write_dataset(tmp_path, tasks=("a-task",))
+    (dataset / "dataset.yaml").write_text("version: v1\n" + entries)
+    with pytest.raises(ConfigErrors) as info:
+        load_dataset(dataset)
+    assert [str(e) for e in info.value.errors] == [f"{dataset / 'dataset.yaml'}: {problem}"]
+
+
+# -- -k: selecting tasks by id ------------------------------------------------------------------------------
+
+
+IDS = ("libcue-CVE-2023-43641", "jwt-go-CVE-2020-26160", "time-CVE-2026-25727", "cjson-CVE-2023-50471")
+
+
+@pytest.mark.parametrize(
+    ("expression", "chosen"),
+    [
+        ("jwt", ["jwt-go-CVE-2020-26160"]),
+        ("CVE-2023", ["cjson-CVE-2023-50471", "libcue-CVE-2023-43641"]),
+        ("cve-2023", ["cjson-CVE-2023-50471", "libcue-CVE-2023-43641"]),  # any case
+        ("libcue-CVE-2023-43641 or time", ["libcue-CVE-2023-43641", "time-CVE-2026-25727"]),
+        ("not CVE-2023", ["jwt-go-CVE-2020-26160", "time-CVE-2026-25727"]),
+        ("CVE-2023 and not cjson", ["libcue-CVE-2023-43641"]),
+        ("not (jwt or time) and c", ["cjson-CVE-2023-50471", "libcue-CVE-2023-43641"]),
+        ("nothing", []),
+    ],
+)
+def test_k_selects_tasks_as_pytests_k_does(tmp_path: Path, expression: str, chosen: list[str]) -> None:
+    tasks = load_dataset(write_dataset(tmp_path, tasks=IDS)).tasks
+    assert sorted(t.id for t in select_tasks(tasks, expression)) == chosen
+
+
+@pytest.mark.parametrize(
+    ("expression", "problem"),
+    [
+        ("", "-k: empty; give a word of the task ids, e.g. -k libcue"),
+        ("jwt time", "-k 'jwt time': 'time' after a whole expression; join words with and/or"),
+        ("jwt or", "-k 'jwt or': ends where a word was expected"),
+        ("(jwt or time", "-k '(jwt or time': a '(' is not closed"),
+        ("and jwt", "-k 'and jwt': 'and' where a word was expected"),
+    ],
+)
+def test_a_k_that_cannot_be_read_says_why(tmp_path: Path, expression: str, problem: str) -> None:
+    tasks = load_dataset(write_dataset(tmp_path, tasks=IDS)).tasks
+    with pytest.raises(ValueError) as info:
+        select_tasks(tasks, expression)
+    assert str(info.value) == problem

@@ -15,38 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import DEMO
+from tests.helpers import DEMO, FAKE_RUNS
 
 pytest_plugins = ["pytester"]
 
 REPO = Path(__file__).resolve().parents[2]
 
-# Each run takes RUN_SECONDS and ends as its agent says (the reference passes, the dummy fails); nothing
-# reaches Docker. The plain lines of CI wait for no time (they wait 30 s in a real sweep).
-FAKE_RUNS = """
-import time
-
-import pytest_ssebench.progress
-import ssebench.reaper
-from ssebench.record import RunRecord
-from ssebench.session import RunSession
-
-pytest_ssebench.progress.LINES_EVERY = 0
-
-
-def execute(self, config, *, build=True):
-    time.sleep({seconds})
-    run_dir = self.plan.results / config.task.id / config.agent.name
-    run_dir.mkdir(parents=True, exist_ok=True)
-    grade = "passed" if config.agent.name == "reference" else "failed"
-    return RunRecord(config=config, run_id="r", run_dir=run_dir, started_at="now", grade=grade)
-
-
-RunSession.execute = execute
-RunSession.check_engine = lambda self: None
-ssebench.reaper.reap_orphans = lambda: 0
-ssebench.reaper.reap_session = lambda session: 0
-"""
+# How long each faked run takes.
 RUN_SECONDS = 1.6
 # What only a redrawn line writes: the cursor up a row.
 UP = "\x1b[1A"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +17,9 @@ from ssebench.record import RunRecord
 from ssebench.runspec import RunConfig
 from ssebench.scores import ScoreTable, pass_at_k, wilson_interval
 from ssebench.settings import get_settings
-from tests.helpers import DEMO, PILOT
+from tests.helpers import DEMO, FAKE_RUNS, PILOT
+
+pytest_plugins = ["pytester"]
 
 
 def _result(data: dict[str, Any]) -> RunResult:
@@ -299,3 +303,55 @@ def test_the_score_table_counts_the_runs_with_each_signal(tmp_path: Path) -> Non
     assert counts["refused requests"] == counts["tests"] == counts["set aside"] == "0"
     assert table.records()[0]["signal_refused_calls"] == 1 and table.records()[0]["signal_hiding_code"] == 0
     assert 'id="ssebench-signals"' in table.html() and "never a grade" in table.html()
+
+
+def test_the_score_table_leaves_runs_of_quarantined_tasks_out_and_says_how_many(tmp_path: Path) -> None:
+    table = ScoreTable()
+    table.add("a::x", "passed", _props("a"))
+    table.add("b::x", "failed", [*_props("b"), ("ssebench.quarantined", "flaky poc (1 of 3)")])
+    table.add("b::y", "error", [*_props("b"), ("ssebench.quarantined", "flaky poc (1 of 3)")])
+    table.add("b::y", "error", [*_props("b"), ("ssebench.quarantined", "flaky poc (1 of 3)")])  # its call report
+    table.add("c::x", "failed", [*_props("c"), ("ssebench.quarantined", "")])  # not quarantined: "" is None
+    header, row = table.cells()
+    cells = dict(zip(header, row, strict=True))
+    assert (cells["runs"], cells["passed"], cells["failed"], cells["error"]) == ("2", "1", "1", "0")
+    assert table.left_out_line() == "2 run(s) of quarantined tasks left out (dataset.yaml: quarantine)"
+    assert "2 run(s) of quarantined tasks left out" in table.html()
+    assert ScoreTable().left_out_line() is None
+
+
+def test_only_a_quarantined_tasks_runs_say_so_in_their_properties(tmp_path: Path) -> None:
+    record = _record("c-demo", tmp_path)
+    assert "ssebench.quarantined" not in dict(properties(record))
+    task = replace(record.config.task, quarantined="flaky poc (1 of 3)")
+    record.config = replace(record.config, task=task)
+    assert dict(properties(record))["ssebench.quarantined"] == "flaky poc (1 of 3)"
+    # summary.json says it too, for the score tables made from a results directory.
+    assert record.to_summary()["task"]["quarantined"] == "flaky poc (1 of 3)"
+
+
+def test_the_plugins_score_table_leaves_a_quarantined_task_out_and_says_so(pytester: pytest.Pytester) -> None:
+    shutil.copytree(DEMO, pytester.path / "datasets" / "demo")
+    dataset = pytester.path / "datasets" / "demo" / "dataset.yaml"
+    dataset.write_text(dataset.read_text() + "quarantine:\n  go-demo: flaky function test (1 of 3)\n")
+    (pytester.path / "conftest.py").write_text(FAKE_RUNS.format(seconds=0))
+    result = pytester.runpytest_subprocess(
+        "datasets/demo/c-demo",
+        "datasets/demo/go-demo",
+        "--agent",
+        "reference",
+        "--agent",
+        "dummy",
+        "--results",
+        "out",
+        "-p",
+        "no:randomly",
+        "-p",
+        "no:cacheprovider",
+    )
+    result.assert_outcomes(passed=2, failed=2)  # both tasks ran: quarantine leaves out the counting only
+    out = result.stdout.str()
+    table = out[out.index("SSEBench scores") : out.index("shortcut signals")]
+    assert "2 run(s) of quarantined tasks left out (dataset.yaml: quarantine)" in table
+    rows = [line.split() for line in table.splitlines() if line.startswith(("reference ", "dummy "))]
+    assert sorted((row[0], row[4]) for row in rows) == [("dummy", "1"), ("reference", "1")]  # one run each

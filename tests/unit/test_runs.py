@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +82,23 @@ def test_the_score_table_from_a_results_directory_counts_as_the_plugin_does() ->
     assert cells["dummy"]["failed"] == "2" and cells["dummy"]["tokens"] == "84000"
     assert cells["reference"]["passed"] == "1" and cells["reference"]["PoC"] == "100%"
     assert cells["reference"]["pass rate [95% CI]"] == "100% [21-100]"
+
+
+def test_the_score_table_of_a_results_directory_leaves_quarantined_tasks_out(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    results = tmp_path / "results"
+    shutil.copytree(RESULTS_FIXTURE, results, symlinks=True)
+    # The dummy's runs ran while their task was quarantined (summary.json's task.quarantined).
+    for path in results.glob("*/*/dummy/*/summary.json"):
+        summary = json.loads(path.read_text())
+        summary["task"]["quarantined"] = "flaky poc (1 of 3)"
+        path.write_text(json.dumps(summary))
+    table = score_table(read_runs(results))
+    assert [row[0] for row in table.cells()[1:]] == ["reference"]
+    assert table.left_out_line() == "2 run(s) of quarantined tasks left out (dataset.yaml: quarantine)"
+    assert main(["results", "export", str(results), "--table", "scores", "--out", str(tmp_path / "s.csv")]) == 0
+    assert "2 run(s) of quarantined tasks left out" in capsys.readouterr().err
 
 
 def _export(capsys: pytest.CaptureFixture[str], *args: str) -> str:

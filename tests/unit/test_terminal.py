@@ -157,7 +157,9 @@ def test_dataset_verify_output_is_escaped(
 ) -> None:
     from ssebench import verify
 
-    def verified(settings: object, tasks: list[object], results: Path, *, jobs: int, say: object) -> list[object]:
+    def verified(
+        settings: object, tasks: list[object], results: Path, *, jobs: int, say: object, **_: object
+    ) -> list[object]:
         say(f"c-demo reference: failed — {ATTACK}")  # type: ignore[operator]
         return [verify.TaskVerdict(load_task(DEMO / "c-demo"), problems=[f"c-demo (reference): {ATTACK}"])]
 

@@ -215,6 +215,17 @@ def test_the_score_table_has_its_rows_and_plot(results: Path) -> None:
     assert filtered.count('class="ci"') == 1
 
 
+def test_the_score_table_leaves_quarantined_tasks_out_and_says_how_many(results: Path) -> None:
+    assert "quarantined" not in client(results).get("/").text
+    for path in results.glob("*/*/dummy/*/summary.json"):  # runs of a task quarantined when they ran
+        summary = json.loads(path.read_text())
+        summary["task"]["quarantined"] = "flaky poc (1 of 3)"
+        path.write_text(json.dumps(summary))
+    page = client(results).get("/").text
+    assert "2 run(s) of quarantined tasks left out (dataset.yaml: quarantine)" in page
+    assert page.count('class="ci"') == 2  # reference and the hostile run's; the dummy's row is gone
+
+
 def test_runs_filter_and_sort(results: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     viewer = client(results)
     assert viewer.get("/runs").text.count('<tr class="run">') == 4
