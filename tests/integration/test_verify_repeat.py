@@ -4,6 +4,7 @@ reading every run back."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,9 @@ def test_repeat_2_prints_the_flake_table_and_resume_runs_nothing_again(
     demo_images: list[Task], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     results = tmp_path / "results"
-    command = ["dataset", "verify", str(DEMO), "-k", "c-demo", "--repeat", "2", "-n", "2", "--results", str(results)]
+    demo = tmp_path / "demo"
+    shutil.copytree(DEMO, demo)  # a verify records image ids beside its dataset: never in the repository's
+    command = ["dataset", "verify", str(demo), "-k", "c-demo", "--repeat", "2", "-n", "2", "--results", str(results)]
     assert main(command) == 0
     said = capsys.readouterr()
     # Two runs each of reference and dummy, one of hollow: c-demo alone of the demo's three tasks.
@@ -37,3 +40,4 @@ def test_repeat_2_prints_the_flake_table_and_resume_runs_nothing_again(
     assert main([*command, "--resume"]) == 0
     said = capsys.readouterr()
     assert said.err.count("(resumed)") == 5 and "(5 run(s) resumed)" in said.out
+    assert list(json.loads((demo / "images.json").read_text())["tasks"]) == ["c-demo"]
