@@ -230,7 +230,9 @@ def past_runs(results_root: Path) -> Iterator[PastRun]:
     from ssebench.runs import read_runs
 
     newest: dict[tuple[str, ...], tuple[StoredRun, str]] = {}
-    for run in read_runs(results_root):  # oldest first: a later run of the same three replaces it
+    for run in reversed(read_runs(results_root)):  # newest first: each group's patch is read once found
+        if run.parts[:3] in newest:
+            continue
         patch = read_safely(run.run_dir, "final.patch", limit=PATCH_CAP, tail=False)
         if patch is not None:
             newest[run.parts[:3]] = (run, patch)

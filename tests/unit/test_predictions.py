@@ -288,3 +288,21 @@ def test_an_applied_prediction_and_any_other_run_are_graded_by_the_checks(tmp_pa
     assert prediction_not_applied(_settings(tmp_path), None) is None
     # An agent's own non-zero exit is never read so: only the predictions agent does nothing but apply.
     assert prediction_not_applied(_settings(tmp_path, prediction=False), failed) is None
+
+
+def test_past_runs_give_the_newest_run_with_a_patch_of_each_task_model_and_agent(tmp_path: Path) -> None:
+    from ssebench.predictions import past_runs
+
+    def run(name: str, started: str, patch: str | None) -> None:
+        folder = tmp_path / "c-demo" / "m" / "chat-agent" / name
+        folder.mkdir(parents=True)
+        summary = {"task": {"id": "c-demo"}, "config": {"agent": "chat-agent", "model": "m"}, "started_at": started}
+        (folder / "summary.json").write_text(json.dumps(summary))
+        if patch is not None:
+            (folder / "final.patch").write_text(patch)
+
+    run("20261201T000000-d2-sandbox-aaaaaa", "2026-12-01T00:00:00+00:00", "old\n")
+    run("20261202T000000-d2-sandbox-bbbbbb", "2026-12-02T00:00:00+00:00", "new\n")
+    run("20261203T000000-d2-sandbox-cccccc", "2026-12-03T00:00:00+00:00", None)  # no patch: not a prediction
+    [found] = past_runs(tmp_path)
+    assert (found.instance_id, found.model, found.patch) == ("c-demo", "chat-agent/m", "new\n")
