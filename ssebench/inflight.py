@@ -7,15 +7,14 @@ and again, each session's under the progress line its sweep writes (`ssebench.pr
 
 from __future__ import annotations
 
-import io
 import re
-import tarfile
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ssebench.archive import one_file
 from ssebench.logs import columns
 from ssebench.progress import PROGRESS_DIR, Snapshot, status_line
 from ssebench.runtime.contract import (
@@ -61,15 +60,7 @@ def phase_text(archive: bytes) -> bytes | None:
     an archive that is anything else (too long, a link, more than one member, not a tar)."""
     if len(archive) > _ARCHIVE_CAP:
         return None
-    try:
-        with tarfile.open(fileobj=io.BytesIO(archive), mode="r:") as tar:
-            members = tar.getmembers()
-            if len(members) != 1 or not members[0].isreg() or members[0].size > PHASE_FILE_CAP:
-                return None
-            extracted = tar.extractfile(members[0])
-            return extracted.read(PHASE_FILE_CAP + 1) if extracted is not None else b""
-    except (tarfile.TarError, OSError):
-        return None
+    return one_file(archive, PHASE_FILE_CAP)
 
 
 def phase_archive(container: str) -> bytes | None:
