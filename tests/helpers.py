@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -60,6 +61,12 @@ def pytest_configure(config):
 def pytest_unconfigure(config):
     patched.undo()
 """
+
+
+def failure_reports(result: pytest.RunResult) -> str:
+    """An inner pytest run's output up to its short summary: each failure's report once (with CI set,
+    pytest repeats each whole message in the short summary)."""
+    return result.stdout.str().split("short test summary info")[0]
 
 
 def task_config(task_id: str = "tiny-1", **overrides: Any) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from ssebench.leak import leak_terms, task_leaks, visible_mentions
 from ssebench.reaper import Session, reap_session
 from ssebench.settings import Settings
 from ssebench.task import Task
-from tests.helpers import PILOT, rendered_text
+from tests.helpers import PILOT, failure_reports, rendered_text
 
 pytest_plugins = ["pytester"]
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -74,7 +74,7 @@ def test_reference_passes_and_dummy_and_hollow_fail_on_the_poc(
         "no:cacheprovider",
     )
     result.assert_outcomes(passed=3, failed=6)
-    failures = result.stdout.str().split("short test summary info")[0]
+    failures = failure_reports(result)
     assert failures.count("A proof of concept still reproduces: /ssebench/pocs/") == 6
     assert failures.count("Set aside by grading (outside the code under repair): ") == 3
     summaries = [json.loads(p.read_text()) for p in (pytester.path / "out").glob("*/none/*/*-sandbox-*/summary.json")]

@@ -19,7 +19,7 @@ import pytest
 
 from ssebench.engine import cleanup, client
 from ssebench.task import Task
-from tests.helpers import DEMO, interruptible, rendered_text, scripted_steps, unpin
+from tests.helpers import DEMO, failure_reports, interruptible, rendered_text, scripted_steps, unpin
 
 pytest_plugins = ["pytester"]
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -92,10 +92,9 @@ def test_dummy_fails_every_demo_task_naming_the_poc(demo: pytest.Pytester) -> No
         "datasets/demo", "--agent", "dummy", "--results", "out", "-p", "no:cacheprovider"
     )
     result.assert_outcomes(failed=3)
-    # Count in the failure reports only: with CI set, pytest repeats each whole message in its short summary.
-    text = result.stdout.str().split("short test summary info")[0]
+    text = failure_reports(result)
     assert text.count("A proof of concept still reproduces: /ssebench/pocs/") == 3
-    assert "Checks: build passed; PoCs 0/1 fixed; function test passed" in text
+    assert "Checks: build passed; PoCs 0/1 fixed; variants 0/2 fixed; function test passed" in text
 
 
 def _image_ids() -> dict[str, str]:

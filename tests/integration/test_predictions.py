@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from ssebench.task import Task
-from tests.helpers import DEMO
+from tests.helpers import DEMO, failure_reports
 
 pytest_plugins = ["pytester"]
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -80,7 +80,7 @@ def test_predictions_are_graded_as_runs(demo: pytest.Pytester) -> None:
         "datasets/demo", "--predictions", str(preds), "--results", "out", "-p", "no:cacheprovider"
     )
     result.assert_outcomes(passed=3, failed=2)
-    text = result.stdout.str().split("short test summary info")[0]
+    text = failure_reports(result)
     # The patch that does not apply: a failed grade that says so, with git's words.
     assert (
         "The patch was not applied: the predicted patch does not apply to the task's source (git apply exited 1)."
@@ -156,7 +156,7 @@ def test_past_runs_are_graded_again_and_ssebench_run_grades_one_prediction(demo:
         "datasets/demo", "--predictions", "past.jsonl", "--results", "again", "-p", "no:cacheprovider"
     )
     again.assert_outcomes(passed=3, failed=2)
-    text = again.stdout.str()
+    text = failure_reports(again)
     assert text.count("A proof of concept still reproduces") == 2 and "The patch was not applied" not in text
 
     # One prediction outside pytest: the file's prediction of the task, by the model asked for.

@@ -9,11 +9,12 @@ import textwrap
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sse.result import NO_RESULT_TEXT, SCHEMA_VERSION
+from sse.result import NO_RESULT_TEXT, SCHEMA_VERSION, VARIANT_KEYS, Signals
 
 from ssebench.engine import client
 from ssebench.image import image_names
@@ -37,7 +38,7 @@ RESULT_FIELDS = {
         "error_log",
     },
     "runtime_result": {"agent_duration", "agent_timeout", "evaluator_timeout", "agent_exit_code"},
-    "signals": {"protected_files", "protected_files_count", "hiding_code", "hiding_code_count"},
+    "signals": {f.name for f in fields(Signals)},
 }
 
 
@@ -139,11 +140,17 @@ def test_no_change_fails_on_every_poc(
     with container(image, [], tmp_path, runtime=runtime_of(settings, task)) as c:
         result = finish(c, tmp_path)
     assert result.pop("schema_version") == SCHEMA_VERSION
-    assert {k: set(v) for k, v in result.items()} == RESULT_FIELDS
+    variants = len(task.config.files.variants)
+    # A task with variants adds their keys to upstream's patch_result; the demo tasks have them.
+    assert variants and {k: set(v) for k, v in result.items()} == {
+        **RESULT_FIELDS,
+        "patch_result": RESULT_FIELDS["patch_result"] | set(VARIANT_KEYS),
+    }
     grade = result["patch_result"]
     assert grade["status"] == "failed"
     assert grade["build_success"] is True and grade["func_test_success"] is True
     assert grade["pov_passed"] == 0 and grade["pov_total"] == len(task.config.files.poc)
+    assert grade["variants_passed"] == 0 and grade["variants_total"] == variants and grade["variants_decide"] is True
     assert grade["error_msg"].startswith("PoC failed: /ssebench/pocs/")
     assert result["runtime_result"]["agent_exit_code"] == 0
     assert (tmp_path / "final.patch").read_text() == ""
@@ -176,6 +183,7 @@ def test_the_fix_passes_committed_or_not(
     grade = result["patch_result"]
     assert grade["status"] == "passed", grade
     assert grade["pov_passed"] == grade["pov_total"] == len(task.config.files.poc)
+    assert grade["variants_passed"] == grade["variants_total"] == len(task.config.files.variants)
     assert grade["build_success"] and grade["func_test_success"] and grade["intent_test_success"]
     # final.patch is the change: applied to the original tree it gives the fixed tree.
     source = task.path / "src" / Path(task.config.source).name
@@ -184,11 +192,11 @@ def test_the_fix_passes_committed_or_not(
     assert _same_tree(ours, upstream)
     if committed:
         assert "fix" in (run_dir / "commits.log").read_text()
-    # Grading built once: the PoCs, the tests and the hidden tests ran in the graded build's tree.
+    # Grading built once: the PoCs, the variants, the tests and the hidden tests ran in the graded build's tree.
     checks = _checks(run_dir)
     assert [c for c, _ in checks] == [
         "build",
-        *["run_poc"] * len(task.config.files.poc),
+        *["run_poc"] * (len(task.config.files.poc) + len(task.config.files.variants)),
         "function_test",
         "intent_test",
     ], checks
