@@ -23,12 +23,15 @@ costs. What is searched for, and why:
 - From a PoC or variant, its longest runs of bytes between line breaks and
   NULs, cut to `WINDOW` bytes, when at least `MIN_WINDOW` long with
   `MIN_DISTINCT` different bytes, not a run or a ramp of bytes (`AAAA…`,
-  `((((…` and `\x0e\x0f\x10…` say nothing; compilers hold such tables); and the
+  `((((…` and `\x0e\x0f\x10…` say nothing; compilers hold such tables) and
+  not one word (`crlDistributionPoints` is a name of the format the program
+  reads, which its headers, libraries and symbol files name too); and the
   whole file, by size and SHA-256, which finds an exact copy of a PoC of a
   few bytes or of nothing but common text, where no window could.
 - A searched line that the vulnerable tree (the task's `source`, as the
   agent reads it) already holds is not a leak: the tree is the task. Such
-  lines are dropped after the pass.
+  lines are dropped after the pass. A git history inside the tree is not the
+  tree: it can hold later, fixed code, and what it holds exempts nothing.
 
 A file *holds* a hunk, test hunk or input when it holds `HOLD` of its
 searched lines (all of them, when it has fewer): one common line in an
@@ -106,6 +109,8 @@ _ALIGNMENT = re.compile(rb"\t|  +")
 _BREAKS = re.compile(rb"[\r\n\x00]")
 # A comment's line: `/* …`, ` * …` or ` */` (not `*ptr = 0;`), `// …` (Go, Rust, C), `# …` (not `#include`).
 _COMMENT = re.compile(rb"/\*|\*(?:\s|/|$)|//|#(?:\s|!|$)")
+# A window that is one word: a name of the input's format (a field, keyword or symbol), not the input.
+_WORD = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def leak_terms(task: Task) -> list[str]:
@@ -160,12 +165,23 @@ def patterned(window: bytes) -> bool:
     return bool(steps) and steps.most_common(1)[0][1] * 2 > len(window) - 1
 
 
+def distinctive(window: bytes) -> bool:
+    """Whether a window of an input can tell a copy of it from other files: long enough, of enough
+    different bytes, neither `patterned` nor one word (which the program's own headers and libraries
+    name)."""
+    return (
+        len(window) >= MIN_WINDOW
+        and len(set(window)) >= MIN_DISTINCT
+        and not patterned(window)
+        and not _WORD.fullmatch(window)
+    )
+
+
 def input_terms(data: bytes) -> tuple[bytes, ...]:
     """The searched windows of a PoC's bytes: runs between line breaks and NULs, stripped, cut to WINDOW
-    bytes, at least MIN_WINDOW long with MIN_DISTINCT different bytes and not `patterned`; the longest
-    PER_PIECE."""
+    bytes, that are `distinctive`; the longest PER_PIECE."""
     windows = (run.strip()[:WINDOW] for run in _BREAKS.split(data))
-    return _longest(w for w in windows if len(w) >= MIN_WINDOW and len(set(w)) >= MIN_DISTINCT and not patterned(w))
+    return _longest(w for w in windows if distinctive(w))
 
 
 def answer_pieces(task: Task) -> list[Piece]:
@@ -207,7 +223,8 @@ def name_pieces(terms: list[str]) -> list[Piece]:
 # sizes of whole files to hash. Every line out is `TAG PATH\0MATCH` (T: a file, Z: a file decompressed,
 # G: a git history) or `H SHA256  PATH`. Top-level links (/bin -> usr/bin) are skipped, not followed, so
 # nothing is read twice; /proc, /sys and /dev are left out by name at the top only (a tree's own `sys/`
-# folder is searched).
+# folder is searched). A git history is read whoever owns it (safe.directory): git refuses another user's
+# repository by default, and the agent can tell it not to.
 _SEARCH = r"""
 cd /
 export LC_ALL=C
@@ -227,7 +244,7 @@ xargs -r -d '\n' sh -c 'find "$@" -xdev -type f -readable \( -name "*.gz" -o -na
   esac 2>/dev/null | one Z "$f (compressed)"
 done
 xargs -r -d '\n' sh -c 'find "$@" -xdev -name .git 2>/dev/null' sh < "$W/dirs" | while IFS= read -r g; do
-  git -C "${g%/.git}" log --all -p --format='%H %s%n%b' 2>/dev/null | one G "$g (history)"
+  git -c safe.directory='*' -C "${g%/.git}" log --all -p --format='%H %s%n%b' 2>/dev/null | one G "$g (history)"
 done
 if [ -s "$W/sizes" ]; then
   xargs -r -d '\n' sh -c 'find "$@" -xdev -type f -readable \( '"$(cat "$W/sizes")"' \) \
@@ -265,6 +282,10 @@ def parse(out: bytes, terms: Iterable[bytes]) -> ScanOutput:
     return ScanOutput(matches, hashes)
 
 
+# What follows the path of a git folder whose history held a match.
+HISTORY = " (history)"
+
+
 def _inside(path: str, folder: str) -> bool:
     return PurePosixPath(path.split(" (", 1)[0]).is_relative_to(folder)
 
@@ -275,7 +296,7 @@ def judge(output: ScanOutput, pieces: list[Piece], source: str | None, scratch: 
     in_tree: set[bytes] = set()
     if source is not None:
         for path, found in output.matches.items():
-            if _inside(path, source):
+            if _inside(path, source) and not path.endswith(HISTORY):
                 in_tree |= found
     hits: list[Hit] = []
     for path, found in sorted(output.matches.items()):

@@ -2,13 +2,17 @@
 
 The positive control builds a throwaway image from c-demo's tool image with copies planted where uid 1000
 can read them: a hunk of the fix (indented otherwise), the hidden tests' text, a PoC and a variant under
-other names, a PoC's text inside another file, the whole fix gzipped, and an advisory id; and one copy of a
-PoC where only root can read it, as /ssebench holds them, which must not be found.
+other names, a PoC's text inside another file, the whole fix gzipped, an advisory id, and a root-owned git
+history inside the vulnerable tree whose commit holds the fix (git refuses another user's repository unless
+told otherwise; the agent can tell it); and one copy of a PoC where only root can read it, as /ssebench holds
+them, which must not be found.
 """
 
 from __future__ import annotations
 
 import gzip
+import shutil
+import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -84,6 +88,15 @@ def planted(demo_images: list[Task], settings: Settings, tmp_path: Path) -> Iter
     plant("etc/leaked.gz", gzip.compress(patch))
     plant("usr/share/doc/names.txt", b"fixed upstream, see CVE-2023-43641\n")
     plant("root-only/secret.tlv", task_file(task.path, files.poc[0]).read_bytes())
+    history = tmp_path / "history"
+    history.mkdir()
+    (history / "fixed.c").write_bytes(b"".join(line + b"\n" for _, lines in diff_hunks(patch) for line in lines))
+    git = ["git", "-C", str(history), "-c", "user.name=m", "-c", "user.email=m@x"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "later work"], check=True)
+    assert task.config.source
+    shutil.copytree(history / ".git", root / task.config.source.lstrip("/") / ".git")
     (tmp_path / "Dockerfile").write_text(PLANTED_DOCKERFILE)
     tag = f"{settings.prefix}/leak-control:{uuid.uuid4().hex[:12]}"
     tool = image_names(settings, task)["tool"]
@@ -113,4 +126,5 @@ def test_every_planted_copy_of_the_answer_is_found_and_nothing_else(
         ("/srv/corpus/embedded.txt", "poc", "pocs/negative_index.cue"),
         *(("/etc/leaked.gz (compressed)", "fix", where) for where in fix),
         ("/usr/share/doc/names.txt", "name", "CVE-2023-43641"),
+        *((f"{task.config.source}/.git (history)", "fix", where) for where in fix),
     }

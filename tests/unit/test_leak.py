@@ -88,6 +88,17 @@ def test_an_inputs_windows_are_its_distinctive_runs_between_breaks() -> None:
     assert input_terms(b"\n") == ()
 
 
+def test_a_window_that_is_one_word_is_the_formats_vocabulary_not_the_input() -> None:
+    # openssl-rs's PoC names a certificate extension, which every TLS library's headers and symbols name too.
+    assert input_terms(b"crlDistributionPoints\nsection\n") == ()
+    assert input_terms(b"crlDistributionPoints = critical,section\n") == (b"crlDistributionPoints = critical,section",)
+    assert input_terms(b"dirName:issuer_dn\n") == (b"dirName:issuer_dn",)
+    # A word-only input is still found as a whole file, by its hash.
+    openssl = next(t for t in load_tasks(PILOT) if t.id == "openssl-rs-RUSTSEC-2023-0024")
+    poc = next(p for p in answer_pieces(openssl) if p.kind == "poc")
+    assert poc.terms == () and poc.sha256 is not None
+
+
 def test_the_demo_and_pilot_answers_are_pieces_with_something_to_search_for() -> None:
     tasks = load_tasks(DEMO) + load_tasks(PILOT)
     for task in tasks:
@@ -168,6 +179,23 @@ def test_lines_the_vulnerable_tree_holds_are_not_searched_for_but_names_always_a
     # With the third line in the tree too, nothing of the hunk is left to find.
     output.matches["/src/proj/more.c"] = {b"cccc line three"}
     assert judge(output, [hunk], "/src/proj", "/tmp/scan") == []
+
+
+def test_the_trees_git_history_is_not_the_tree() -> None:
+    # A history in the tree can hold the fixed code (a clone with later commits): what it holds is searched for
+    # like any file's, and exempts nothing elsewhere.
+    hunk = _piece(b"aaaa line one", b"bbbb line two", b"cccc line three")
+    output = ScanOutput(
+        matches={
+            "/src/proj/.git (history)": {b"aaaa line one", b"bbbb line two", b"cccc line three"},
+            "/home/notes/copy.c": {b"aaaa line one", b"bbbb line two", b"cccc line three"},
+        },
+        hashes={},
+    )
+    assert judge(output, [hunk], "/src/proj", "/tmp/scan") == [
+        Hit("/home/notes/copy.c", hunk),
+        Hit("/src/proj/.git (history)", hunk),
+    ]
 
 
 def test_a_copy_of_an_input_is_found_by_its_hash_whatever_its_name() -> None:
