@@ -142,6 +142,8 @@ class RunItem(pytest.Item):
         task = run.task
         for marker in (task.language, run.mode, "ssebench", dataset_marker(task.dataset)):
             self.add_marker(marker)
+        if task.long:
+            self.add_marker("long")
 
     @property
     def run(self) -> RunConfig:

@@ -21,6 +21,7 @@ MARKERS = {
     "sandbox": "a run in sandbox mode",
     "sidecar": "a run in sidecar mode (the agent in a container of its own)",
     "ssebench": "an SSEBench run",
+    "long": "a run of a task over the cost ceiling (dataset.yaml: long); -m 'not long' runs the quick set",
 }
 
 

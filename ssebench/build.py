@@ -75,6 +75,8 @@ class BuildReport:
     # From the registry (--registry) instead of built here, and pushed to it.
     pulled: list[str] = field(default_factory=list)
     pushed: list[str] = field(default_factory=list)
+    # How long each image built here took, in seconds.
+    seconds: dict[str, float] = field(default_factory=dict)
 
 
 def ensure_layers(
@@ -123,7 +125,8 @@ def ensure_layers(
                     started = time.monotonic()
                     say(f"building {layer.kind:7} {layer.image} (log: {log_path(settings, layer.image)})")
                     build_layer(settings, layer, nocache=force, cancel=cancel)
-                    say(f"built    {layer.kind:7} {layer.image} in {time.monotonic() - started:.0f}s")
+                    report.seconds[layer.image] = time.monotonic() - started
+                    say(f"built    {layer.kind:7} {layer.image} in {report.seconds[layer.image]:.0f}s")
                     report.built.append(layer.image)
         for alias in layer.aliases:
             if images().id(alias) != images().id(layer.image):

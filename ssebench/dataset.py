@@ -20,13 +20,14 @@ DATASET_FILE = "dataset.yaml"
 _SKIP_DIRS = {"results", "node_modules", "__pycache__", "build", "dist"}
 
 
-class Quarantined(Strict):
-    """A task of the dataset whose verify runs disagree among themselves (`dataset verify --repeat`)."""
+class Listed(Strict):
+    """A task of the dataset set apart, with the reason: quarantined (its verify runs disagree among
+    themselves, `dataset verify --repeat`) or long (over the cost ceiling)."""
 
     task: str
     """The task's id."""
     reason: str
-    """Why it is quarantined: which check flaked, how often, and what was seen."""
+    """Why: which check flaked, how often, and what was seen; or what went over the ceiling, by how much."""
 
     @field_validator("task", "reason")
     @classmethod
@@ -43,13 +44,17 @@ class DatasetConfig(Strict):
     """The dataset's version (e.g. pilot-v1): bump it whenever results could change; results record it."""
     description: str | None = None
     """What the dataset holds, for people."""
-    quarantine: list[Quarantined] = Field(default_factory=list)
+    quarantine: list[Listed] = Field(default_factory=list)
     """Tasks whose results are noise: each with its reason. Still run and verified, but left out of the score
     table, which says how many runs it left out. A list of {task, reason}, or a mapping of task id to reason."""
+    long: list[Listed] = Field(default_factory=list)
+    """Tasks over the cost ceiling (a case image build or a reference run of more than 5 minutes on 2 cores;
+    `dataset verify` names them): each with its reason. Their runs carry the `long` marker, so
+    `-m "not long"` runs the quick set. The same two forms as `quarantine`."""
 
-    @field_validator("quarantine", mode="before", json_schema_input_type=list[Quarantined] | dict[str, str] | None)
+    @field_validator("quarantine", "long", mode="before", json_schema_input_type=list[Listed] | dict[str, str] | None)
     @classmethod
-    def _quarantine(cls, value: object) -> object:
+    def _listed(cls, value: object) -> object:
         # The mapping form (task: reason) is the list form written shorter.
         if value is None:
             return []
@@ -59,9 +64,9 @@ class DatasetConfig(Strict):
             raise ValueError("must be a list of {task, reason}, or a mapping of task id to reason")
         return value
 
-    @field_validator("quarantine")
+    @field_validator("quarantine", "long")
     @classmethod
-    def _once(cls, value: list[Quarantined]) -> list[Quarantined]:
+    def _once(cls, value: list[Listed]) -> list[Listed]:
         seen: set[str] = set()
         for entry in value:
             if entry.task.lower() in seen:
@@ -72,6 +77,10 @@ class DatasetConfig(Strict):
     def quarantined(self) -> dict[str, str]:
         """Task id (lower case) -> the reason it is quarantined."""
         return {entry.task.lower(): entry.reason for entry in self.quarantine}
+
+    def long_tasks(self) -> dict[str, str]:
+        """Task id (lower case) -> the reason it is over the cost ceiling."""
+        return {entry.task.lower(): entry.reason for entry in self.long}
 
     @field_validator("version", mode="before", json_schema_input_type=str | int | float)
     @classmethod
@@ -188,18 +197,22 @@ def _load_members(dataset_dir: Path, check_files: bool) -> _Members:
             ]
             continue
         seen[task.id.lower()] = task_dir
-        reason = members.config.quarantined().get(task.id.lower()) if members.config else None
-        members.tasks[key] = replace(task, quarantined=reason) if reason else task
+        if members.config is not None:
+            task = replace(
+                task,
+                quarantined=members.config.quarantined().get(task.id.lower()),
+                long=members.config.long_tasks().get(task.id.lower()),
+            )
+        members.tasks[key] = task
     if members.config is not None:
-        unknown = [e.task for e in members.config.quarantine if e.task.lower() not in seen]
         # A task's problems make it unknown here too: said once, by the task's own lines.
         known = {path.name.lower() for path in members.task_problems}
-        for task_id in unknown:
-            if task_id.lower() not in known:
+        for field_name, listed in (("quarantine", members.config.quarantine), ("long", members.config.long)):
+            for task_id in (e.task for e in listed if e.task.lower() not in seen and e.task.lower() not in known):
                 members.problems.append(
                     ConfigError(
                         dataset_dir / DATASET_FILE,
-                        "quarantine",
+                        field_name,
                         f"names task '{task_id}', which is not in this dataset: correct the id or remove the entry",
                     )
                 )

@@ -380,6 +380,8 @@ class Task:
     dataset_version: str | None = None
     # Why dataset.yaml quarantines the task (its runs are noise, left out of the score table); None if it does not.
     quarantined: str | None = None
+    # Why dataset.yaml lists the task as over the cost ceiling (its runs carry the `long` marker); None if not.
+    long: str | None = None
 
     @property
     def id(self) -> str:

@@ -47,6 +47,9 @@ from ssebench.settings import Settings
 from ssebench.task import Task
 
 AGENTS = ("reference", "dummy", "hollow")
+# A task's cost ceiling, in seconds: its case image builds, and a reference run's container ends, within it on a
+# 2-core machine. A task over it is listed under `long:` in dataset.yaml, so that `-m "not long"` leaves it out.
+CEILING = 300.0
 
 
 @dataclass
@@ -55,6 +58,7 @@ class TaskVerdict:
     # Each agent's runs, by trial (one each without repeats).
     runs: dict[str, list[RunRecord]] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
+    # How long its case image took to build in this verify; None when it was there already.
     build_seconds: float | None = None
 
     @property
@@ -65,6 +69,21 @@ class TaskVerdict:
     def records(self) -> dict[str, RunRecord]:
         """Each agent's first run."""
         return {agent: runs[0] for agent, runs in self.runs.items() if runs}
+
+    def run_seconds(self, agent: str) -> float | None:
+        """How long the agent's first run took, start to end."""
+        record = self.records.get(agent)
+        return record.durations.get("total") if record else None
+
+    def over_ceiling(self) -> list[str]:
+        """What of the task went over the cost ceiling (CEILING), each with its seconds."""
+        over = []
+        if self.build_seconds is not None and self.build_seconds > CEILING:
+            over.append(f"case image build {self.build_seconds:.0f} s")
+        seconds = self.run_seconds("reference")
+        if seconds is not None and seconds > CEILING:
+            over.append(f"reference run {seconds:.0f} s")
+        return over
 
 
 def judge(task: Task, agent: str, record: RunRecord, *, trials: int = 1) -> list[str]:
@@ -148,9 +167,11 @@ def verify(
     lifecycle = RunSession(settings, Plan(results=results, resume=resume))
     verdicts = {t.id: TaskVerdict(t) for t in tasks}
     agents = {name: load_agent(settings.agents_dir, name) for name in AGENTS}
+    build_seconds: dict[str, float] = {}
     for name, agent in agents.items():
         started = time.monotonic()
         outcome = build_images(settings, tasks, agent, jobs=max(jobs, settings.build_jobs), say=say)
+        build_seconds |= outcome.report.seconds
         for task_id, failure in outcome.failures.items():
             verdicts[task_id].problems.append(
                 f"{task_id}: images do not build ({failure.layer} layer): see {failure.log_path}"
@@ -221,6 +242,13 @@ def verify(
             for agent in AGENTS
             if agent in verdict.runs
         }
+        verdict.build_seconds = build_seconds.get(image_names(settings, verdict.task)["case"])
+        over = verdict.over_ceiling()
+        if over and not verdict.task.long:
+            say(
+                f"{verdict.task.id} is over the cost ceiling of {CEILING:.0f} s ({', '.join(over)}): "
+                "list it under long: in dataset.yaml with the reason"
+            )
     return [verdicts[t.id] for t in tasks]
 
 
@@ -327,7 +355,10 @@ def summary(
             "checks": v.task.checks(),
             "valid": v.valid,
             "quarantined": v.task.quarantined,
+            "long": v.task.long,
             "problems": v.problems,
+            "case_build_seconds": v.build_seconds,
+            "over_ceiling": v.over_ceiling(),
         }
         for agent, record in v.records.items():
             # The record's one-line form (ssebench.record: grade, checks, times), as the report's properties.
@@ -369,6 +400,7 @@ def markdown(report: dict[str, Any]) -> str:
         lines.append(
             f"| {row['task']} | {row['language']} | {', '.join(row['advisories']) or '-'} | {grades} | {valid} |"
         )
+    lines += ["", *cost_table(report)]
     if report.get("resumed"):
         lines += ["", f"{report['resumed']} run(s) read back from an earlier verify (--resume), not run again."]
     if report.get("repeat", 1) > 1:
@@ -377,6 +409,37 @@ def markdown(report: dict[str, Any]) -> str:
     if problems:
         lines += ["", "## Problems", ""] + [f"- {p}" for p in problems]
     return for_terminal("\n".join(lines) + "\n")
+
+
+def cost_table(report: dict[str, Any]) -> list[str]:
+    """What each task cost (markdown lines): its case image build, its reference and dummy runs, the check the
+    dummy failed first; and the tasks over the ceiling that dataset.yaml does not list as long."""
+
+    def seconds(value: object) -> str:
+        return f"{value:.0f} s" if isinstance(value, int | float) else "-"
+
+    lines = [
+        f"## Cost (ceiling {CEILING:.0f} s)",
+        "",
+        "| task | case build | reference run | dummy run | dummy fails on | long |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in report["tasks"]:
+        dummy = row.get("dummy") if isinstance(row.get("dummy"), dict) else {}
+        reference = row.get("reference") if isinstance(row.get("reference"), dict) else {}
+        fails_on = str(dummy.get("error_msg") or "-").split(":", 1)[0]
+        build = seconds(row.get("case_build_seconds")) if row.get("case_build_seconds") is not None else "reused"
+        cells = [build, seconds(reference.get("seconds")), seconds(dummy.get("seconds")), fails_on]
+        lines.append(f"| {row['task']} | {' | '.join(cells)} | {'yes' if row.get('long') else '-'} |")
+    unlisted = [f"{row['task']} ({', '.join(row['over_ceiling'])})" for row in report["tasks"]
+                if row.get("over_ceiling") and not row.get("long")]  # fmt: skip
+    lines += [
+        "",
+        "case build: the task's own image, when this verify built it (reused: it was there already).",
+        f"{len(unlisted)} task(s) over the ceiling and not listed as long"
+        + (f": {'; '.join(unlisted)}; list each under long: in dataset.yaml with the reason." if unlisted else "."),
+    ]
+    return lines
 
 
 def _runs_of(row: dict[str, Any], agent: str) -> list[str]:

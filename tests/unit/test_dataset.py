@@ -83,24 +83,43 @@ def test_missing_path_is_an_error(tmp_path: Path) -> None:
         load_tasks(tmp_path / "nope")
 
 
-# -- quarantine: tasks whose runs are noise ---------------------------------------------------------------
+# -- quarantine and long: tasks set apart, each with its reason ---------------------------------------------
+
+LISTS = {"quarantine": "quarantined", "long": "long"}  # dataset.yaml's field -> the Task's
 
 
+@pytest.mark.parametrize("listed", LISTS)
 @pytest.mark.parametrize(
     "entries",
     [
-        "quarantine:\n  - task: b-task\n    reason: flaky poc (1 of 3)\n",
-        "quarantine:\n  b-task: flaky poc (1 of 3)\n",
-        "quarantine:\n  B-TASK: flaky poc (1 of 3)\n",  # ids are case-insensitive, as everywhere
+        "LIST:\n  - task: b-task\n    reason: flaky poc (1 of 3)\n",
+        "LIST:\n  b-task: flaky poc (1 of 3)\n",
+        "LIST:\n  B-TASK: flaky poc (1 of 3)\n",  # ids are case-insensitive, as everywhere
     ],
 )
-def test_quarantine_as_a_list_or_a_mapping_marks_the_task_with_its_reason(tmp_path: Path, entries: str) -> None:
+def test_a_list_or_a_mapping_marks_the_task_with_its_reason(tmp_path: Path, entries: str, listed: str) -> None:
     dataset = write_dataset(tmp_path, tasks=("a-task", "b-task"))
-    (dataset / "dataset.yaml").write_text("version: v1\n" + entries)
-    tasks = {t.id: t.quarantined for t in load_dataset(dataset).tasks}
-    assert tasks == {"a-task": None, "b-task": "flaky poc (1 of 3)"}
+    (dataset / "dataset.yaml").write_text("version: v1\n" + entries.replace("LIST", listed))
+    other = next(name for name in LISTS.values() if name != LISTS[listed])
+    tasks = {t.id: (getattr(t, LISTS[listed]), getattr(t, other)) for t in load_dataset(dataset).tasks}
+    assert tasks == {"a-task": (None, None), "b-task": ("flaky poc (1 of 3)", None)}
     # Loaded one at a time, as pytest collects it, the task knows it too.
-    assert [t.quarantined for t in load_tasks(dataset / "b-task")] == ["flaky poc (1 of 3)"]
+    assert [getattr(t, LISTS[listed]) for t in load_tasks(dataset / "b-task")] == ["flaky poc (1 of 3)"]
+
+
+def test_a_long_tasks_runs_carry_the_long_marker(tmp_path: Path, pytester: pytest.Pytester) -> None:
+    dataset = write_dataset(tmp_path, tasks=("a-task", "b-task"))
+    (dataset / "dataset.yaml").write_text("version: v1\nlong:\n  b-task: reference run 410 s\n")
+
+    def collected(*marks: str) -> list[str]:
+        out = pytester.runpytest(
+            str(dataset), "--agent", "dummy", *marks, "--collect-only", "-q", "-p", "no:cacheprovider"
+        )
+        return sorted(line.split("/sse/config.yaml::")[0].rsplit("/", 1)[-1] for line in out.outlines if "::" in line)
+
+    assert collected() == ["a-task", "b-task"]
+    assert collected("-m", "not long") == ["a-task"]
+    assert collected("-m", "long") == ["b-task"]
 
 
 @pytest.mark.parametrize(
@@ -110,6 +129,11 @@ def test_quarantine_as_a_list_or_a_mapping_marks_the_task_with_its_reason(tmp_pa
             "quarantine:\n  - task: no-such-task\n    reason: x\n",
             "quarantine: names task 'no-such-task', which is not in this dataset: correct the id or remove the entry",
         ),
+        (
+            "long:\n  - task: no-such-task\n    reason: x\n",
+            "long: names task 'no-such-task', which is not in this dataset: correct the id or remove the entry",
+        ),
+        ("long:\n  a-task: ''\n", "long[0].reason: must not be empty"),
         ("quarantine:\n  - task: a-task\n", "quarantine[0].reason: required key is missing"),
         ("quarantine:\n  a-task: '  '\n", "quarantine[0].reason: must not be empty"),
         (
@@ -126,7 +150,7 @@ def test_quarantine_as_a_list_or_a_mapping_marks_the_task_with_its_reason(tmp_pa
         ),
     ],
 )
-def test_a_wrong_quarantine_is_one_line_naming_the_field(tmp_path: Path, entries: str, problem: str) -> None:
+def test_a_wrong_entry_is_one_line_naming_the_field(tmp_path: Path, entries: str, problem: str) -> None:
     dataset = write_dataset(tmp_path, tasks=("a-task",))
     (dataset / "dataset.yaml").write_text("version: v1\n" + entries)
     with pytest.raises(ConfigErrors) as info:

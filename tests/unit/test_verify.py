@@ -170,6 +170,8 @@ class Engine:
     def __init__(self) -> None:
         self.runs: list[RunConfig] = []
         self.outcome: Callable[[RunConfig], Outcome] = lambda config: AS_EXPECTED[config.agent.name]
+        # What the image builds report: the seconds of each image built.
+        self.built = SimpleNamespace(failures={}, report=SimpleNamespace(built=[], reused=[], seconds={}))
 
     def ran(self) -> list[tuple[str, int]]:
         return sorted((c.agent.name, c.trial) for c in self.runs)
@@ -198,12 +200,11 @@ def engine(monkeypatch: pytest.MonkeyPatch) -> Engine:
         record.write()
         return record
 
-    built = SimpleNamespace(failures={}, report=SimpleNamespace(built=[], reused=[]))
     monkeypatch.setattr(RunSession, "execute", execute)
     monkeypatch.setattr(RunSession, "check_engine", lambda self: None)
     monkeypatch.setattr(ssebench.reaper, "reap_orphans", lambda: 0)
     monkeypatch.setattr(ssebench.reaper, "reap_session", lambda session: 0)
-    monkeypatch.setattr(ssebench.verify, "build_images", lambda *args, **kwargs: built)
+    monkeypatch.setattr(ssebench.verify, "build_images", lambda *args, **kwargs: fake.built)
     monkeypatch.setattr(ssebench.verify, "task_leaks", lambda *args: [])
     return fake
 
@@ -234,6 +235,26 @@ def test_repeat_runs_reference_and_dummy_n_times_and_hollow_once(tmp_path: Path,
     assert "| c-demo | c | - | 3 passed | 3 failed | failed | yes |" in text
     assert "| c-demo | reference | 0/3 | 0/3 | 0/3 | 0/3 | 0/3 | 0/3 | no |" in text
     assert "0 flaky task(s)." in text
+
+
+@pytest.mark.parametrize("long", [None, "its case image builds in 7 minutes"])
+def test_a_task_over_the_cost_ceiling_is_named_unless_listed_as_long(
+    tmp_path: Path, engine: Engine, long: str | None
+) -> None:
+    task = replace(_c_demo(), long=long)
+    engine.built.report.seconds = {image_names(get_settings(), task)["case"]: 412.0, "other/image:1": 999.0}
+    said: list[str] = []
+    [verdict] = verify(get_settings(), [task], tmp_path / "results", say=said.append)
+    assert verdict.valid and verdict.build_seconds == 412.0
+    assert verdict.over_ceiling() == ["case image build 412 s"]
+    warned = "c-demo is over the cost ceiling of 300 s (case image build 412 s): list it under long: in dataset.yaml"
+    assert any(line.startswith(warned) for line in said) is (long is None), said
+    text = markdown(summary([verdict], "demo", "demo-v3", 1.0))
+    assert "| c-demo | 412 s | - | - | PoC failed | " + ("yes" if long else "-") + " |" in text
+    if long:
+        assert "0 task(s) over the ceiling and not listed as long." in text
+    else:
+        assert "1 task(s) over the ceiling and not listed as long: c-demo (case image build 412 s); list each" in text
 
 
 def test_a_stopped_verify_resumes_running_only_what_it_lacks(tmp_path: Path, engine: Engine) -> None:
