@@ -636,11 +636,13 @@ class Gateway:
             return error_reply(
                 503, "run_finished", f"run {run.run_id} finished while this call was upstream", call.api.protocol
             )
-        if reply.status == 200:
-            run.answered += 1
-        elif (failure := failed_upstream(reply)) is not None:
+        # A 200 whose stream ended in an error event, or broke off, answered nothing: the upstream failed.
+        failure = meter.failure if reply.status == 200 else failed_upstream(reply)
+        if failure is not None:
             run.upstream_failed += 1
             run.upstream_failure = failure
+        elif reply.status == 200:
+            run.answered += 1
         self._record(run, self._usage_record(run, reply.status, tokens, started, error))
         log.info(
             "run %s: %s %s -> %d, %d+%d tokens, %.2fs%s",
@@ -968,7 +970,7 @@ async def _relay(
             meter.feed(chunk)
             await pipe.put(chunk)
     except httpx.HTTPError as exc:
-        cut = f"upstream stream broke off ({type(exc).__name__})"
+        cut = meter.failure = f"upstream stream broke off ({type(exc).__name__})"
     finally:
         pipe.end()
     tokens, error = meter.result(cut)

@@ -168,6 +168,10 @@ def usage_of(protocol: ModelProtocol, body: bytes) -> tuple[Tokens, str | None]:
     return tokens, None
 
 
+# What a stream that ended in an error event (the upstream overloaded, or failing, mid-answer) is recorded with.
+STREAM_ERROR = "the upstream stream ended in an error event"
+
+
 class StreamUsage:
     """The usage of a streamed answer, read from its server-sent events as they pass to the agent.
 
@@ -219,13 +223,15 @@ class StreamUsage:
         kind = value.get("type")
         if self.protocol == "openai-chat":
             self.tokens = read_usage(self.protocol, value.get("usage")) or self.tokens
+            if isinstance(value.get("error"), dict):  # a chat stream's error: a chunk of its own, then the end
+                self.failure = STREAM_ERROR
         elif self.protocol == "openai-responses":
             if kind in ("response.completed", "response.incomplete", "response.failed"):
                 answer = value.get("response")
                 self.tokens = read_usage(self.protocol, answer.get("usage") if isinstance(answer, dict) else None)
                 self.ended = True
             elif kind == "error":
-                self.failure = "the upstream stream ended in an error event"
+                self.failure = STREAM_ERROR
         elif kind == "message_start":
             message = value.get("message")
             self.tokens = read_usage(self.protocol, message.get("usage") if isinstance(message, dict) else None)
@@ -241,7 +247,7 @@ class StreamUsage:
         elif kind == "message_stop":
             self.ended = True
         elif kind == "error":
-            self.failure = "the upstream stream ended in an error event"
+            self.failure = STREAM_ERROR
 
     def result(self, cut: str | None = None) -> tuple[Tokens, str | None]:
         """The tokens reported, and the stream's problem if it had one (`cut`: why it stopped early)."""

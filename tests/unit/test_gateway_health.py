@@ -125,6 +125,64 @@ def test_a_run_is_broken_only_when_every_call_failed_upstream(
         assert said is not None and said.startswith(broken) and "\n" not in said, said
 
 
+def _streaming(*events: bytes) -> httpx.MockTransport:
+    """An upstream answering every call 200 with a stream of these server-sent events, and the gateway's own
+    check (its list of models) 503, as a failing server does."""
+
+    def reply(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/models"):
+            return httpx.Response(503, json={"error": {"type": "overloaded_error", "message": "Overloaded"}})
+        body = b"".join(b"data: " + event + b"\n\n" for event in events)
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=body)
+
+    return httpx.MockTransport(reply)
+
+
+OVERLOADED = b'{"error": {"type": "overloaded_error", "message": "Overloaded"}}'
+ANSWER = b'{"choices": [{"delta": {"content": "ok"}}]}'
+USAGE = b'{"choices": [], "usage": {"prompt_tokens": 10, "completion_tokens": 2}}'
+
+
+@pytest.mark.parametrize(
+    "events, counts",
+    [
+        # A 200 whose stream is an error event answered nothing: the upstream failed, as a 5xx would have.
+        ((OVERLOADED,), (0, 2)),
+        ((ANSWER, OVERLOADED), (0, 2)),
+        # The same stream ending as streams do: answered (the positive control).
+        ((ANSWER, USAGE, b"[DONE]"), (2, 0)),
+    ],
+)
+def test_a_stream_that_ends_in_an_error_event_failed_upstream(
+    tmp_path: Path, events: tuple[bytes, ...], counts: tuple[int, int]
+) -> None:
+    setup = _setup(tmp_path, {"remote": _http_model()}, {"TEST_PROVIDER_KEY": SECRET})
+    setup.gateway.upstream_transport = _streaming(*events)
+
+    async def test() -> Usage:
+        run_key = await setup.register(model="remote")
+        async with setup.model(run_key["key"]) as client:
+            for _ in range(2):
+                streamed = await client.post("/v1/chat/completions", json=chat("remote", stream=True))
+                assert streamed.status_code == 200 and streamed.content.startswith(b"data: ")
+        return await setup.gateway.finish("run-1")
+
+    result: list[Usage] = []
+
+    async def calls() -> None:
+        result.append(await test())
+
+    run(calls)
+    [usage] = result
+    assert (usage.calls, usage.answered, usage.upstream_failed) == (2, *counts)
+    if counts[0] == 0:
+        assert usage.upstream_failure == "the upstream stream ended in an error event"
+        said = usage.upstream_broken()
+        assert said is not None and said.startswith("model remote: every call failed upstream (2 calls)"), said
+    else:
+        assert usage.upstream_broken() is None
+
+
 def test_a_run_that_made_no_call_and_old_usage_are_never_broken(tmp_path: Path) -> None:
     setup = _setup(tmp_path, {"remote": _http_model()}, {"TEST_PROVIDER_KEY": SECRET})
     assert _calls(setup, 0).upstream_broken() is None  # the agent chose not to call
