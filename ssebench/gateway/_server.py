@@ -68,7 +68,7 @@ from ssebench.gateway._limits import (
 )
 from ssebench.gateway._listeners import Connections, UvicornListeners, listen, server
 from ssebench.gateway._models import MODEL_PORT, Budget, ModelConfig
-from ssebench.gateway._usage import StreamUsage, Tokens, Usage, UsageRecord, usage_of
+from ssebench.gateway._usage import StreamUsage, Tokens, Usage, UsageRecord, estimate_said, estimated, usage_of
 from ssebench.gateway.scripted import Playback, Reply, error_body, error_reply
 from ssebench.schema import Strict
 from ssebench.settings import get_settings
@@ -492,12 +492,14 @@ class Gateway:
         try:
             response = await self._client.send(request, stream=True)
         except httpx.HTTPError as exc:
-            return _failed(
+            failed = _failed(
                 502,
                 "upstream_unreachable",
                 f"the upstream of model {model.name} did not answer: {type(exc).__name__}",
                 protocol,
             )
+            # A connection never made sent nothing; any later failure sent the call, which may be billed.
+            return failed if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout) else _sent(failed, call)
         try:
             if response.status_code in (401, 403):
                 # Never pass these bodies on: providers quote (part of) the key they refused.
@@ -514,11 +516,14 @@ class Gateway:
             try:
                 body = await response.aread()
             except httpx.HTTPError as exc:
-                return _failed(
-                    502,
-                    "upstream_unreachable",
-                    f"the upstream of model {model.name} broke off: {type(exc).__name__}",
-                    protocol,
+                return _sent(
+                    _failed(
+                        502,
+                        "upstream_unreachable",
+                        f"the upstream of model {model.name} broke off: {type(exc).__name__}",
+                        protocol,
+                    ),
+                    call,
                 )
             return _measured(protocol, Reply(response.status_code, body, content_type))
         finally:
@@ -623,12 +628,12 @@ class Gateway:
     async def _forward(self, run: Run, call: Call, pipe: Pipe | None) -> Reply:
         started = time.monotonic()
         run.calls += 1
-        meter = StreamUsage(call.api.protocol)
+        meter = StreamUsage(call.api.protocol, sent=len(call.payload))
         try:
             reply, tokens, error = await self._upstream(run, call, pipe, meter)
         except asyncio.CancelledError:
             # Finishing gave up waiting: the upstream may bill this call, so it is recorded, with the
-            # tokens its stream reported so far (none, unless it streamed).
+            # tokens its stream reported so far (else an estimate of its prompt, `estimated`).
             cut = "cancelled: the run finished while the call was upstream; the upstream may bill it"
             tokens, _ = meter.result()
             self._record(run, self._usage_record(run, 503, tokens, started, cut))
@@ -991,6 +996,13 @@ def _measured(protocol: ModelProtocol, reply: Reply) -> tuple[Reply, Tokens, str
 
 def _failed(status: int, kind: str, message: str, protocol: ModelProtocol) -> tuple[Reply, Tokens, str | None]:
     return _measured(protocol, error_reply(status, kind, message, protocol))
+
+
+def _sent(failed: tuple[Reply, Tokens, str | None], call: Call) -> tuple[Reply, Tokens, str | None]:
+    """A failure after the call went upstream: billed the estimate of its prompt (`estimated`)."""
+    reply, _, error = failed
+    tokens = estimated(len(call.payload))
+    return reply, tokens, f"{error}; {estimate_said(tokens)}"
 
 
 def _parse(raw: bytearray) -> Any:

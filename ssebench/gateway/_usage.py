@@ -121,6 +121,20 @@ class Tokens(NamedTuple):
     cache_write: int = 0
 
 
+# Bytes of a request body per token, for a call whose usage never came back: JSON and prose run about four.
+BYTES_PER_TOKEN = 4
+
+
+def estimated(sent: int) -> Tokens:
+    """The tokens of a call sent upstream whose usage never came back (a timeout, a stream that broke off or
+    reported none): its prompt, estimated from the body's size; the upstream may bill it, so the budget does."""
+    return Tokens(prompt=-(-sent // BYTES_PER_TOKEN))
+
+
+def estimate_said(tokens: Tokens) -> str:
+    return f"billed as {tokens.prompt} prompt tokens estimated from the request's size"
+
+
 # An upstream event longer than this is not read for usage (its bytes still reach the agent): the
 # parser's memory stays bounded whatever the upstream sends. A Responses `response.completed`
 # repeats the whole answer, so the bound is generous.
@@ -183,8 +197,9 @@ class StreamUsage:
     `message_stop`.
     """
 
-    def __init__(self, protocol: ModelProtocol) -> None:
+    def __init__(self, protocol: ModelProtocol, sent: int = 0) -> None:
         self.protocol = protocol
+        self.sent = sent  # the request body's bytes: what a stream without usage is billed by (`estimated`)
         self.tokens: Tokens | None = None
         self.ended = False
         self.failure: str | None = None
@@ -251,10 +266,12 @@ class StreamUsage:
 
     def result(self, cut: str | None = None) -> tuple[Tokens, str | None]:
         """The tokens reported, and the stream's problem if it had one (`cut`: why it stopped early)."""
-        tokens = self.tokens or Tokens()
         problem = cut or self.failure or (None if self.ended else "upstream stream was cut short before its end")
         if self.tokens is None:
-            return tokens, "upstream stream reports no usage" + (f" ({problem})" if problem else "")
+            tokens = estimated(self.sent)
+            said = f" ({problem})" if problem else ""
+            return tokens, f"upstream stream reports no usage{said}; {estimate_said(tokens)}"
+        tokens = self.tokens
         if problem:
             return tokens, f"{problem}; the tokens are those reported before it"
         return tokens, None

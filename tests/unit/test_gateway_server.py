@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -395,6 +395,58 @@ def test_an_unreachable_upstream_is_a_502(tmp_path: Path) -> None:
             reply = await client.post("/v1/chat/completions", json=chat("remote"))
         assert reply.status_code == 502 and reply.json()["error"]["type"] == "upstream_unreachable"
         assert setup.gateway.runs["run-1"].records[0].status == 502
+
+    run(test)
+
+
+def _failing(error: type[httpx.RequestError], *, stream: bool = False) -> httpx.MockTransport:
+    """An upstream whose every call ends in `error`: before an answer, or (`stream`) after a stream's first event
+    and before its usage."""
+
+    def fail(request: httpx.Request) -> httpx.Response:
+        if not stream:
+            raise error("no answer", request=request)
+
+        async def events() -> AsyncIterator[bytes]:
+            yield b'data: {"choices": [{"delta": {"content": "ok"}}]}\n\n'
+            raise error("broke off", request=request)
+
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=events())
+
+    return httpx.MockTransport(fail)
+
+
+@pytest.mark.parametrize(
+    "error, stream, billed",
+    [
+        # Never sent: nothing to bill.
+        (httpx.ConnectError, False, False),
+        (httpx.ConnectTimeout, False, False),
+        # Sent, and no usage came back: the upstream may bill the prompt, so the budget counts its estimate.
+        (httpx.ReadTimeout, False, True),
+        (httpx.RemoteProtocolError, False, True),
+        (httpx.ReadTimeout, True, True),
+    ],
+)
+def test_a_call_sent_whose_usage_never_came_is_billed_an_estimate_of_its_prompt(
+    tmp_path: Path, error: type[httpx.RequestError], stream: bool, billed: bool
+) -> None:
+    setup = _setup(tmp_path, {"remote": _http_model()}, {"TEST_PROVIDER_KEY": SECRET})
+    setup.gateway.upstream_transport = _failing(error, stream=stream)
+    body = chat("remote", text="x" * 4000, stream=stream)
+
+    async def test() -> None:
+        run_key = await setup.register(model="remote")
+        async with setup.model(run_key["key"]) as client:
+            await client.post("/v1/chat/completions", json=body)
+        [record] = setup.gateway.runs["run-1"].records
+        if billed:
+            # About four bytes a token: the 4,000-character prompt and the body around it.
+            assert 1000 <= record.prompt_tokens <= 1100 and record.completion_tokens == 0, record
+            assert record.cost == pytest.approx(record.prompt_tokens * 1.0 / 1e6)
+            assert record.error is not None and "estimated from the request's size" in record.error, record.error
+        else:
+            assert (record.prompt_tokens, record.cost) == (0, 0), record
 
     run(test)
 
