@@ -158,17 +158,21 @@ def load_agent(agents_dir: Path, name: str, *, closure: bool = True) -> Agent:
     return agent
 
 
+# A wheel's digest in a closure line, as pip's hash-checking mode reads it.
+_WHEEL_HASH = re.compile(r"--hash=sha256:[0-9a-f]{64}")
+
+
 def read_closure(path: Path) -> dict[str, str]:
-    """A closure file's pins, by normalized name; ConfigErrors naming each line that is not `name==version`
-    (comments and blank lines aside)."""
+    """A closure file's pins, by normalized name; ConfigErrors naming each line that is not
+    `name==version --hash=sha256:HEX` (comments and blank lines aside): the wheels installed are those locked."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(
             path,
             "",
-            "file not found; an agent with software.python pins its whole closure there, one name==version a line "
-            "(make it with `ssebench agents lock NAME`)",
+            "file not found; an agent with software.python pins its whole closure there, one "
+            "name==version --hash=sha256:HEX a line (make it with `ssebench agents lock NAME`)",
         ) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(path, "", f"cannot be read as UTF-8 text: {exc}") from None
@@ -178,9 +182,19 @@ def read_closure(path: Path) -> dict[str, str]:
         line = line.split("#", 1)[0].strip()
         if not line:
             continue
-        pin = parse_pin(line)
+        first, *hashes = line.split()
+        pin = parse_pin(first)
         if pin is None:
             errors.append(ConfigError(path, f"line {number}", f"'{line}' must be pinned exactly as name==version"))
+        elif not hashes or not all(_WHEEL_HASH.fullmatch(h) for h in hashes):
+            errors.append(
+                ConfigError(
+                    path,
+                    f"line {number}",
+                    f"'{first}' must carry its wheel's digest (--hash=sha256:HEX): make the closure again with "
+                    "`ssebench agents lock NAME --keep-versions`",
+                )
+            )
         elif pin[0] in pins:
             errors.append(ConfigError(path, f"line {number}", f"'{line}': {pin[0]} is pinned twice; keep one"))
         else:

@@ -511,6 +511,13 @@ def cmd_agents_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _kept_pins(closure: Path) -> list[str]:
+    """The name==version of each line of a closure, with its digests or without (one locked before closures
+    carried them)."""
+    lines = (line.split("#", 1)[0].split() for line in closure.read_text("utf-8").splitlines())
+    return [words[0] for words in lines if words]
+
+
 def cmd_agents_lock(args: argparse.Namespace) -> int:
     """Write an agent's pinned closure (requirements.txt) for the image's Python, resolved on this host."""
     from ssebench.agent import PYTHON_CLOSURE, load_agent
@@ -527,10 +534,15 @@ def cmd_agents_lock(args: argparse.Namespace) -> int:
 
         probed = probe_python(f"{settings.prefix}/base-c:{settings.base_version}")
         python, machine = python or probed[0], machine or probed[1]
-    pins = resolve_closure(agent.config.software.python, python, machine)
+    if args.keep_versions:
+        if agent.closure is None or not agent.closure.is_file():
+            raise SSEBenchError(f"{agent.path / PYTHON_CLOSURE}: --keep-versions needs a closure to keep")
+        pins = resolve_closure(_kept_pins(agent.closure), python, machine, exact=True)
+    else:
+        pins = resolve_closure(agent.config.software.python, python, machine)
     header = (
         f"# The whole closure of agents/{agent.name}'s software.python for Python {python} ({machine}), pinned:\n"
-        f"# made by `ssebench agents lock {agent.name}`; installed with --no-deps from the host's download.\n"
+        f"# made by `ssebench agents lock {agent.name}`; downloaded and installed (--no-deps) only as these wheels.\n"
     )
     (agent.path / PYTHON_CLOSURE).write_text(header + "".join(f"{pin}\n" for pin in pins), encoding="utf-8")
     load_agent(settings.agents_dir, args.name)  # the closure now bears agent.yaml's pins out
@@ -1002,6 +1014,11 @@ def parser() -> argparse.ArgumentParser:
             lock.add_argument("name", metavar="NAME", help="an agent under agents/")
             lock.add_argument("--python", metavar="X.Y", help="the images' Python (default: asked of base-c)")
             lock.add_argument("--machine", metavar="ARCH", help="the images' machine, e.g. x86_64 (default: asked)")
+            lock.add_argument(
+                "--keep-versions",
+                action="store_true",
+                help="keep the closure's versions and only fetch their wheels' digests again (no new resolve)",
+            )
             lock.set_defaults(func=cmd_agents_lock)
 
     results = sub.add_parser(

@@ -5,11 +5,14 @@ and an agent's venv are installed with `pip install --no-index` from a
 wheelhouse made here. Each requirements file pins a whole closure (the
 runtime's images/runtime/requirements.txt, an agent's requirements.txt), so
 the download needs no resolver and gives the same wheels on every machine;
-`resolve_closure` is how an agent's closure is made in the first place.
+`resolve_closure` is how an agent's closure is made in the first place. An
+agent's closure also carries each wheel's SHA-256, so pip downloads (and, in
+the volume, installs) only the wheels that were locked.
 """
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import subprocess
 import sys
@@ -93,21 +96,22 @@ def download(settings: Settings, requirements: str, python: str, machine: str, w
         partial = Path(tempfile.mkdtemp(prefix=".partial-", dir=root))
         try:
             (partial / "requirements.txt").write_text(requirements)
-            command = [
-                *_PIP_DOWNLOAD,
-                "-d",
-                str(partial),
-                "-r",
-                str(partial / "requirements.txt"),
-                *pip_args(python, machine),
-            ]
-            run = subprocess.run(command, capture_output=True, text=True, check=False)
-            if run.returncode != 0:
-                tail = last_lines(run.stdout + run.stderr, 10)
-                raise SSEBenchError(
-                    f"downloading {what}'s wheels for Python {python} ({machine}) failed; "
-                    f"the host needs a package index or PIP_FIND_LINKS with them:\n{tail}"
-                )
+            # pip checks every line's digest once one line has one: lines with digests (a locked closure) and
+            # those without (the runtime's pip, added to an agent's) are downloaded apart.
+            lines = [line for line in requirements.splitlines() if line.split("#", 1)[0].strip()]
+            groups = [[line for line in lines if "--hash=" in line], [line for line in lines if "--hash=" not in line]]
+            for number, group in enumerate(g for g in groups if g):
+                listed = partial / f".download-{number}.txt"
+                listed.write_text("".join(f"{line}\n" for line in group))
+                command = [*_PIP_DOWNLOAD, "-d", str(partial), "-r", str(listed), *pip_args(python, machine)]
+                run = subprocess.run(command, capture_output=True, text=True, check=False)
+                listed.unlink()
+                if run.returncode != 0:
+                    tail = last_lines(run.stdout + run.stderr, 10)
+                    raise SSEBenchError(
+                        f"downloading {what}'s wheels for Python {python} ({machine}) failed; "
+                        f"the host needs a package index or PIP_FIND_LINKS with them:\n{tail}"
+                    )
             (partial / ".complete").write_text("ok\n")
             if final.exists():
                 shutil.rmtree(final)
@@ -117,11 +121,13 @@ def download(settings: Settings, requirements: str, python: str, machine: str, w
     return final
 
 
-def resolve_closure(pins: Iterable[str], python: str, machine: str) -> list[str]:
-    """The whole closure of `pins` for `python` on `machine`, as sorted `name==version` lines: pip resolves it
-    on the host (for the image's interpreter, not the host's) and the wheels it picked name it."""
+def resolve_closure(pins: Iterable[str], python: str, machine: str, *, exact: bool = False) -> list[str]:
+    """The whole closure of `pins` for `python` on `machine`, as sorted `name==version --hash=sha256:HEX`
+    lines: pip resolves it on the host (for the image's interpreter, not the host's), and the wheels it picked
+    name it and give their digests. `exact`: `pins` is the closure already (`agents lock --keep-versions`):
+    only their wheels are fetched, for their digests."""
     with tempfile.TemporaryDirectory(prefix="ssebench-lock-") as folder:
-        command = [*_PIP_DOWNLOAD, "-d", folder, *pins, *pip_args(python, machine, deps=True)]
+        command = [*_PIP_DOWNLOAD, "-d", folder, *pins, *pip_args(python, machine, deps=not exact)]
         run = subprocess.run(command, capture_output=True, text=True, check=False)
         if run.returncode != 0:
             raise SSEBenchError(
@@ -132,7 +138,8 @@ def resolve_closure(pins: Iterable[str], python: str, machine: str) -> list[str]
         for wheel in Path(folder).glob("*.whl"):
             # A wheel's file name: {name}-{version}(-{build})?-{python}-{abi}-{platform}.whl, `_` for `-` in each.
             name, version = wheel.name.split("-")[:2]
-            found.append(f"{normalized(name)}=={version}")
+            sha256 = hashlib.sha256(wheel.read_bytes()).hexdigest()
+            found.append(f"{normalized(name)}=={version} --hash=sha256:{sha256}")
         return sorted(found)
 
 

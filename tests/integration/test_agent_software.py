@@ -12,10 +12,12 @@ import yaml
 from ssebench.agent import load_agent
 from ssebench.agentvolume import agent_binds, ensure_agent_volume
 from ssebench.engine import cleanup, client, images
+from ssebench.errors import SSEBenchError
 from ssebench.image import image_names
 from ssebench.runtimevolume import LABEL_FILL
 from ssebench.settings import Settings
 from ssebench.task import Task
+from ssebench.wheelhouse import agent_wheelhouse
 from tests.helpers import DEMO
 from tests.unit.test_agent_software import write_agent
 
@@ -36,11 +38,30 @@ def _volume(name: str) -> dict[str, object]:
     return found
 
 
+# The digest of six 1.17.0's wheel on PyPI (six-1.17.0-py2.py3-none-any.whl).
+SIX = "--hash=sha256:4721f391ed90541fddacab5acf947aa0d3dc7d27b2e1e8eda2be8970586c3274"
+
+
+def test_a_wheel_that_is_not_the_one_locked_is_refused(settings: Settings, tmp_path: Path) -> None:
+    """The closure's digests decide what the download takes: another wheel under the locked name fails it."""
+    write_agent(tmp_path, "software: {python: [six==1.17.0]}\n", f"six==1.17.0 --hash=sha256:{'0' * 64}\n", name="x")
+    agent = load_agent(tmp_path, "x")
+    with pytest.raises(SSEBenchError, match=r"downloading agent x's software's wheels .* failed") as info:
+        agent_wheelhouse(settings.model_copy(update={"cache_dir": tmp_path / "cache"}), agent, "3.11", "x86_64")
+    assert "THESE PACKAGES DO NOT MATCH THE HASHES" in str(info.value), info.value
+    # The positive control: the right digest downloads it.
+    write_agent(tmp_path, "software: {python: [six==1.17.0]}\n", f"six==1.17.0 {SIX}\n", name="x")
+    wheels = agent_wheelhouse(
+        settings.model_copy(update={"cache_dir": tmp_path / "cache"}), load_agent(tmp_path, "x"), "3.11", "x86_64"
+    )
+    assert (wheels / "six-1.17.0-py2.py3-none-any.whl").is_file() and list(wheels.glob("pip-*.whl"))
+
+
 def test_an_agent_volume_is_filled_once_root_s_alone_and_mounted_read_only(
     settings: Settings, demo_images: list[Task], tmp_path: Path
 ) -> None:
     """A small pinned agent (six, a wheel with no dependencies): its venv at /opt/agents/<name>, made once."""
-    write_agent(tmp_path, "version: '1'\nsoftware: {python: [six==1.17.0]}\n", "six==1.17.0\n", name="pinned")
+    write_agent(tmp_path, "version: '1'\nsoftware: {python: [six==1.17.0]}\n", f"six==1.17.0 {SIX}\n", name="pinned")
     agent = load_agent(tmp_path, "pinned")
     runtime = image_names(settings, demo_images[0])["runtime"]
     name = ensure_agent_volume(settings, agent, runtime)

@@ -32,6 +32,14 @@ FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "mini-swe-agent
 DOCKERFILE = 'ARG SSEBENCH_TOOL\nFROM ${SSEBENCH_TOOL}\nCOPY agent.py /opt/agent/agent.py\nCMD ["true"]\n'
 
 
+def hashed(closure: str) -> str:
+    """A closure's pins, each with a (made-up) digest of its wheel, as `ssebench agents lock` writes them."""
+    return "".join(
+        line + (f" --hash=sha256:{'a' * 64}" if line and not line.startswith("#") else "") + "\n"
+        for line in closure.splitlines()
+    )
+
+
 def write_agent(folder: Path, yaml: str, closure: str | None = None, name: str = "tool") -> Path:
     path = folder / name
     path.mkdir(parents=True, exist_ok=True)
@@ -71,10 +79,14 @@ def test_an_agent_speaks_openai_chat_and_has_no_software_unless_it_says(tmp_path
         ("software: {python: ['x>=1']}\n", "", r"software\.python: 'x>=1' must be pinned exactly as name==version"),
         ("software: {pip: [x==1]}\n", None, r"software\.pip.*unknown key"),
         ("software: {python: [x==1]}\n", None, r"requirements\.txt.*file not found.*ssebench agents lock NAME"),
-        ("software: {python: [x==1]}\n", "x==1\ny\n", r"requirements\.txt: line 2.*'y' must be pinned"),
-        ("software: {python: [x==1]}\n", "x==1\nX==2\n", r"line 2.*x is pinned twice"),
-        ("software: {python: [x==1]}\n", "x==2\n", r"requirements\.txt: x: .*has x==1 but this closure has x==2"),
-        ("software: {python: [x==1]}\n", "y==2\n", r"has x==1 but this closure has no pin of it"),
+        ("software: {python: [x==1]}\n", hashed("x==1\ny"), r"requirements\.txt: line 2.*'y .*' must be pinned"),
+        ("software: {python: [x==1]}\n", hashed("x==1\nX==2"), r"line 2.*x is pinned twice"),
+        ("software: {python: [x==1]}\n", hashed("x==2"), r"requirements\.txt: x: .*has x==1 but this closure has x==2"),
+        ("software: {python: [x==1]}\n", hashed("y==2"), r"has x==1 but this closure has no pin of it"),
+        # Each wheel is the one locked: a pin without its digest, or with a malformed one, is refused.
+        ("software: {python: [x==1]}\n", "x==1\n", r"line 1.*'x==1' must carry its wheel's digest.*--keep-versions"),
+        ("software: {python: [x==1]}\n", "x==1 --hash=sha256:abc\n", r"line 1.*must carry its wheel's digest"),
+        ("software: {python: [x==1]}\n", "x==1 --hash=md5:" + "a" * 32 + "\n", r"must carry its wheel's digest"),
     ],
 )
 def test_a_bad_protocol_or_software_is_one_line_naming_the_field(
@@ -90,12 +102,12 @@ def test_the_software_digest_follows_the_version_the_pins_and_the_closure(tmp_pa
         write_agent(tmp_path, yaml, closure)
         return load_agent(tmp_path, "tool").software_digest
 
-    base = digest("software: {python: [x==1]}\n", "x==1\ny==2\n")
-    assert base is not None and base == digest("software: {python: [X==1]}\n", "x==1\ny==2\n") is not None
-    assert base != digest("software: {python: [x==1]}\n", "x==1\ny==3\n")  # a dependency moved
-    assert base != digest("version: '2'\nsoftware: {python: [x==1]}\n", "x==1\ny==2\n")
+    base = digest("software: {python: [x==1]}\n", hashed("x==1\ny==2"))
+    assert base is not None and base == digest("software: {python: [X==1]}\n", hashed("x==1\ny==2")) is not None
+    assert base != digest("software: {python: [x==1]}\n", hashed("x==1\ny==3"))  # a dependency moved
+    assert base != digest("version: '2'\nsoftware: {python: [x==1]}\n", hashed("x==1\ny==2"))
     # Comments do not make a new volume, but the closure's bytes are the identity: they do here.
-    assert digest("software: {python: [x==1]}\n", "# made by hand\nx==1\ny==2\n") not in (None, base)
+    assert digest("software: {python: [x==1]}\n", hashed("# made by hand\nx==1\ny==2")) not in (None, base)
 
 
 def test_mini_swe_agent_pins_its_whole_closure() -> None:
@@ -183,7 +195,7 @@ def test_pytest_collection_refuses_the_pair(
 
 
 def _mini(tmp_path: Path) -> Agent:
-    write_agent(tmp_path, "software: {python: [x==1]}\n", "x==1\n", name="mini")
+    write_agent(tmp_path, "software: {python: [x==1]}\n", hashed("x==1"), name="mini")
     return load_agent(tmp_path, "mini")
 
 
