@@ -28,6 +28,8 @@ costs. What is searched for, and why:
   reads, which its headers, libraries and symbol files name too); and the
   whole file, by size and SHA-256, which finds an exact copy of a PoC of a
   few bytes or of nothing but common text, where no window could.
+- From a file a diff adds or changes as a `GIT binary patch` (test data
+  given whole, `literal`), its bytes, searched for as an input's are.
 - A searched line that the vulnerable tree (the task's `source`, as the
   agent reads it) already holds is not a leak: the tree is the task. Such
   lines are dropped after the pass. A git history inside the tree is not the
@@ -43,10 +45,12 @@ failed.
 from __future__ import annotations
 
 import base64
+import binascii
 import hashlib
 import itertools
 import re
 import shlex
+import zlib
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -141,6 +145,28 @@ def diff_hunks(diff: bytes) -> list[tuple[str, list[bytes]]]:
     return [(file, added) for file, added in hunks if added]
 
 
+def binary_files(diff: bytes) -> list[tuple[str, bytes]]:
+    """(file, new content) of each `GIT binary patch` of a diff that gives the file whole (`literal`); a
+    `delta`, which needs the old file, and a patch that does not decode are left out."""
+    found: list[tuple[str, bytes]] = []
+    name = "?"
+    lines = diff.split(b"\n")
+    for number, line in enumerate(lines):
+        if line.startswith(b"diff --git "):
+            name = line.rsplit(b" b/", 1)[-1].decode("utf-8", "replace")
+        elif line == b"GIT binary patch" and number + 1 < len(lines) and lines[number + 1].startswith(b"literal "):
+            packed = bytearray()
+            try:
+                for encoded in itertools.takewhile(bool, lines[number + 2 :]):
+                    # Each line: its decoded length (A-Z: 1-26, a-z: 27-52), then base85 in groups of five.
+                    length = encoded[0] - ord("A") + 1 if encoded[0] <= ord("Z") else encoded[0] - ord("a") + 27
+                    packed += base64.b85decode(encoded[1:])[:length]
+                found.append((name, zlib.decompress(bytes(packed))))
+            except (ValueError, binascii.Error, zlib.error):
+                continue
+    return found
+
+
 def _longest(terms: Iterable[bytes]) -> tuple[bytes, ...]:
     unique = list(dict.fromkeys(terms))
     kept = sorted(unique, key=len, reverse=True)[:PER_PIECE]
@@ -199,20 +225,17 @@ def answer_pieces(task: Task) -> list[Piece]:
             terms = line_terms(added)
             if terms:
                 pieces.append(Piece(kind, f"{inside} hunk {number} ({name})", terms))
+        pieces += [input_piece(kind, f"{inside} binary ({name})", data) for name, data in binary_files(diff) if data]
     inputs: list[tuple[Kind, list[str]]] = [("poc", files.poc), ("variant", files.variants)]
     for kind, paths in inputs:
-        for inside in paths:
-            data = task_file(task.path, inside).read_bytes()
-            pieces.append(
-                Piece(
-                    kind,
-                    inside,
-                    input_terms(data),
-                    sha256=hashlib.sha256(data).hexdigest() if len(data) >= MIN_FILE else None,
-                    size=len(data),
-                )
-            )
+        pieces += [input_piece(kind, inside, task_file(task.path, inside).read_bytes()) for inside in paths]
     return pieces
+
+
+def input_piece(kind: Kind, where: str, data: bytes) -> Piece:
+    """An input (a PoC, a variant, a binary test file), searched for by its windows and by its whole bytes."""
+    digest = hashlib.sha256(data).hexdigest() if len(data) >= MIN_FILE else None
+    return Piece(kind, where, input_terms(data), sha256=digest, size=len(data))
 
 
 def name_pieces(terms: list[str]) -> list[Piece]:

@@ -4,6 +4,8 @@ containers: tests/integration/test_leak.py)."""
 from __future__ import annotations
 
 import hashlib
+import subprocess
+from pathlib import Path
 
 from ssebench.dataset import load_tasks
 from ssebench.leak import (
@@ -13,6 +15,7 @@ from ssebench.leak import (
     Piece,
     ScanOutput,
     answer_pieces,
+    binary_files,
     diff_hunks,
     input_terms,
     judge,
@@ -97,6 +100,34 @@ def test_a_window_that_is_one_word_is_the_formats_vocabulary_not_the_input() -> 
     openssl = next(t for t in load_tasks(PILOT) if t.id == "openssl-rs-RUSTSEC-2023-0024")
     poc = next(p for p in answer_pieces(openssl) if p.kind == "poc")
     assert poc.terms == () and poc.sha256 is not None
+
+
+def test_a_binary_file_a_diff_gives_whole_is_searched_for_by_its_bytes(tmp_path: Path) -> None:
+    data = bytes(range(256)) * 3 + b"\x00tail of the test data\n"
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=m", "-c", "user.email=m@x"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (tmp_path / "old.bin").write_bytes(b"\x00\x01old")
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "base"], check=True)
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "case.bin").write_bytes(data)
+    (tmp_path / "old.bin").write_bytes(b"\x00\x01new and longer" * 40)
+    subprocess.run([*git, "add", "-A"], check=True)
+    diff = subprocess.run([*git, "diff", "--cached", "--binary"], check=True, capture_output=True).stdout
+    assert b"GIT binary patch" in diff
+    found = dict(binary_files(diff))
+    assert found["t/case.bin"] == data
+    # What git wrote as a delta (it needs the old file) cannot be searched for; what it gave whole is.
+    assert set(found) <= {"t/case.bin", "old.bin"}
+    assert binary_files(diff.replace(b"literal ", b"literal-broken ")) == []
+    # sqlite's hidden tests are two changesets given whole: each is a test piece, by its bytes.
+    sqlite = next(t for t in load_tasks(PILOT) if t.id == "sqlite-CVE-2023-7104")
+    binaries = [p for p in answer_pieces(sqlite) if p.kind == "test"]
+    assert [p.where for p in binaries] == [
+        "diffs/test.diff binary (test/sessionfuzz-truncated-integer.changeset)",
+        "diffs/test.diff binary (test/sessionfuzz-truncated-real.changeset)",
+    ]
+    assert all(p.sha256 and p.size for p in binaries)
 
 
 def test_the_demo_and_pilot_answers_are_pieces_with_something_to_search_for() -> None:
