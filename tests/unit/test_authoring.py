@@ -346,8 +346,8 @@ def test_real_go_package_from_the_mirror(dataset: Path) -> None:
     )
     pilot = Path(__file__).parents[2] / "datasets/pilot/exporter-toolkit-CVE-2022-46146/sse/diffs"
     assert (scaffold.task_dir / "sse/diffs/patch.diff").read_text() == (pilot / "patch.diff").read_text()
-    # The hidden tests are the fix's, with what the author added (a wait for the test's server to listen): every
-    # line the scaffold's test.diff adds is in the task's, in order.
+    # The hidden tests are the fix's, and whatever an author adds beside them: every line the scaffold's
+    # test.diff adds is in the task's, in order.
     made, kept = ((d / "test.diff").read_text().splitlines() for d in (scaffold.task_dir / "sse/diffs", pilot))
     added = iter(line for line in kept if line.startswith("+"))
     assert all(line in added for line in made if line.startswith("+"))
