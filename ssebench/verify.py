@@ -60,6 +60,8 @@ class TaskVerdict:
     problems: list[str] = field(default_factory=list)
     # How long its case image took to build in this verify; None when it was there already.
     build_seconds: float | None = None
+    # Its images did not build (the problem says which layer, and its log).
+    images_failed: bool = False
 
     @property
     def valid(self) -> bool:
@@ -173,9 +175,10 @@ def verify(
         outcome = build_images(settings, tasks, agent, jobs=max(jobs, settings.build_jobs), say=say)
         build_seconds |= outcome.report.seconds
         for task_id, failure in outcome.failures.items():
-            verdicts[task_id].problems.append(
-                f"{task_id}: images do not build ({failure.layer} layer): see {failure.log_path}"
-            )
+            said = f"{task_id}: images do not build ({failure.layer} layer): see {failure.log_path}"
+            if said not in verdicts[task_id].problems:  # each agent's build meets the same failed layer
+                verdicts[task_id].problems.append(said)
+            verdicts[task_id].images_failed = True
         say(
             f"images for {name}: {len(outcome.report.built)} built, {len(outcome.report.reused)} reused "
             f"({time.monotonic() - started:.0f} s)"
@@ -358,6 +361,7 @@ def summary(
             "long": v.task.long,
             "problems": v.problems,
             "case_build_seconds": v.build_seconds,
+            "images_failed": v.images_failed,
             "over_ceiling": v.over_ceiling(),
         }
         for agent, record in v.records.items():
@@ -428,14 +432,21 @@ def cost_table(report: dict[str, Any]) -> list[str]:
         dummy = row.get("dummy") if isinstance(row.get("dummy"), dict) else {}
         reference = row.get("reference") if isinstance(row.get("reference"), dict) else {}
         fails_on = str(dummy.get("error_msg") or "-").split(":", 1)[0]
-        build = seconds(row.get("case_build_seconds")) if row.get("case_build_seconds") is not None else "reused"
+        build = (
+            "failed"
+            if row.get("images_failed")
+            else seconds(row["case_build_seconds"])
+            if row.get("case_build_seconds") is not None
+            else "reused"
+        )
         cells = [build, seconds(reference.get("seconds")), seconds(dummy.get("seconds")), fails_on]
         lines.append(f"| {row['task']} | {' | '.join(cells)} | {'yes' if row.get('long') else '-'} |")
     unlisted = [f"{row['task']} ({', '.join(row['over_ceiling'])})" for row in report["tasks"]
                 if row.get("over_ceiling") and not row.get("long")]  # fmt: skip
     lines += [
         "",
-        "case build: the task's own image, when this verify built it (reused: it was there already).",
+        "case build: the task's own image, when this verify built it (reused: it was there already; failed: its "
+        "images did not build).",
         f"{len(unlisted)} task(s) over the ceiling and not listed as long"
         + (f": {'; '.join(unlisted)}; list each under long: in dataset.yaml with the reason." if unlisted else "."),
     ]

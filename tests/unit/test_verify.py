@@ -257,6 +257,20 @@ def test_a_task_over_the_cost_ceiling_is_named_unless_listed_as_long(
         assert "1 task(s) over the ceiling and not listed as long: c-demo (case image build 412 s); list each" in text
 
 
+def test_images_that_do_not_build_are_one_problem_and_the_cost_table_says_failed(
+    tmp_path: Path, engine: Engine
+) -> None:
+    failure = SimpleNamespace(layer="case", log_path="/logs/case.log")
+    engine.built = SimpleNamespace(
+        failures={"c-demo": failure}, report=SimpleNamespace(built=[], reused=[], seconds={})
+    )
+    [verdict] = _verify(tmp_path)
+    # Every agent's build meets the same failed layer: said once, and no run starts.
+    assert verdict.problems == ["c-demo: images do not build (case layer): see /logs/case.log"] and not engine.runs
+    text = markdown(summary([verdict], "demo", "demo-v3", 1.0))
+    assert "| c-demo | failed | - | - | - | - |" in text and "failed: its images did not build" in text
+
+
 def test_a_stopped_verify_resumes_running_only_what_it_lacks(tmp_path: Path, engine: Engine) -> None:
     # The first verify got through one run of each agent, the dummy's ending in an infrastructure error.
     engine.outcome = lambda c: ("error", {}, {}) if c.agent.name == "dummy" else AS_EXPECTED[c.agent.name]
