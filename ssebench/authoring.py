@@ -231,7 +231,7 @@ def unpack_source(pkg: SourcePackage, work: Path, fetch: Fetch = fetch_url) -> P
     for filename, sha in pkg.files.items():
         if ".tar." not in filename or filename.endswith(".asc"):
             continue  # the .dsc and signatures: the index's checksums already pin the tarballs
-        data = fetch(pkg.url(filename))
+        data = fetch_from_pools(pkg, filename, fetch)
         if hashlib.sha256(data).hexdigest() != sha:
             raise AuthoringError(f"{pkg.url(filename)}: SHA-256 differs from the Sources index; fetch again")
         path = work / filename
@@ -255,6 +255,19 @@ def unpack_source(pkg: SourcePackage, work: Path, fetch: Fetch = fetch_url) -> P
         shutil.rmtree(tree / "debian", ignore_errors=True)
         _safe_extract(debian, tree, strip=False)
     return tree
+
+
+def fetch_from_pools(pkg: SourcePackage, filename: str, fetch: Fetch = fetch_url) -> bytes:
+    """A file of the package from its suite's pool, or, for a security upload, from the main archive's pool
+    at the same place: the security archive serves only what the upload changed (its upstream tarball is the
+    release's, kept in the main archive). The caller checks the SHA-256 the index gives, wherever it came
+    from."""
+    try:
+        return fetch(pkg.url(filename))
+    except NotOnMirror:
+        if pkg.archive != SECURITY_MIRROR:
+            raise
+        return fetch(f"{MIRROR}/{pkg.directory}/{filename}")
 
 
 def _reachable(pkg: SourcePackage, filename: str, fetch: Fetch) -> bool:

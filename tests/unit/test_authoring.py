@@ -352,3 +352,28 @@ def test_real_go_package_from_the_mirror(dataset: Path) -> None:
     added = iter(line for line in kept if line.startswith("+"))
     assert all(line in added for line in made if line.startswith("+"))
     assert "golang-github-prometheus-exporter-toolkit-dev" in (scaffold.task_dir / "Dockerfile").read_text()
+
+
+def test_a_security_uploads_upstream_tarball_comes_from_the_main_archives_pool() -> None:
+    # The security archive serves what the upload changed; the release's upstream tarball stays in the main pool.
+    asked: list[str] = []
+    pool = "pool/updates/main/g/giflib"
+    main = {f"{authoring.MIRROR}/{pool}/giflib_5.1.9.orig.tar.gz": b"upstream"}
+
+    def fetch(url: str) -> bytes:
+        asked.append(url)
+        if url in main:
+            return main[url]
+        raise authoring.NotOnMirror(f"cannot fetch {url}: 404")
+
+    def package(archive: str) -> authoring.SourcePackage:
+        return authoring.SourcePackage("giflib", "5.1.9-2+deb11u1", "bullseye-security", archive, pool, {})
+
+    secure = package(authoring.SECURITY_MIRROR)
+    assert authoring.fetch_from_pools(secure, "giflib_5.1.9.orig.tar.gz", fetch) == b"upstream"
+    assert asked == [secure.url("giflib_5.1.9.orig.tar.gz"), f"{authoring.MIRROR}/{pool}/giflib_5.1.9.orig.tar.gz"]
+    # A file missing from both, or from the main archive itself, is missing: said, not looked for elsewhere.
+    with pytest.raises(authoring.NotOnMirror):
+        authoring.fetch_from_pools(secure, "giflib_5.1.9-2+deb11u1.debian.tar.xz", fetch)
+    with pytest.raises(authoring.NotOnMirror):
+        authoring.fetch_from_pools(package("https://mirror.example/debian"), "giflib_5.1.9.orig.tar.gz", fetch)
