@@ -328,8 +328,9 @@ class ReportHooks:
         cells.insert(2, '<th class="sortable" data-column-type="vulnerability">Vulnerability</th>')
 
     @pytest.hookimpl(optionalhook=True)
-    def pytest_html_results_table_row(self, report: pytest.TestReport, cells: list[str]) -> None:
-        cells.insert(2, f"<td>{vulnerability_cell(report.user_properties)}</td>")
+    def pytest_html_results_table_row(self, report: pytest.TestReport | pytest.CollectReport, cells: list[str]) -> None:
+        # A collection that failed is a row too, with no properties: an empty cell.
+        cells.insert(2, f"<td>{vulnerability_cell(getattr(report, 'user_properties', []))}</td>")
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_html_results_summary(self, prefix: list[str], summary: list[str], postfix: list[str]) -> None:

@@ -355,3 +355,17 @@ def test_the_plugins_score_table_leaves_a_quarantined_task_out_and_says_so(pytes
     assert "2 run(s) of quarantined tasks left out (dataset.yaml: quarantine)" in table
     rows = [line.split() for line in table.splitlines() if line.startswith(("reference ", "dummy "))]
     assert sorted((row[0], row[4]) for row in rows) == [("dummy", "1"), ("reference", "1")]  # one run each
+
+
+def test_a_task_that_does_not_collect_is_an_error_in_the_html_report_not_a_crash(pytester: pytest.Pytester) -> None:
+    # pytest-html also renders a failed collection's report, which has no user_properties.
+    shutil.copytree(DEMO, pytester.path / "datasets" / "demo")
+    config = pytester.path / "datasets" / "demo" / "go-demo" / "sse" / "config.yaml"
+    config.write_text(config.read_text().replace("language: go", "language: cobol"))
+    (pytester.path / "conftest.py").write_text(FAKE_RUNS.format(seconds=0))
+    result = pytester.runpytest_subprocess(
+        "datasets/demo", "--agent", "dummy", "--html", "report.html", "-p", "no:randomly", "-p", "no:cacheprovider"
+    )
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+    result.assert_outcomes(errors=1)
+    assert "go-demo/sse/config.yaml" in (pytester.path / "report.html").read_text()  # its row, with its error
