@@ -259,8 +259,11 @@ def stay_up(settings: RuntimeSettings, status: int, what: str) -> None:
     """Keep-alive (--keep-containers): say the run is over, with the status this container would exit with
     and the run's token, and wait for the container's stop. The host reads that phase
     (`contract.kept_status`), brings the run's files home and leaves the container to `docker exec` and
-    `ssebench rm`."""
-    phase.write_phase(Phase.KEPT, status=status, token=settings.keep_token)
+    `ssebench rm`. A kept phase that cannot be written would leave the host waiting to the run's time limit:
+    the container exits instead, not kept."""
+    if not phase.write_phase(Phase.KEPT, status=status, token=settings.keep_token):
+        say(f"SSE_KEEP_ALIVE=1: the kept phase could not be written, so the container exits with {status}, not kept")
+        return
     say(f"SSE_KEEP_ALIVE=1: the container stays up ({what}); its status would be {status}")
     wait_for_stop()
 

@@ -43,10 +43,10 @@ AGENT_DONE_SLACK = 900.0
 
 def write_phase(
     phase: Phase, path: str = contract.PHASE_FILE, status: int | None = None, token: str | None = None
-) -> None:
+) -> bool:
     """Record the phase the container is in for the host (`ssebench ps`; a kept container's, with the status
     it would have exited with and its run's token, ends the host's wait); never fails the run: a phase that
-    cannot be written is said on the log instead."""
+    cannot be written is said on the log instead. Whether it was written."""
     directory = os.path.dirname(path)
     try:
         check_root_path(directory)
@@ -62,6 +62,8 @@ def write_phase(
         )
     except (OSError, ValueError) as exc:
         say(f"the phase ({phase.value}) could not be written: {exc}")
+        return False
+    return True
 
 
 def make_fifo(path: str = contract.AGENT_DONE) -> int:

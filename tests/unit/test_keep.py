@@ -88,12 +88,15 @@ def test_the_entrypoint_of_a_kept_run_says_kept_with_its_status_once_it_has_fini
 
     tokens: list[str | None] = []
 
+    writable = [True]
+
     def write_phase(
         step: Phase, path: str = contract.PHASE_FILE, status: int | None = None, token: str | None = None
-    ) -> None:
+    ) -> bool:
         steps.phases.append(step)
         statuses.append(status)
         tokens.append(token)
+        return writable[0]
 
     monkeypatch.setattr(phase, "write_phase", write_phase)
     finished: list[Phase] = []
@@ -136,6 +139,10 @@ def test_the_entrypoint_of_a_kept_run_says_kept_with_its_status_once_it_has_fini
     steps.phases.clear()
     assert entrypoint.grading_container(RuntimeSettings(results=str(tmp_path)), None, Agent(["x"])) == 3  # type: ignore[arg-type]
     assert Phase.KEPT not in steps.phases and stopped == [Phase.KEPT]
+    # A kept phase that cannot be written would leave the host waiting to the time limit: the container exits.
+    writable[0] = False
+    assert entrypoint.grading_container(settings, None, Agent(["x"])) == 3  # type: ignore[arg-type]
+    assert steps.phases[-1] == Phase.KEPT and stopped == [Phase.KEPT]  # tried, and no wait for a stop
 
 
 def test_a_kept_record_carries_its_status_and_the_runs_token_and_nothing_else_reads_as_one() -> None:
