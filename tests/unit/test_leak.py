@@ -135,7 +135,8 @@ def test_the_demo_and_pilot_answers_are_pieces_with_something_to_search_for() ->
     for task in tasks:
         pieces = answer_pieces(task)
         kinds = {p.kind for p in pieces}
-        assert {"fix", "test", "poc"} <= kinds, (task.id, kinds)
+        # Hidden tests are searched for when the task has them (x-net-CVE-2024-45338's fix shipped none).
+        assert {"fix", "poc"} <= kinds and ("test" in kinds) == bool(task.config.files.future_test), (task.id, kinds)
         assert len([p for p in pieces if p.kind == "poc"]) == len(task.config.files.poc)
         assert len([p for p in pieces if p.kind == "variant"]) == len(task.config.files.variants)
         for piece in pieces:
