@@ -11,6 +11,7 @@ import shutil
 from collections.abc import Iterator
 
 import pytest
+import yaml
 
 from ssebench.agent import load_agent
 from ssebench.build import build_images
@@ -52,7 +53,11 @@ def test_reference_passes_and_dummy_and_hollow_fail_on_the_poc(
     """The reference fix passes; no change, and a change of build files, tests and harnesses alone (the hollow
     agent, which forged a pass on jwt-go and time before grading set such files aside), fail on the PoC."""
     (pytester.path / "datasets" / "pilot").mkdir(parents=True)
-    shutil.copy(PILOT / "dataset.yaml", pytester.path / "datasets" / "pilot")
+    # The subset's own dataset.yaml: the pilot's, less the lists that name tasks the subset leaves out.
+    config = {
+        k: v for k, v in yaml.safe_load((PILOT / "dataset.yaml").read_text()).items() if k in ("version", "description")
+    }
+    (pytester.path / "datasets" / "pilot" / "dataset.yaml").write_text(yaml.safe_dump(config))
     for task in pilot_subset:
         shutil.copytree(task.path, pytester.path / "datasets" / "pilot" / task.id)
     result = pytester.runpytest_subprocess(
