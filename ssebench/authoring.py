@@ -201,9 +201,11 @@ def find_source(
     )
 
 
-def _safe_extract(archive: Path, dest: Path, strip: bool) -> None:
-    """Unpack a tarball into `dest`, without its top folder when `strip`; members that would land outside
-    `dest`, links and devices are refused by tarfile's data filter."""
+def _safe_extract(archive: Path, dest: Path, strip: bool) -> bool:
+    """Unpack a tarball into `dest`, without its top folder when `strip` and it has just one; members that
+    would land outside `dest`, links and devices are refused by tarfile's data filter. True when a top
+    folder was dropped."""
+    stripped = False
     with tarfile.open(archive) as tar:
         members = tar.getmembers()
         if strip:
@@ -218,56 +220,75 @@ def _safe_extract(archive: Path, dest: Path, strip: bool) -> None:
                     m.name = str(PurePosixPath(*parts))
                     kept.append(m)
                 members = kept
+                stripped = True
         tar.extractall(dest, members=members, filter="data")
+    return stripped
 
 
-def unpack_source(pkg: SourcePackage, work: Path, fetch: Fetch = fetch_url) -> Path:
-    """Fetch the package's files, check their SHA-256 against the index, and unpack the tree (without
-    applying any patch) into `work`/tree."""
+@dataclass(frozen=True)
+class Tarball:
+    """One tarball of a source package as `task new` fetched it: where from (the pool that served it), its
+    SHA-256 from the Sources index, and where in the tree it unpacks. The Dockerfile fetches and unpacks
+    the same tarballs the same way, so the image's tree is the one the fix was split against."""
+
+    filename: str
+    url: str
+    sha256: str
+    folder: str = ""  # under the tree: "" for the main tarball and debian/, a component's name for its own
+    strip: bool = True  # drop the tarball's one top folder
+
+
+def unpack_source(pkg: SourcePackage, work: Path, fetch: Fetch = fetch_url) -> tuple[Path, list[Tarball]]:
+    """Fetch the package's tarballs, check their SHA-256 against the index, and unpack the tree (without
+    applying any patch) into `work`/tree; with the tarballs in the order they were unpacked."""
     tree = work / "tree"
     tree.mkdir(parents=True)
-    orig: list[Path] = []
-    debian: Path | None = None
+    orig: list[tuple[Path, str, str]] = []
+    debian: tuple[Path, str, str] | None = None
     for filename, sha in pkg.files.items():
         if ".tar." not in filename or filename.endswith(".asc"):
             continue  # the .dsc and signatures: the index's checksums already pin the tarballs
-        data = fetch_from_pools(pkg, filename, fetch)
+        url, data = fetch_from_pools(pkg, filename, fetch)
         if hashlib.sha256(data).hexdigest() != sha:
-            raise AuthoringError(f"{pkg.url(filename)}: SHA-256 differs from the Sources index; fetch again")
+            raise AuthoringError(f"{url}: SHA-256 differs from the Sources index; fetch again")
         path = work / filename
         path.write_bytes(data)
         if ".debian.tar." in filename:
-            debian = path
-        elif (".orig" in filename and ".tar." in filename and not filename.endswith(".asc")) or (
-            pkg.format.startswith("3.0 (native)") and ".tar." in filename
-        ):
-            orig.append(path)
+            debian = (path, url, sha)
+        elif ".orig" in filename or pkg.format.startswith("3.0 (native)"):
+            orig.append((path, url, sha))
     if not orig:
         raise AuthoringError(f"{pkg.name} {pkg.version}: no source tarball in its .dsc (format {pkg.format})")
     # The main tarball first, then component tarballs (NAME.orig-COMPONENT.tar.*) into their folder.
-    orig.sort(key=lambda p: ".orig-" in p.name)
-    for path in orig:
+    orig.sort(key=lambda t: ".orig-" in t[0].name)
+    tarballs = []
+    for path, url, sha in orig:
         component = re.search(r"\.orig-([A-Za-z0-9-]+)\.tar\.", path.name)
-        dest = tree / component.group(1) if component else tree
-        dest.mkdir(exist_ok=True)
-        _safe_extract(path, dest, strip=True)
+        folder = component.group(1) if component else ""
+        (tree / folder).mkdir(exist_ok=True)
+        stripped = _safe_extract(path, tree / folder, strip=True)
+        tarballs.append(Tarball(path.name, url, sha, folder, stripped))
     if debian is not None:
         shutil.rmtree(tree / "debian", ignore_errors=True)
-        _safe_extract(debian, tree, strip=False)
-    return tree
+        _safe_extract(debian[0], tree, strip=False)
+        tarballs.append(Tarball(debian[0].name, debian[1], debian[2], "", False))
+    return tree, tarballs
 
 
-def fetch_from_pools(pkg: SourcePackage, filename: str, fetch: Fetch = fetch_url) -> bytes:
-    """A file of the package from its suite's pool, or, for a security upload, from the main archive's pool
-    at the same place: the security archive serves only what the upload changed (its upstream tarball is the
-    release's, kept in the main archive). The caller checks the SHA-256 the index gives, wherever it came
-    from."""
+def fetch_from_pools(pkg: SourcePackage, filename: str, fetch: Fetch = fetch_url) -> tuple[str, bytes]:
+    """A file of the package, and the URL that served it: from its suite's pool, or, for a security upload,
+    from the main archive's pool at the same place: the security archive serves only what the upload
+    changed (its upstream tarball is the release's, kept in the main archive's pool/main, where the
+    security archive's is pool/updates/main). The caller checks the
+    SHA-256 the index gives, wherever it came from."""
     try:
-        return fetch(pkg.url(filename))
+        return pkg.url(filename), fetch(pkg.url(filename))
     except NotOnMirror:
         if pkg.archive != SECURITY_MIRROR:
             raise
-        return fetch(f"{MIRROR}/{pkg.directory}/{filename}")
+        # The security archive's pool is pool/updates/main/..., the main archive's pool/main/...
+        url = f"{MIRROR}/{re.sub(r'^pool/updates/', 'pool/', pkg.directory)}/{filename}"
+        return url, fetch(url)
 
 
 def _reachable(pkg: SourcePackage, filename: str, fetch: Fetch) -> bool:
@@ -413,7 +434,7 @@ def _git(tree: Path, *args: str) -> str:
 
 def _apply(tree: Path, patch_file: Path) -> None:
     done = subprocess.run(
-        ["patch", "-p1", "--batch", "--no-backup-if-mismatch", "-i", str(patch_file)],
+        ["patch", "-p1", "--force", "--no-backup-if-mismatch", "-i", str(patch_file)],
         cwd=tree,
         capture_output=True,
         text=True,
@@ -451,7 +472,7 @@ def fix_diff_reversed(tree: Path, fix: str) -> tuple[str, int]:
     vulnerable = tree.parent / "split"
     shutil.copytree(tree, vulnerable, symlinks=True, ignore=shutil.ignore_patterns("debian", ".pc", ".git"))
     done = subprocess.run(
-        ["patch", "-R", "-p1", "--batch", "--no-backup-if-mismatch", "-i", str(patches / fix)],
+        ["patch", "-R", "-p1", "--force", "--no-backup-if-mismatch", "-i", str(patches / fix)],
         cwd=vulnerable,
         capture_output=True,
         text=True,
@@ -534,19 +555,24 @@ WORKDIR {source}
 """
 
 
-def _deb_src_lines(suite: str, archive: str) -> str:
-    return (
-        f"    printf '%s\\n' 'Types: deb-src' 'URIs: {archive.replace('https://', 'http://')}' 'Suites: {suite}' \\\n"
-        "        'Components: main' 'Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg' \\\n"
-        "        > /etc/apt/sources.list.d/ssebench-src.sources; \\\n"
-    )
+def _unpack_line(tarball: Tarball) -> str:
+    into = f"tree/{tarball.folder}" if tarball.folder else "tree"
+    strip = " --strip-components=1" if tarball.strip else ""
+    make = f"mkdir -p {into}; " if tarball.folder else ""
+    clear = "rm -rf tree/debian; " if ".debian.tar." in tarball.filename else ""
+    return f"    {make}{clear}tar -xf {tarball.filename} -C {into}{strip}; \\\n"
 
 
-def dockerfile(pkg: SourcePackage, language: str, position: int, source: str, libraries: list[str]) -> str:
+def dockerfile(
+    pkg: SourcePackage, language: str, position: int, source: str, libraries: list[str], tarballs: list[Tarball]
+) -> str:
     """The pilot's pattern: the pinned source package, its series applied up to (not including) entry
-    `position`, the packaging deleted. The RUN line gives the fix's place in the series, not its name, so
-    that the image's history does not name it."""
-    install = " ".join(["dpkg-dev", "xz-utils", "patch", *libraries])
+    `position`, the packaging deleted. The tarballs are fetched by URL from the pools that served them to
+    `task new` (a security upload's upstream tarball is in the main archive's) and checked against the
+    Sources index's SHA-256 by apt-helper, without the .dsc, which the mirror does not always keep. The
+    RUN line gives the fix's place in the series, not its name, so that the image's history does not name
+    it."""
+    install = " ".join(["xz-utils", "bzip2", "patch", *libraries])
     where = f"{pkg.suite} (the security archive)" if "security" in pkg.suite else pkg.suite
     lines = [
         _HEADER.format(language=language),
@@ -554,21 +580,20 @@ def dockerfile(pkg: SourcePackage, language: str, position: int, source: str, li
         f"# including, entry {position} (the security fix: sse/diffs/patch.diff plus sse/diffs/test.diff).\n",
         "# Written by `ssebench task new`; TODO: check the libraries below and add what the harness needs.\n",
         "RUN set -eux; \\\n",
-        f"    pkg={pkg.name}; ver={pkg.version}; \\\n",
-        _deb_src_lines(pkg.suite, pkg.archive),
         "    apt-get update; \\\n",
         f"    apt-get install -y --no-install-recommends {install}; \\\n",
-        "    mkdir -p /tmp/pkg; cd /tmp/pkg; \\\n",
-        '    apt-get source --download-only "$pkg=$ver" \\\n',
-        '      || { echo "cannot fetch $pkg=$ver from the Debian mirror" >&2; exit 1; }; \\\n',
-        '    dpkg-source -x --skip-patches "${pkg}_${ver#*:}.dsc" tree; \\\n',
+        "    mkdir -p /tmp/pkg/tree; cd /tmp/pkg; \\\n",
+        *(
+            f"    /usr/lib/apt/apt-helper download-file {t.url.replace('https://', 'http://')} {t.filename} SHA256:{t.sha256}; \\\n"
+            for t in tarballs
+        ),
+        *(_unpack_line(t) for t in tarballs),
         "    cd tree; \\\n",
         f"    NFIX={position}; \\\n",
-        "    grep -v -e '^#' -e '^[[:space:]]*$' debian/patches/series | head -n \"$((NFIX - 1))\" \\\n",
-        '      | while read -r p _; do patch -p1 < "debian/patches/$p"; done; \\\n',
+        "    sed -e 's/#.*//' debian/patches/series | awk 'NF { print $1 }' | head -n \"$((NFIX - 1))\" \\\n",
+        '      | while read -r p; do patch -p1 --force --no-backup-if-mismatch < "debian/patches/$p"; done; \\\n',
         "    rm -rf debian .pc; \\\n",
         f"    mkdir -p {PurePosixPath(source).parent}; mv /tmp/pkg/tree {source}; cd /; rm -rf /tmp/pkg; \\\n",
-        "    rm -f /etc/apt/sources.list.d/ssebench-src.sources; \\\n",
         "    rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb /var/cache/apt/*.bin /var/log/apt /var/log/dpkg.log\n",
         _COPY.format(source=source),
     ]
@@ -759,7 +784,7 @@ def new_from_debian(
         language = language or guess_language(pkg)
         binary = inside = ""
         try:
-            tree = unpack_source(pkg, work / "source", fetch)
+            tree, tarballs = unpack_source(pkg, work / "source", fetch)
         except NotOnMirror:
             say("the mirror no longer has the upstream tarball: taking the source from a binary package")
             tree, binary, inside = unpack_binary(pkg, work, patch, advisory, fetch)
@@ -789,7 +814,7 @@ def new_from_debian(
     if binary:
         _write(scaffold, "Dockerfile", dockerfile_binary(pkg, binary, inside, source, language))
     else:
-        _write(scaffold, "Dockerfile", dockerfile(pkg, language, position, source, libraries))
+        _write(scaffold, "Dockerfile", dockerfile(pkg, language, position, source, libraries, tarballs))
     return scaffold
 
 

@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -322,3 +323,14 @@ def add_hostile_run(results: Path, outside_root: Path) -> None:
     (outside / "summary.json").write_text(json.dumps(summary | {"run_id": "outside-run"}))
     os.symlink(outside, run.parent / "linked-run")
     os.symlink(outside_root, results / "linked-task")
+
+
+def mirror_reachable() -> bool:
+    """Debian's mirror answers from this host (`task new` fetches from it)."""
+    from ssebench.authoring import MIRROR
+
+    try:
+        with urllib.request.urlopen(f"{MIRROR}/dists/bullseye/Release", timeout=10):
+            return True
+    except OSError:
+        return False

@@ -13,7 +13,6 @@ import io
 import lzma
 import subprocess
 import tarfile
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -23,6 +22,7 @@ from ssebench import authoring
 from ssebench.cli import main
 from ssebench.runtime.contract import PROTECTED, is_protected
 from ssebench.task import TaskConfig
+from tests.helpers import mirror_reachable
 
 PARSE_C = "int parse(int n)\n{\n    int table[4];\n    table[n] = 1;\n    return table[0];\n}\n"
 TEST_C = "#include <assert.h>\nint parse(int n);\nint main(void) { assert(parse(0) == 1); return 0; }\n"
@@ -152,7 +152,17 @@ def test_debian_package_is_split_into_code_and_tests(tmp_path: Path, dataset: Pa
     (tree / "src/parse.c").write_text("/* parse one record */\n" + PARSE_C)
     subprocess.run(["git", "apply", "--check", "-"], input=patch, text=True, cwd=tree, check=True)
     dockerfile = (task / "Dockerfile").read_text()
-    assert "NFIX=2;" in dockerfile and "pkg=foo; ver=1.0-1+deb12u1;" in dockerfile
+    assert "NFIX=2;" in dockerfile and "foo 1.0-1+deb12u1 from Debian bookworm" in dockerfile
+    # Each tarball by the URL that served it and the index's SHA-256 (apt-helper checks it), not by the .dsc,
+    # which a mirror does not always keep; the packaging unpacked over the tree, the upstream tarball stripped.
+    pool = mirror + "/pool/main/f/foo"
+    for name in ("foo_1.0.orig.tar.gz", "foo_1.0-1+deb12u1.debian.tar.xz"):
+        sha = hashlib.sha256(Path(pool.removeprefix("file://"), name).read_bytes()).hexdigest()
+        assert f"apt-helper download-file {pool}/{name} {name} SHA256:{sha};" in dockerfile
+    assert "tar -xf foo_1.0.orig.tar.gz -C tree --strip-components=1;" in dockerfile
+    assert "rm -rf tree/debian; tar -xf foo_1.0-1+deb12u1.debian.tar.xz -C tree;" in dockerfile
+    assert "apt-get source" not in dockerfile and ".dsc" not in dockerfile
+    assert "--no-backup-if-mismatch" in dockerfile
     assert "libz-dev" in dockerfile and "debhelper" not in dockerfile
     # The image's history shows the RUN line: it must not name the fix.
     assert "fix-range" not in dockerfile and "CVE-2099-0001" not in dockerfile
@@ -328,16 +338,8 @@ def test_cli_says_what_is_left_and_names_bad_flags(
     assert "sse/diffs/patch.diff" in out and "left to do:" in out and "PoC" in out
 
 
-def _mirror_reachable() -> bool:
-    try:
-        with urllib.request.urlopen(f"{authoring.MIRROR}/dists/bullseye/Release", timeout=10):
-            return True
-    except OSError:
-        return False
-
-
 @pytest.mark.slow
-@pytest.mark.skipif(not _mirror_reachable(), reason="Debian's mirror is not reachable from here")
+@pytest.mark.skipif(not mirror_reachable(), reason="Debian's mirror is not reachable from here")
 def test_real_go_package_from_the_mirror(dataset: Path) -> None:
     """The pilot's exporter-toolkit task's first step, against the real mirror (its upstream tarball is
     gone, so the source comes from the -dev package)."""
@@ -355,10 +357,13 @@ def test_real_go_package_from_the_mirror(dataset: Path) -> None:
 
 
 def test_a_security_uploads_upstream_tarball_comes_from_the_main_archives_pool() -> None:
-    # The security archive serves what the upload changed; the release's upstream tarball stays in the main pool.
+    # The security archive serves what the upload changed; the release's upstream tarball stays in the main
+    # archive's pool, which is laid out as pool/main/..., where the security archive's is pool/updates/main/...
+    # (the Directory field of the security suite's Sources index).
     asked: list[str] = []
     pool = "pool/updates/main/g/giflib"
-    main = {f"{authoring.MIRROR}/{pool}/giflib_5.1.9.orig.tar.gz": b"upstream"}
+    main_pool = "pool/main/g/giflib"
+    main = {f"{authoring.MIRROR}/{main_pool}/giflib_5.1.9.orig.tar.gz": b"upstream"}
 
     def fetch(url: str) -> bytes:
         asked.append(url)
@@ -370,8 +375,14 @@ def test_a_security_uploads_upstream_tarball_comes_from_the_main_archives_pool()
         return authoring.SourcePackage("giflib", "5.1.9-2+deb11u1", "bullseye-security", archive, pool, {})
 
     secure = package(authoring.SECURITY_MIRROR)
-    assert authoring.fetch_from_pools(secure, "giflib_5.1.9.orig.tar.gz", fetch) == b"upstream"
-    assert asked == [secure.url("giflib_5.1.9.orig.tar.gz"), f"{authoring.MIRROR}/{pool}/giflib_5.1.9.orig.tar.gz"]
+    assert authoring.fetch_from_pools(secure, "giflib_5.1.9.orig.tar.gz", fetch) == (
+        f"{authoring.MIRROR}/{main_pool}/giflib_5.1.9.orig.tar.gz",
+        b"upstream",
+    )
+    assert asked == [
+        secure.url("giflib_5.1.9.orig.tar.gz"),
+        f"{authoring.MIRROR}/{main_pool}/giflib_5.1.9.orig.tar.gz",
+    ]
     # A file missing from both, or from the main archive itself, is missing: said, not looked for elsewhere.
     with pytest.raises(authoring.NotOnMirror):
         authoring.fetch_from_pools(secure, "giflib_5.1.9-2+deb11u1.debian.tar.xz", fetch)
