@@ -393,6 +393,22 @@ def read_series(tree: Path) -> list[str]:
     return names
 
 
+def _patch_header(tree: Path, name: str) -> str:
+    """A debian/patches entry's header (DEP-3 fields, commit message): what comes before its first diff."""
+    text = (tree / "debian" / "patches" / name).read_text(errors="replace")
+    return text.split("\n---", 1)[0].split("\ndiff ", 1)[0].split("\nIndex: ", 1)[0]
+
+
+_CVE = re.compile(r"CVE-\d{4}-\d{4,}", re.IGNORECASE)
+
+
+def advisories_named(tree: Path, patch: str) -> list[str]:
+    """The CVE ids a patch's file name and header name, in order, each once: a fix given by --patch
+    without --advisory still gets its references and its task id from them."""
+    found = _CVE.findall(patch + "\n" + _patch_header(tree, patch))
+    return list(dict.fromkeys(cve.upper() for cve in found))
+
+
 def pick_patch(tree: Path, patch: str | None, advisory: str | None) -> str:
     """The series entry that is the fix: named by --patch, or the one whose name or header names
     --advisory."""
@@ -407,8 +423,7 @@ def pick_patch(tree: Path, patch: str | None, advisory: str | None) -> str:
         raise AuthoringError("give --patch NAME.patch or --advisory ID to say which patch is the fix")
     found = []
     for name in series:
-        text = (tree / "debian" / "patches" / name).read_text(errors="replace")
-        header = text.split("\n---", 1)[0].split("\ndiff ", 1)[0].split("\nIndex: ", 1)[0]
+        header = _patch_header(tree, name)
         if advisory.lower() in name.lower() or advisory.lower() in header.lower():
             found.append(name)
     if len(found) != 1:
@@ -791,9 +806,12 @@ def new_from_debian(
             say(f"the source is {inside} in {binary}")
         fix = pick_patch(tree, patch, advisory)
         say(f"the fix is debian/patches/{fix}")
+        named = [advisory] if advisory else advisories_named(tree, fix)
+        if not advisory and named:
+            say(f"the patch names {', '.join(named)}")
         diff, position = fix_diff_reversed(tree, fix) if binary else fix_diff(tree, fix)
     project = _project_name(pkg)
-    task_id = task_id or default_id(project, advisory, fix)
+    task_id = task_id or default_id(project, named[0] if named else None, fix)
     task_dir = _target(dataset_dir, task_id)
     code, tests = split_diff(diff, language)
     source = f"/src/{re.sub(r'[^A-Za-z0-9._-]+', '-', project)}"
@@ -803,9 +821,8 @@ def new_from_debian(
         if pkg.go_import_path.startswith("github.com/")
         else (pkg.homepage if pkg.homepage.startswith("https://") else "https://TODO")
     )
-    references = [f"https://security-tracker.debian.org/tracker/{advisory}"] if advisory else []
-    if advisory and advisory.startswith("CVE-"):
-        references.insert(0, f"https://nvd.nist.gov/vuln/detail/{advisory}")
+    references = [f"https://nvd.nist.gov/vuln/detail/{a}" for a in named if a.startswith("CVE-")]
+    references += [f"https://security-tracker.debian.org/tracker/{a}" for a in named]
     scaffold = Scaffold(task_dir)
     data = config(task_id, project, repository, language, source, references)
     if repository == "https://TODO":

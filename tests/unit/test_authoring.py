@@ -179,6 +179,17 @@ def test_patch_named_directly_and_id_given(tmp_path: Path, dataset: Path) -> Non
     scaffold = _new(dataset, mirror, patch="fix-range.patch", task_id="foo-range")
     assert scaffold.task_dir.name == "foo-range"
     assert "NFIX=2;" in (scaffold.task_dir / "Dockerfile").read_text()
+    # Without --advisory, the CVE the patch's header names gives the references (and would give the id).
+    references = yaml.safe_load((scaffold.task_dir / "sse/config.yaml").read_text())["reference"]
+    assert references == [
+        "https://nvd.nist.gov/vuln/detail/CVE-2099-0001",
+        "https://security-tracker.debian.org/tracker/CVE-2099-0001",
+    ]
+    assert _new(dataset, mirror, patch="fix-range.patch").task_dir.name == "foo-CVE-2099-0001"
+    # A patch that names none: no references to guess, and the id from the patch's name.
+    plain = _new(dataset, mirror, patch="01-comment.patch")
+    assert plain.task_dir.name == "foo-01-comment"
+    assert yaml.safe_load((plain.task_dir / "sse/config.yaml").read_text())["reference"] == []
 
 
 @pytest.mark.parametrize(
