@@ -25,7 +25,8 @@ costs. What is searched for, and why:
   `MIN_DISTINCT` different bytes, not a run or a ramp of bytes (`AAAA…`,
   `((((…` and `\x0e\x0f\x10…` say nothing; compilers hold such tables) and
   not one word (`crlDistributionPoints` is a name of the format the program
-  reads, which its headers, libraries and symbol files name too); and the
+  reads, which its headers, libraries and symbol files name too) or a URL of
+  one name (`http://localhost`, in Python's, Perl's and Go's own sources); and the
   whole file, by size and SHA-256, which finds an exact copy of a PoC of a
   few bytes or of nothing but common text, where no window could.
 - From a file a diff adds or changes as a `GIT binary patch` (test data
@@ -113,8 +114,9 @@ _ALIGNMENT = re.compile(rb"\t|  +")
 _BREAKS = re.compile(rb"[\r\n\x00]")
 # A comment's line: `/* …`, ` * …` or ` */` (not `*ptr = 0;`), `// …` (Go, Rust, C), `# …` (not `#include`).
 _COMMENT = re.compile(rb"/\*|\*(?:\s|/|$)|//|#(?:\s|!|$)")
-# A window that is one word: a name of the input's format (a field, keyword or symbol), not the input.
-_WORD = re.compile(rb"[A-Za-z_][A-Za-z0-9_]*")
+# A window that is one word: a name of the input's format (a field, keyword or symbol), not the input; or a
+# URL of one name (`http://localhost`), which the protocols' own libraries and tests spell out as often.
+_WORD = re.compile(rb"(?:[A-Za-z][A-Za-z0-9+.-]*://)?[A-Za-z_][A-Za-z0-9_]*")
 
 
 def leak_terms(task: Task) -> list[str]:

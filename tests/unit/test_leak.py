@@ -102,6 +102,20 @@ def test_a_window_that_is_one_word_is_the_formats_vocabulary_not_the_input() -> 
     assert poc.terms == () and poc.sha256 is not None
 
 
+def test_a_window_that_is_a_url_of_one_name_is_the_protocols_vocabulary() -> None:
+    # gin-contrib-cors's variant is the origin `http://localhost`, which Python's, Perl's and Go's own
+    # sources and tests hold too (22 files of its tool image); a longer origin is the input's own.
+    assert input_terms(b"http://localhost\n") == ()
+    assert input_terms(b"https://localhost_1\n") == ()
+    assert input_terms(b"http://localhost.attacker.example\n") == (b"http://localhost.attacker.example",)
+    assert input_terms(b"http://localhost-8080.attacker.example:8080\n") == (
+        b"http://localhost-8080.attacker.example:8080",
+    )
+    cors = next(t for t in load_tasks(PILOT) if t.id == "gin-contrib-cors-CVE-2019-25211")
+    bare = next(p for p in answer_pieces(cors) if p.where.endswith("bare_rule_prefix.txt"))
+    assert bare.terms == () and bare.sha256 is not None
+
+
 def test_a_binary_file_a_diff_gives_whole_is_searched_for_by_its_bytes(tmp_path: Path) -> None:
     data = bytes(range(256)) * 3 + b"\x00tail of the test data\n"
     git = ["git", "-C", str(tmp_path), "-c", "user.name=m", "-c", "user.email=m@x"]
