@@ -152,16 +152,31 @@ def parse_sources(text: str, name: str, version: str, suite: str, archive: str) 
     return None
 
 
+def _index_entries(text: str, name: str, suite: str, archive: str) -> list[SourcePackage]:
+    """Every version of `name` a Sources index lists."""
+    versions = re.findall(rf"^Package: {re.escape(name)}\n(?:.+\n)*?Version: (\S+)", text, flags=re.MULTILINE)
+    entries = (parse_sources(text, name, v, suite, archive) for v in dict.fromkeys(versions))
+    return [e for e in entries if e is not None]
+
+
+def _served(entry: SourcePackage, fetch: Fetch) -> bool:
+    """Whether the mirror serves the entry's packaging (the .debian tarball, or the .dsc of a native package)."""
+    packaging = [f for f in entry.files if ".debian.tar." in f] or [f for f in entry.files if f.endswith(".dsc")]
+    return all(_reachable(entry, f, fetch) for f in packaging)
+
+
 def find_sources(
     name: str,
     version: str,
     fetch: Fetch = fetch_url,
     suites: Iterable[tuple[str, str]] | None = None,
-) -> list[SourcePackage]:
+) -> tuple[list[SourcePackage], list[SourcePackage]]:
     """Every suite's entry for `name`=`version` (a version is often in a suite and its security archive,
-    and the mirror may keep the files of only one of them); none when the version is gone."""
+    and the mirror may keep the files of only one of them), and every other version the suites list, for
+    the error that says what could be had instead; none when the version is gone."""
     tried = []
-    found = []
+    found: list[SourcePackage] = []
+    others: list[SourcePackage] = []
     for suite, archive in SUITES if suites is None else suites:
         url = f"{archive}/dists/{suite}/main/source/Sources.xz"
         try:
@@ -169,15 +184,23 @@ def find_sources(
         except AuthoringError:
             continue
         tried.append(suite)
-        entry = parse_sources(text, name, version, suite, archive)
-        if entry is not None:
-            found.append(entry)
+        for entry in _index_entries(text, name, suite, archive):
+            (found if entry.version == version else others).append(entry)
     if not found:
         raise AuthoringError(
             f"--debian {name}={version}: no such source package version in"
             f" {', '.join(tried) or 'any suite (is the mirror reachable?)'}; give a version the mirror's Sources index lists"
+            + _instead(others, fetch)
         )
-    return found
+    return found, others
+
+
+def _instead(others: list[SourcePackage], fetch: Fetch) -> str:
+    """What the mirror serves of the package's other versions, said at the end of an error."""
+    served = [f"{e.version} ({e.suite})" for e in others if _served(e, fetch)]
+    if served:
+        return f" (it serves {', '.join(served)})"
+    return f" (it lists {', '.join(f'{e.version} ({e.suite})' for e in others)} but serves none)" if others else ""
 
 
 def find_source(
@@ -189,15 +212,14 @@ def find_source(
 ) -> SourcePackage:
     """The first suite entry for `name`=`version` whose packaging (the .debian tarball, or the .dsc of a
     native package) the mirror still serves."""
-    entries = find_sources(name, version, fetch, suites)
+    entries, others = find_sources(name, version, fetch, suites)
     for entry in entries:
-        packaging = [f for f in entry.files if ".debian.tar." in f] or [f for f in entry.files if f.endswith(".dsc")]
-        if all(_reachable(entry, f, fetch) for f in packaging):
+        if _served(entry, fetch):
             say(f"found {name} {version} in {entry.suite}")
             return entry
     raise AuthoringError(
         f"--debian {name}={version}: the mirror lists it ({', '.join(e.suite for e in entries)}) but serves none"
-        " of its packaging files; pick another version"
+        " of its packaging files; pick another version" + _instead(others, fetch)
     )
 
 
@@ -447,6 +469,15 @@ def _git(tree: Path, *args: str) -> str:
     return done.stdout
 
 
+def _restage(tree: Path) -> None:
+    """Stage the tree's files as they are now, each read again: git trusts an index entry whose size and
+    times match, and a file replaced by another of the same size (a version bump, `<` for `>`) with the
+    same mtime (crates and tarballs carry fixed ones) on a reused inode looked unchanged and fell out of
+    the diff."""
+    (tree / ".git" / "index").unlink()
+    _git(tree, "add", "-A", "-f")
+
+
 def _apply(tree: Path, patch_file: Path) -> None:
     done = subprocess.run(
         ["patch", "-p1", "--force", "--no-backup-if-mismatch", "-i", str(patch_file)],
@@ -474,7 +505,7 @@ def fix_diff(tree: Path, fix: str) -> tuple[str, int]:
     _git(work, "add", "-A", "-f")
     _git(work, "commit", "-q", "-m", "vulnerable")
     _apply(work, patches / fix)
-    _git(work, "add", "-A", "-f")
+    _restage(work)
     return _git(work, "diff", "--cached", "--binary", "HEAD"), position
 
 
@@ -504,7 +535,7 @@ def fix_diff_reversed(tree: Path, fix: str) -> tuple[str, int]:
         if child.name != ".git":
             shutil.rmtree(child) if child.is_dir() else child.unlink()
     shutil.copytree(tree, vulnerable, symlinks=True, dirs_exist_ok=True, ignore=shutil.ignore_patterns("debian", ".pc"))
-    _git(vulnerable, "add", "-A", "-f")
+    _restage(vulnerable)
     return _git(vulnerable, "diff", "--cached", "--binary", "HEAD"), position
 
 
@@ -875,7 +906,7 @@ def new_from_crate(
             if child.name != ".git":
                 shutil.rmtree(child) if child.is_dir() else child.unlink()
         shutil.copytree(trees[1], trees[0], dirs_exist_ok=True)
-        _git(trees[0], "add", "-A", "-f")
+        _restage(trees[0])
         diff = _git(trees[0], "diff", "--cached", "--binary", "HEAD")
     task_id = task_id or default_id(crate, advisory, f"{vulnerable}-{fixed}")
     task_dir = _target(dataset_dir, task_id)

@@ -215,8 +215,21 @@ def test_advisory_in_two_patches_is_ambiguous(tmp_path: Path, dataset: Path) -> 
 
 def test_unknown_version_and_existing_task(tmp_path: Path, dataset: Path) -> None:
     mirror = _mirror(tmp_path / "mirror", {"01-comment.patch": EARLIER, "fix-range.patch": FIX})
-    with pytest.raises(authoring.AuthoringError, match=r"--debian foo=9: no such source package version in bookworm"):
+    with pytest.raises(
+        authoring.AuthoringError, match=r"--debian foo=9: no such source package version in bookworm"
+    ) as e:
         authoring.new_from_debian(dataset, "foo", "9", patch="fix-range.patch", suites=[("bookworm", mirror)])
+    # The error says which versions could be had instead: those whose packaging the mirror serves.
+    assert str(e.value).endswith("(it serves 1.0-1+deb12u1 (bookworm))")
+    (Path(mirror.removeprefix("file://")) / "pool/main/f/foo/foo_1.0-1+deb12u1.debian.tar.xz").rename(
+        tmp_path / "moved.tar.xz"
+    )
+    with pytest.raises(authoring.AuthoringError) as e:
+        authoring.new_from_debian(dataset, "foo", "9", patch="fix-range.patch", suites=[("bookworm", mirror)])
+    assert str(e.value).endswith("(it lists 1.0-1+deb12u1 (bookworm) but serves none)")
+    (tmp_path / "moved.tar.xz").rename(
+        Path(mirror.removeprefix("file://")) / "pool/main/f/foo/foo_1.0-1+deb12u1.debian.tar.xz"
+    )
     _new(dataset, mirror, patch="fix-range.patch", task_id="t")
     with pytest.raises(authoring.AuthoringError, match="exists; give another --id"):
         _new(dataset, mirror, patch="fix-range.patch", task_id="t")
