@@ -716,6 +716,8 @@ def scripts(language: str, import_path: str) -> dict[str, str]:
     else:
         build = (
             "#!/bin/bash\n# Build with the sanitizer that reports the bug (CFLAGS from the base image).\n"
+            "# pipefail: a pipe whose reader stops early fails the build (`yes | make oldconfig` exits 141,\n"
+            "# SIGPIPE); write `{ yes || true; } | ...` there.\n"
             "set -euo pipefail\n# TODO: configure and make; build the PoC driver from /ssebench/harness.\n"
         )
         test = "#!/bin/bash\nset -euo pipefail\n/ssebench/scripts/build.sh\n# TODO: run the project's tests.\n"
