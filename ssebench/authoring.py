@@ -715,7 +715,8 @@ def scripts(language: str, import_path: str) -> dict[str, str]:
         test = "#!/bin/bash\nset -euo pipefail\n/ssebench/scripts/build.sh\ncargo test --offline\n"
     else:
         build = (
-            "#!/bin/bash\n# Build with the sanitizer that reports the bug (CFLAGS from the base image).\n"
+            "#!/bin/bash\n# Build with the sanitizer that reports the bug: write its flags out (the base image sets no\n"
+            "# CFLAGS), e.g. CFLAGS='-fsanitize=address -g -O1 -fno-omit-frame-pointer'.\n"
             "# pipefail: a pipe whose reader stops early fails the build (`yes | make oldconfig` exits 141,\n"
             "# SIGPIPE); write `{ yes || true; } | ...` there.\n"
             "set -euo pipefail\n# TODO: configure and make; build the PoC driver from /ssebench/harness.\n"
