@@ -25,7 +25,7 @@ import tarfile
 import tempfile
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -359,7 +359,7 @@ def _find_root(root: Path, paths: list[str]) -> Path | None:
 
 
 def unpack_binary(
-    pkg: SourcePackage, work: Path, patch: str | None, advisory: str | None, fetch: Fetch = fetch_url
+    pkg: SourcePackage, work: Path, patch: Sequence[str], advisory: str | None, fetch: Fetch = fetch_url
 ) -> tuple[Path, str, str]:
     """The fixed tree as a binary package installs it (every patch of the series applied), with the source
     package's debian/ in it: for packages whose upstream tarball the mirror no longer has. Returns the
@@ -375,7 +375,11 @@ def unpack_binary(
     packaging.mkdir()
     _safe_extract(work / debian, packaging, strip=False)
     fix = pick_patch(packaging, patch, advisory)
-    paths = patch_paths((packaging / "debian" / "patches" / fix).read_text(errors="replace"))
+    paths = list(
+        dict.fromkeys(
+            p for part in fix for p in patch_paths((packaging / "debian/patches" / part).read_text("utf-8", "replace"))
+        )
+    )
     if shutil.which("dpkg-deb") is None:
         raise AuthoringError("dpkg-deb is not installed on this host (apt-get install dpkg)")
     for binary in _binary_candidates(pkg):
@@ -398,7 +402,7 @@ def unpack_binary(
             return tree, binary, "/" + base.relative_to(root).as_posix()
     raise AuthoringError(
         f"{pkg.name} {pkg.version}: the mirror has neither its upstream tarball nor a binary package with the"
-        f" files debian/patches/{fix} changes; pick another version"
+        f" files debian/patches/{', '.join(fix)} changes; pick another version"
     )
 
 
@@ -424,23 +428,30 @@ def _patch_header(tree: Path, name: str) -> str:
 _CVE = re.compile(r"CVE-\d{4}-\d{4,}", re.IGNORECASE)
 
 
-def advisories_named(tree: Path, patch: str) -> list[str]:
-    """The CVE ids a patch's file name and header name, in order, each once: a fix given by --patch
-    without --advisory still gets its references and its task id from them."""
-    found = _CVE.findall(patch + "\n" + _patch_header(tree, patch))
+def advisories_named(tree: Path, fix: Sequence[str]) -> list[str]:
+    """The CVE ids the fix's patches name in their file names and headers, in order, each once: a fix given
+    by --patch without --advisory still gets its references and its task id from them."""
+    found = _CVE.findall("\n".join(f"{part}\n{_patch_header(tree, part)}" for part in fix))
     return list(dict.fromkeys(cve.upper() for cve in found))
 
 
-def pick_patch(tree: Path, patch: str | None, advisory: str | None) -> str:
-    """The series entry that is the fix: named by --patch, or the one whose name or header names
-    --advisory."""
+def pick_patch(tree: Path, patch: Sequence[str], advisory: str | None) -> list[str]:
+    """The series entries that are the fix: named by --patch (one, or consecutive entries in series order
+    for a fix Debian split into parts), or the one whose name or header names --advisory."""
     series = read_series(tree)
     if not series:
         raise AuthoringError("the source package has no debian/patches/series; it carries no patch to take")
     if patch:
-        if patch not in series:
-            raise AuthoringError(f"--patch {patch}: not in debian/patches/series ({', '.join(series)})")
-        return patch
+        for name in patch:
+            if name not in series:
+                raise AuthoringError(f"--patch {name}: not in debian/patches/series ({', '.join(series)})")
+        first = series.index(patch[0])
+        if list(patch) != series[first : first + len(patch)]:
+            raise AuthoringError(
+                f"--patch {' --patch '.join(patch)}: a fix in several parts is consecutive entries of"
+                f" debian/patches/series, given in its order ({', '.join(series[first : first + len(patch)])})"
+            )
+        return list(patch)
     if not advisory:
         raise AuthoringError("give --patch NAME.patch or --advisory ID to say which patch is the fix")
     found = []
@@ -450,8 +461,11 @@ def pick_patch(tree: Path, patch: str | None, advisory: str | None) -> str:
             found.append(name)
     if len(found) != 1:
         what = "no patch names" if not found else f"{len(found)} patches name ({', '.join(found)})"
-        raise AuthoringError(f"--advisory {advisory}: {what} it in debian/patches; give --patch NAME.patch")
-    return found[0]
+        raise AuthoringError(
+            f"--advisory {advisory}: {what} it in debian/patches; give --patch NAME.patch"
+            " (once per entry, in series order, for a fix in several)"
+        )
+    return found
 
 
 def _git(tree: Path, *args: str) -> str:
@@ -490,11 +504,12 @@ def _apply(tree: Path, patch_file: Path) -> None:
         raise AuthoringError(f"debian/patches/{patch_file.name} does not apply: {done.stdout.strip()[-300:]}")
 
 
-def fix_diff(tree: Path, fix: str) -> tuple[str, int]:
-    """Apply the series up to `fix`, then `fix`, and return git's diff of what `fix` changed (clean a/ b/
-    paths, whatever form the Debian patch had) and `fix`'s 1-based place in the series."""
+def fix_diff(tree: Path, fix: Sequence[str]) -> tuple[str, int]:
+    """Apply the series up to `fix` (its entries, consecutive), then `fix`, and return git's diff of what
+    `fix` changed (clean a/ b/ paths, whatever form the Debian patch had) and its first entry's 1-based
+    place in the series."""
     series = read_series(tree)
-    position = series.index(fix) + 1
+    position = series.index(fix[0]) + 1
     patches = tree / "debian" / "patches"
     for name in series[: position - 1]:
         _apply(tree, patches / name)
@@ -504,30 +519,32 @@ def fix_diff(tree: Path, fix: str) -> tuple[str, int]:
     _git(work, "init", "-q")
     _git(work, "add", "-A", "-f")
     _git(work, "commit", "-q", "-m", "vulnerable")
-    _apply(work, patches / fix)
+    for part in fix:
+        _apply(work, patches / part)
     _restage(work)
     return _git(work, "diff", "--cached", "--binary", "HEAD"), position
 
 
-def fix_diff_reversed(tree: Path, fix: str) -> tuple[str, int]:
-    """As fix_diff, for a tree that already has the whole series applied: reverse `fix` to get the
-    vulnerable tree, and diff it against the fixed one."""
+def fix_diff_reversed(tree: Path, fix: Sequence[str]) -> tuple[str, int]:
+    """As fix_diff, for a tree that already has the whole series applied: reverse `fix` (its last entry
+    first) to get the vulnerable tree, and diff it against the fixed one."""
     series = read_series(tree)
-    position = series.index(fix) + 1
+    position = series.index(fix[0]) + 1
     patches = tree / "debian" / "patches"
     vulnerable = tree.parent / "split"
     shutil.copytree(tree, vulnerable, symlinks=True, ignore=shutil.ignore_patterns("debian", ".pc", ".git"))
-    done = subprocess.run(
-        ["patch", "-R", "-p1", "--force", "--no-backup-if-mismatch", "-i", str(patches / fix)],
-        cwd=vulnerable,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode:
-        raise AuthoringError(
-            f"debian/patches/{fix} does not reverse out of the packaged tree: {done.stdout.strip()[-300:]}"
+    for part in reversed(fix):
+        done = subprocess.run(
+            ["patch", "-R", "-p1", "--force", "--no-backup-if-mismatch", "-i", str(patches / part)],
+            cwd=vulnerable,
+            capture_output=True,
+            text=True,
+            check=False,
         )
+        if done.returncode:
+            raise AuthoringError(
+                f"debian/patches/{part} does not reverse out of the packaged tree: {done.stdout.strip()[-300:]}"
+            )
     _git(vulnerable, "init", "-q")
     _git(vulnerable, "add", "-A", "-f")
     _git(vulnerable, "commit", "-q", "-m", "vulnerable")
@@ -817,7 +834,7 @@ def new_from_debian(
     name: str,
     version: str,
     *,
-    patch: str | None = None,
+    patch: str | Sequence[str] | None = None,
     advisory: str | None = None,
     task_id: str | None = None,
     language: str | None = None,
@@ -826,7 +843,8 @@ def new_from_debian(
     say: Callable[[str], None] = lambda _m: None,
 ) -> Scaffold:
     """Scaffold a task from Debian source package `name`=`version` whose debian/patches entry `patch`
-    (or the one naming `advisory`) is the fix."""
+    (or consecutive entries, for a fix in parts; or the one naming `advisory`) is the fix."""
+    patches = [patch] if isinstance(patch, str) else list(patch or [])
     pkg = find_source(name, version, fetch, suites, say)
     with tempfile.TemporaryDirectory(prefix="ssebench-task-new-") as tmp:
         work = Path(tmp)
@@ -836,16 +854,16 @@ def new_from_debian(
             tree, tarballs = unpack_source(pkg, work / "source", fetch)
         except NotOnMirror:
             say("the mirror no longer has the upstream tarball: taking the source from a binary package")
-            tree, binary, inside = unpack_binary(pkg, work, patch, advisory, fetch)
+            tree, binary, inside = unpack_binary(pkg, work, patches, advisory, fetch)
             say(f"the source is {inside} in {binary}")
-        fix = pick_patch(tree, patch, advisory)
-        say(f"the fix is debian/patches/{fix}")
+        fix = pick_patch(tree, patches, advisory)
+        say(f"the fix is {', '.join(f'debian/patches/{part}' for part in fix)}")
         named = [advisory] if advisory else advisories_named(tree, fix)
         if not advisory and named:
             say(f"the patch names {', '.join(named)}")
         diff, position = fix_diff_reversed(tree, fix) if binary else fix_diff(tree, fix)
     project = _project_name(pkg)
-    task_id = task_id or default_id(project, named[0] if named else None, fix)
+    task_id = task_id or default_id(project, named[0] if named else None, fix[0])
     task_dir = _target(dataset_dir, task_id)
     code, tests = split_diff(diff, language)
     source = f"/src/{re.sub(r'[^A-Za-z0-9._-]+', '-', project)}"

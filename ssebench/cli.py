@@ -760,7 +760,12 @@ def parser() -> argparse.ArgumentParser:
     )
     new.add_argument("dataset", type=Path, metavar="DATASET", help="the dataset folder to add the task to")
     new.add_argument("--debian", metavar="PKG=VERSION", help="a Debian source package at an exact version")
-    new.add_argument("--patch", metavar="NAME", help="the fix: its name in debian/patches/series")
+    new.add_argument(
+        "--patch",
+        metavar="NAME",
+        action="append",
+        help="the fix: its name in debian/patches/series (repeat, in series order, for a fix in several entries)",
+    )
     new.add_argument("--advisory", metavar="ID", help="the advisory (CVE-..., RUSTSEC-...); finds --patch by it")
     new.add_argument("--crate", metavar="NAME", help="a crate on crates.io (with --vulnerable and --fixed)")
     new.add_argument("--vulnerable", metavar="VERSION", help="the crate's last vulnerable version")

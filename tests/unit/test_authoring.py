@@ -14,6 +14,7 @@ import lzma
 import subprocess
 import tarfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -123,7 +124,7 @@ def dataset(tmp_path: Path) -> Path:
     return folder
 
 
-def _new(dataset: Path, mirror: str, **kwargs: str) -> authoring.Scaffold:
+def _new(dataset: Path, mirror: str, **kwargs: Any) -> authoring.Scaffold:
     return authoring.new_from_debian(
         dataset,
         "foo",
@@ -209,8 +210,30 @@ def test_which_patch_errors_name_the_flag(tmp_path: Path, dataset: Path, kwargs:
 
 def test_advisory_in_two_patches_is_ambiguous(tmp_path: Path, dataset: Path) -> None:
     mirror = _mirror(tmp_path / "mirror", {"CVE-2099-0001-part1.patch": EARLIER, "fix-range.patch": FIX})
-    with pytest.raises(authoring.AuthoringError, match="2 patches name"):
+    with pytest.raises(authoring.AuthoringError, match="2 patches name") as e:
         _new(dataset, mirror, advisory="CVE-2099-0001")
+    assert "once per entry, in series order, for a fix in several" in str(e.value)
+
+
+# FIX in two series entries, as Debian splits some fixes (libpng's CVE-2025-66293-part1/-part2): the code, then
+# the test.
+FIX_CODE, _, FIX_TEST = FIX.partition("--- foo-1.0.orig/tests/parse_test.c\n")
+FIX_TEST = "Subject: the test of the range check\n--- foo-1.0.orig/tests/parse_test.c\n" + FIX_TEST
+
+
+def test_a_fix_in_several_entries_is_given_by_each_in_series_order(tmp_path: Path, dataset: Path) -> None:
+    parts = {"01-comment.patch": EARLIER, "fix-part1.patch": FIX_CODE, "fix-part2.patch": FIX_TEST}
+    mirror = _mirror(tmp_path / "mirror", parts)
+    scaffold = _new(dataset, mirror, patch=["fix-part1.patch", "fix-part2.patch"])
+    task = scaffold.task_dir
+    assert task.name == "foo-CVE-2099-0001"  # the first part's header names it
+    assert "+    if (n < 0 || n > 3)" in (task / "sse/diffs/patch.diff").read_text()
+    assert "assert(parse(9) == -1)" in (task / "sse/diffs/test.diff").read_text()
+    assert "NFIX=2;" in (task / "Dockerfile").read_text()  # the tree stops before the first part
+    # Parts out of order, or with an entry between them, are refused naming the series' own order.
+    for wrong in (["fix-part2.patch", "fix-part1.patch"], ["01-comment.patch", "fix-part2.patch"]):
+        with pytest.raises(authoring.AuthoringError, match="a fix in several parts is consecutive entries"):
+            _new(dataset, mirror, patch=wrong, task_id="other")
 
 
 def test_unknown_version_and_existing_task(tmp_path: Path, dataset: Path) -> None:
