@@ -460,9 +460,13 @@ def pick_patch(tree: Path, patch: Sequence[str], advisory: str | None) -> list[s
         if advisory.lower() in name.lower() or advisory.lower() in header.lower():
             found.append(name)
     if len(found) != 1:
-        what = "no patch names" if not found else f"{len(found)} patches name ({', '.join(found)})"
+        what = (
+            f"no patch names it in its name or header (the series: {', '.join(series)})"
+            if not found
+            else f"{len(found)} patches name it ({', '.join(found)})"
+        )
         raise AuthoringError(
-            f"--advisory {advisory}: {what} it in debian/patches; give --patch NAME.patch"
+            f"--advisory {advisory}: {what}; give --patch NAME.patch"
             " (once per entry, in series order, for a fix in several)"
         )
     return found

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import io
 import lzma
+import re
 import subprocess
 import tarfile
 from pathlib import Path
@@ -196,14 +197,18 @@ def test_patch_named_directly_and_id_given(tmp_path: Path, dataset: Path) -> Non
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"advisory": "CVE-2000-1"}, "--advisory CVE-2000-1: no patch names it in debian/patches; give --patch"),
+        (
+            {"advisory": "CVE-2000-1"},
+            "--advisory CVE-2000-1: no patch names it in its name or header"
+            " (the series: 01-comment.patch, fix-range.patch); give --patch",
+        ),
         ({"patch": "nope.patch"}, "--patch nope.patch: not in debian/patches/series"),
         ({}, "give --patch NAME.patch or --advisory ID"),
     ],
 )
 def test_which_patch_errors_name_the_flag(tmp_path: Path, dataset: Path, kwargs: dict[str, str], message: str) -> None:
     mirror = _mirror(tmp_path / "mirror", {"01-comment.patch": EARLIER, "fix-range.patch": FIX})
-    with pytest.raises(authoring.AuthoringError, match="^" + message.replace("(", r"\(")):
+    with pytest.raises(authoring.AuthoringError, match="^" + re.escape(message)):
         _new(dataset, mirror, **kwargs)
     assert list(dataset.iterdir()) == [dataset / "dataset.yaml"]
 
