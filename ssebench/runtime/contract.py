@@ -219,6 +219,8 @@ PROTECTED: dict[str, tuple[str, ...]] = {
         "**/Makefile*",
         "**/t/**",
         "**/testing/**",
+        "**/testsuite/**",
+        "**/libtests/**",
         "**/oss-fuzz/**",
         "**/test_*.c",
         "**/test_*.cc",

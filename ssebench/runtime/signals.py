@@ -110,6 +110,8 @@ TESTS = (
     "**/tests/**",
     "**/testdata/**",
     "**/testing/**",
+    "**/testsuite/**",
+    "**/libtests/**",
     "**/t/**",
     "**/test_*",
     "**/*_test.*",

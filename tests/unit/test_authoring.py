@@ -309,6 +309,16 @@ def test_split_follows_the_languages_test_conventions() -> None:
     assert "users_test.go" not in code
 
 
+def test_c_test_suites_under_their_own_names_are_tests() -> None:
+    # rsync's and busybox's tests are in testsuite/, libpng's test programs in contrib/libtests/: their
+    # authors moved them to the hidden tests and protected them by hand.
+    paths = ("testsuite/safe-links.test", "testsuite/awk.tests", "contrib/libtests/pngstest.c", "util1.c")
+    diff = "".join(f"diff --git a/{p} b/{p}\n--- a/{p}\n+++ b/{p}\n@@ -1 +1 @@\n-a\n+b\n" for p in paths)
+    code, tests = authoring.split_diff(diff, "c")
+    assert [p for p in paths if f"a/{p} " in tests] == list(paths[:3])
+    assert [p for p in paths if f"a/{p} " in code] == ["util1.c"]
+
+
 def test_is_protected_agrees_with_git(tmp_path: Path) -> None:
     """The matcher the split uses selects what git's glob pathspecs select (grading's side)."""
     paths = [

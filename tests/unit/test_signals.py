@@ -62,9 +62,17 @@ def test_changed_tests_harnesses_and_build_files_are_classified() -> None:
         ".ssebench/harness/main.go",
         "tests/expected.txt",
         "docs/README",
+        "testsuite/awk.tests",
+        "contrib/libtests/pngstest.c",
     ]
     found = classify(changed, TASK, hidden_tests={"src/hidden_case.c"})
-    assert found.tests == ["kv_test.go", "src/hidden_case.c", "tests/parse_test.c"]
+    assert found.tests == [
+        "contrib/libtests/pngstest.c",
+        "kv_test.go",
+        "src/hidden_case.c",
+        "tests/parse_test.c",
+        "testsuite/awk.tests",
+    ]
     assert found.harness == [".ssebench/harness/main.go", "fuzz/fuzz_tlv.c", "tools/dump.c"]
     assert found.build == [
         ".cargo/config.toml",
