@@ -1146,5 +1146,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+def stoppable() -> None:
+    """Give a command Ctrl-C's meaning on SIGINT and SIGTERM alike: its runs are stopped and reaped and what
+    it wrote is kept, as on Ctrl-C. SIGINT gets that meaning back where the shell that started the command
+    ignored it (a background job, `ssebench dataset verify ... &`, inherits SIGINT ignored, and Python then
+    never raises KeyboardInterrupt); SIGTERM (`kill`, a CI's cancel) would otherwise end it at once."""
+    import signal
+
+    def stop(_signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, stop)
+
+
+def entry() -> int:
+    """The `ssebench` command: main() as a process of its own, stoppable by SIGINT and SIGTERM."""
+    stoppable()
+    return main()
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry())
