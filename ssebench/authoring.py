@@ -825,7 +825,9 @@ def _finish(scaffold: Scaffold, data: dict[str, object], code: str, tests: str, 
         "write a PoC in sse/pocs/ and name it in config.yaml's files.poc (and a variant in files.variants if cheap)",
         "write the harness (sse/harness/) and finish build.sh / run.sh / test.sh",
         "write reports/issue.md and config.yaml's bug_description and type",
-        f"check: python -m ssebench.cli dataset verify {scaffold.task_dir}",
+        f"pin: ssebench dataset pin {scaffold.task_dir.parent} --keep-version (again after each edit: images"
+        " build and verify refuse a task that differs from its pin)",
+        f"check: ssebench dataset verify {scaffold.task_dir}",
     ]
     if not code.strip():
         scaffold.todo.insert(0, "the fix changes no code file: check sse/diffs/patch.diff")

@@ -24,9 +24,10 @@ costs. What is searched for, and why:
   NULs, cut to `WINDOW` bytes, when at least `MIN_WINDOW` long with
   `MIN_DISTINCT` different bytes, not a run or a ramp of bytes (`AAAA…`,
   `((((…` and `\x0e\x0f\x10…` say nothing; compilers hold such tables) and
-  not one word (`crlDistributionPoints` is a name of the format the program
-  reads, which its headers, libraries and symbol files name too) or a URL of
-  one name (`http://localhost`, in Python's, Perl's and Go's own sources); and the
+  from a line that is not one word of at most `MAX_WORD` characters
+  (`crlDistributionPoints` is a name of the format the program reads, which
+  its headers, libraries and symbol files name too) or a web URL of one name
+  (`http://localhost`, in Python's, Perl's and Go's own sources); and the
   whole file, by size and SHA-256, which finds an exact copy of a PoC of a
   few bytes or of nothing but common text, where no window could.
 - From a file a diff adds or changes as a `GIT binary patch` (test data
@@ -114,9 +115,11 @@ _ALIGNMENT = re.compile(rb"\t|  +")
 _BREAKS = re.compile(rb"[\r\n\x00]")
 # A comment's line: `/* …`, ` * …` or ` */` (not `*ptr = 0;`), `// …` (Go, Rust, C), `# …` (not `#include`).
 _COMMENT = re.compile(rb"/\*|\*(?:\s|/|$)|//|#(?:\s|!|$)")
-# A window that is one word: a name of the input's format (a field, keyword or symbol), not the input; or a
-# URL of one name (`http://localhost`), which the protocols' own libraries and tests spell out as often.
-_WORD = re.compile(rb"(?:[A-Za-z][A-Za-z0-9+.-]*://)?[A-Za-z_][A-Za-z0-9_]*")
+# A line that is one word: a name of the input's format (a field, keyword or symbol), not the input; or a web
+# URL of one name (`http://localhost`), which the protocols' own libraries and tests spell out as often. The
+# whole line, and a short one: a long line cut to its window, or a long token, is the input's own.
+_WORD = re.compile(rb"(?:https?://)?[A-Za-z_][A-Za-z0-9_]*")
+MAX_WORD = 40
 
 
 def leak_terms(task: Task) -> list[str]:
@@ -193,23 +196,23 @@ def patterned(window: bytes) -> bool:
     return bool(steps) and steps.most_common(1)[0][1] * 2 > len(window) - 1
 
 
+def vocabulary(line: bytes) -> bool:
+    """Whether a whole line of an input is one short word or web URL of one name: what the program's own
+    headers, libraries and tests name too."""
+    return len(line) <= MAX_WORD and _WORD.fullmatch(line) is not None
+
+
 def distinctive(window: bytes) -> bool:
     """Whether a window of an input can tell a copy of it from other files: long enough, of enough
-    different bytes, neither `patterned` nor one word (which the program's own headers and libraries
-    name)."""
-    return (
-        len(window) >= MIN_WINDOW
-        and len(set(window)) >= MIN_DISTINCT
-        and not patterned(window)
-        and not _WORD.fullmatch(window)
-    )
+    different bytes, and not `patterned`."""
+    return len(window) >= MIN_WINDOW and len(set(window)) >= MIN_DISTINCT and not patterned(window)
 
 
 def input_terms(data: bytes) -> tuple[bytes, ...]:
-    """The searched windows of a PoC's bytes: runs between line breaks and NULs, stripped, cut to WINDOW
-    bytes, that are `distinctive`; the longest PER_PIECE."""
-    windows = (run.strip()[:WINDOW] for run in _BREAKS.split(data))
-    return _longest(w for w in windows if distinctive(w))
+    """The searched windows of a PoC's bytes: runs between line breaks and NULs, stripped, that are not
+    `vocabulary`, cut to WINDOW bytes, that are `distinctive`; the longest PER_PIECE."""
+    runs = (run.strip() for run in _BREAKS.split(data))
+    return _longest(w for w in (run[:WINDOW] for run in runs if not vocabulary(run)) if distinctive(w))
 
 
 def answer_pieces(task: Task) -> list[Piece]:

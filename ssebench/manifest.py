@@ -57,7 +57,10 @@ def _write_json(path: Path, data: Any) -> None:
 
 
 def pin_command(dataset_dir: Path) -> str:
-    return f"bump version in {dataset_dir / 'dataset.yaml'} and run `ssebench dataset pin {dataset_dir}`"
+    return (
+        f"bump version in {dataset_dir / 'dataset.yaml'} and run `ssebench dataset pin {dataset_dir}`"
+        f" (while authoring a version not yet released: `ssebench dataset pin {dataset_dir} --keep-version`)"
+    )
 
 
 def read_manifest(dataset_dir: Path) -> Manifest | None:

@@ -11,6 +11,7 @@ from ssebench.dataset import load_tasks
 from ssebench.leak import (
     HOLD,
     MIN_LINE,
+    WINDOW,
     Hit,
     Piece,
     ScanOutput,
@@ -111,6 +112,13 @@ def test_a_window_that_is_a_url_of_one_name_is_the_protocols_vocabulary() -> Non
     assert input_terms(b"http://localhost-8080.attacker.example:8080\n") == (
         b"http://localhost-8080.attacker.example:8080",
     )
+    # The rule is the whole line's, not its searched window's: a long line cut to WINDOW bytes that then looks
+    # like one name is still the input's (an SSRF target, a long token), and only web schemes count.
+    ssrf = b"http://internal_metadata_service_for_the_cloud_provider_v2_endpoint/latest/meta-data/iam?token=x"
+    assert input_terms(ssrf + b"\n") == (ssrf[:WINDOW],)
+    token = b"k" + hashlib.sha256(b"a session token").hexdigest().encode()
+    assert input_terms(token + b"\n") == (token[:WINDOW],)
+    assert input_terms(b"gopher://internal_redis_host_6379\n") == (b"gopher://internal_redis_host_6379",)
     cors = next(t for t in load_tasks(PILOT) if t.id == "gin-contrib-cors-CVE-2019-25211")
     bare = next(p for p in answer_pieces(cors) if p.where.endswith("bare_rule_prefix.txt"))
     assert bare.terms == () and bare.sha256 is not None
@@ -144,13 +152,19 @@ def test_a_binary_file_a_diff_gives_whole_is_searched_for_by_its_bytes(tmp_path:
     assert all(p.sha256 and p.size for p in binaries)
 
 
+# Fixes whose every added line is shorter than MIN_LINE: nothing in them can be told from ordinary code, so
+# only their hidden tests and inputs are searched for (each task here is checked to still be so).
+SHORT_FIXES = {"libgit2-CVE-2024-24577": "slash--;  if (*slash == '/')  break;"}
+
+
 def test_the_demo_and_pilot_answers_are_pieces_with_something_to_search_for() -> None:
     tasks = load_tasks(DEMO) + load_tasks(PILOT)
     for task in tasks:
         pieces = answer_pieces(task)
         kinds = {p.kind for p in pieces}
+        assert ("fix" in kinds) != (task.id in SHORT_FIXES), (task.id, kinds)
         # Hidden tests are searched for when the task has them (x-net-CVE-2024-45338's fix shipped none).
-        assert {"fix", "poc"} <= kinds and ("test" in kinds) == bool(task.config.files.future_test), (task.id, kinds)
+        assert "poc" in kinds and ("test" in kinds) == bool(task.config.files.future_test), (task.id, kinds)
         assert len([p for p in pieces if p.kind == "poc"]) == len(task.config.files.poc)
         assert len([p for p in pieces if p.kind == "variant"]) == len(task.config.files.variants)
         for piece in pieces:

@@ -71,7 +71,8 @@ def test_an_edited_task_is_refused_with_one_line_naming_it_and_the_fix(pinned: P
     # (A file config.yaml names that is gone is also said as missing.)
     assert [p for p in _problems(pinned) if "manifest.json" in p] == [
         f"{pinned}/tiny-2: differs from {pinned}/manifest.json (tiny-v1): {said}; to change a task, bump version "
-        f"in {pinned}/dataset.yaml and run `ssebench dataset pin {pinned}`"
+        f"in {pinned}/dataset.yaml and run `ssebench dataset pin {pinned}` (while authoring a version not yet "
+        f"released: `ssebench dataset pin {pinned} --keep-version`)"
     ]
     # One task at a time (as pytest loads them): the unchanged task still loads, the edited one does not.
     assert load_task_in_place(pinned / "tiny-1").id == "tiny-1"

@@ -288,7 +288,8 @@ def test_a_task_edited_under_its_pinned_version_is_refused_with_one_line(demo: p
     lines = [line for line in refused.outlines if "differs from" in line]
     assert lines == [
         f"{dataset}/c-demo: differs from {dataset}/manifest.json (demo-v3): sse/build.sh changed; to change a "
-        f"task, bump version in {dataset}/dataset.yaml and run `ssebench dataset pin {dataset}`"
+        f"task, bump version in {dataset}/dataset.yaml and run `ssebench dataset pin {dataset}` (while authoring "
+        f"a version not yet released: `ssebench dataset pin {dataset} --keep-version`)"
     ]
     # The tasks that match their pin still collect.
     assert _ids(refused) == [
