@@ -39,7 +39,7 @@ SECURITY_MIRROR = "https://deb.debian.org/debian-security"
 CRATES = "https://static.crates.io/crates"
 
 # Where a version is looked for, in this order: (suite, archive). The containers build on bookworm; older
-# and newer suites are still on the mirror, and apt fetches their sources with a deb-src line of their own.
+# and newer suites are still on the mirror, and the Dockerfile fetches a version's tarballs by their URLs.
 SUITES: tuple[tuple[str, str], ...] = (
     ("bookworm-security", SECURITY_MIRROR),
     ("bookworm-updates", MIRROR),
@@ -223,17 +223,23 @@ def find_source(
     )
 
 
-def _safe_extract(archive: Path, dest: Path, strip: bool) -> bool:
+def _safe_extract(archive: Path, dest: Path, strip: bool) -> int:
     """Unpack a tarball into `dest`, without its top folder when `strip` and it has just one; members that
-    would land outside `dest`, links and devices are refused by tarfile's data filter. True when a top
-    folder was dropped."""
-    stripped = False
+    would land outside `dest`, links and devices are refused by tarfile's data filter. Returns how many
+    leading components of the members' names were dropped, as GNU tar's --strip-components counts them
+    (`./foo-1.0/x` is three components, of which two are dropped)."""
+    stripped = 0
     with tarfile.open(archive) as tar:
         members = tar.getmembers()
         if strip:
             tops = {PurePosixPath(m.name).parts[0] for m in members if PurePosixPath(m.name).parts}
             if len(tops) == 1:
-                tops.pop()
+                top = tops.pop()
+                raw = [m.name.split("/") for m in members if PurePosixPath(m.name).parts]
+                counts = {next(i for i, part in enumerate(parts) if part == top) + 1 for parts in raw}
+                if len(counts) != 1:
+                    raise AuthoringError(f"{archive.name}: its members name their top folder in different ways")
+                stripped = counts.pop()
                 kept = []
                 for m in members:
                     parts = PurePosixPath(m.name).parts[1:]
@@ -242,7 +248,6 @@ def _safe_extract(archive: Path, dest: Path, strip: bool) -> bool:
                     m.name = str(PurePosixPath(*parts))
                     kept.append(m)
                 members = kept
-                stripped = True
         tar.extractall(dest, members=members, filter="data")
     return stripped
 
@@ -257,12 +262,21 @@ class Tarball:
     url: str
     sha256: str
     folder: str = ""  # under the tree: "" for the main tarball and debian/, a component's name for its own
-    strip: bool = True  # drop the tarball's one top folder
+    strip: int = 1  # leading name components dropped (tar --strip-components): the tarball's one top folder
+
+
+# What the Sources index may name, as the Dockerfile's shell and the host's paths take it unquoted.
+_FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+~_-]*")
+_POOL_DIR = re.compile(r"pool/(?:[A-Za-z0-9+_-][A-Za-z0-9.+_-]*/)*[A-Za-z0-9+_-][A-Za-z0-9.+_-]*")
 
 
 def unpack_source(pkg: SourcePackage, work: Path, fetch: Fetch = fetch_url) -> tuple[Path, list[Tarball]]:
     """Fetch the package's tarballs, check their SHA-256 against the index, and unpack the tree (without
     applying any patch) into `work`/tree; with the tarballs in the order they were unpacked."""
+    if not _POOL_DIR.fullmatch(pkg.directory) or not all(_FILE_NAME.fullmatch(f) for f in pkg.files):
+        raise AuthoringError(
+            f"{pkg.name} {pkg.version}: the Sources index names a directory or file that is not a pool path"
+        )
     tree = work / "tree"
     tree.mkdir(parents=True)
     orig: list[tuple[Path, str, str]] = []
@@ -293,7 +307,7 @@ def unpack_source(pkg: SourcePackage, work: Path, fetch: Fetch = fetch_url) -> t
     if debian is not None:
         shutil.rmtree(tree / "debian", ignore_errors=True)
         _safe_extract(debian[0], tree, strip=False)
-        tarballs.append(Tarball(debian[0].name, debian[1], debian[2], "", False))
+        tarballs.append(Tarball(debian[0].name, debian[1], debian[2], "", 0))
     return tree, tarballs
 
 
@@ -624,7 +638,7 @@ WORKDIR {source}
 
 def _unpack_line(tarball: Tarball) -> str:
     into = f"tree/{tarball.folder}" if tarball.folder else "tree"
-    strip = " --strip-components=1" if tarball.strip else ""
+    strip = f" --strip-components={tarball.strip}" if tarball.strip else ""
     make = f"mkdir -p {into}; " if tarball.folder else ""
     clear = "rm -rf tree/debian; " if ".debian.tar." in tarball.filename else ""
     return f"    {make}{clear}tar -xf {tarball.filename} -C {into}{strip}; \\\n"

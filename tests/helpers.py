@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import html
 import json
 import os
@@ -325,8 +326,9 @@ def add_hostile_run(results: Path, outside_root: Path) -> None:
     os.symlink(outside_root, results / "linked-task")
 
 
+@functools.cache
 def mirror_reachable() -> bool:
-    """Debian's mirror answers from this host (`task new` fetches from it)."""
+    """Debian's mirror answers from this host (`task new` fetches from it); asked once per process."""
     from ssebench.authoring import MIRROR
 
     try:

@@ -298,6 +298,26 @@ def test_tarball_with_wrong_checksum_is_refused(tmp_path: Path, dataset: Path) -
         _new(dataset, mirror, patch="fix-range.patch")
 
 
+@pytest.mark.parametrize("top", ["foo-1.0/", "./foo-1.0/"])
+def test_the_dockerfiles_tar_unpacks_as_the_split_did(tmp_path: Path, top: str) -> None:
+    """GNU tar counts `./` as a component, Python's paths do not: the Dockerfile's --strip-components is the
+    count tar needs to make the tree the fix was split against."""
+    archive = tmp_path / "foo_1.0.orig.tar.gz"
+    _tar(archive, {f"{top}src/parse.c": PARSE_C, f"{top}README": "r\n"}, "w:gz")
+    split = tmp_path / "split"
+    split.mkdir()
+    stripped = authoring._safe_extract(archive, split, strip=True)
+    line = authoring._unpack_line(authoring.Tarball(archive.name, "file:///x", "0", "", stripped))
+    assert f"--strip-components={top.count('/')};" in line
+    image = tmp_path / "image"
+    image.mkdir()
+    subprocess.run(["tar", "-xf", str(archive), "-C", str(image), f"--strip-components={stripped}"], check=True)
+    assert sorted(p.relative_to(image) for p in image.rglob("*")) == sorted(
+        p.relative_to(split) for p in split.rglob("*")
+    )
+    assert (image / "src/parse.c").read_text() == PARSE_C
+
+
 def test_split_follows_the_languages_test_conventions() -> None:
     diff = "".join(
         f"diff --git a/{p} b/{p}\n--- a/{p}\n+++ b/{p}\n@@ -1 +1 @@\n-a\n+b\n"
