@@ -896,6 +896,11 @@ def new_from_debian(
     references = [f"https://nvd.nist.gov/vuln/detail/{a}" for a in named if a.startswith("CVE-")]
     references += [f"https://security-tracker.debian.org/tracker/{a}" for a in named]
     scaffold = Scaffold(task_dir)
+    if not advisory and len(named) > 1:
+        scaffold.todo.append(
+            f"the patch names {', '.join(named)}: the id and references took them all in that order; keep the"
+            " advisory this fix is for (give --advisory to choose)"
+        )
     data = config(task_id, project, repository, language, source, references)
     if repository == "https://TODO":
         scaffold.todo.append("config.yaml's repository: the upstream project's https:// URL")

@@ -188,6 +188,13 @@ def test_patch_named_directly_and_id_given(tmp_path: Path, dataset: Path) -> Non
         "https://security-tracker.debian.org/tracker/CVE-2099-0001",
     ]
     assert _new(dataset, mirror, patch="fix-range.patch").task_dir.name == "foo-CVE-2099-0001"
+    # A header naming two CVEs (a fix of an earlier fix, say): both are kept, and the author is told to choose.
+    two = _mirror(
+        tmp_path / "mirror2", {"fix-range.patch": FIX.replace("(CVE-2099-0001)", "(CVE-2099-0002, CVE-2099-0001)")}
+    )
+    both = _new(tmp_path / "ds", two, patch="fix-range.patch")
+    assert both.task_dir.name == "foo-CVE-2099-0002"
+    assert any("names CVE-2099-0002, CVE-2099-0001" in item for item in both.todo)
     # A patch that names none: no references to guess, and the id from the patch's name.
     plain = _new(dataset, mirror, patch="01-comment.patch")
     assert plain.task_dir.name == "foo-01-comment"
