@@ -212,15 +212,15 @@ CODE: dict[str, tuple[str, ...]] = {
 # dependencies a build takes from the tree, and hidden directories (where the pilot's Go harnesses are
 # built, and which `go build ./...` never reads).
 _EVERY_LANGUAGE = ("**/.*/**", "**/test/**", "**/tests/**", "**/testdata/**", "**/fuzz/**", "**/fuzzing/**")
+# Folders of tests by other names (perl's t/, rsync's and busybox's testsuite/, libpng's contrib/libtests/):
+# protected for C, and tests to the changed-tests signal (ssebench.runtime.signals) in every language.
+TEST_FOLDERS = ("**/t/**", "**/testing/**", "**/testsuite/**", "**/libtests/**")
 PROTECTED: dict[str, tuple[str, ...]] = {
     # (`*.inc` is code, but a Makefile.inc is make's: c-ares's src/lib/Makefile.inc, found by review.)
     "c": (
         *_EVERY_LANGUAGE,
         "**/Makefile*",
-        "**/t/**",
-        "**/testing/**",
-        "**/testsuite/**",
-        "**/libtests/**",
+        *TEST_FOLDERS,
         "**/oss-fuzz/**",
         "**/test_*.c",
         "**/test_*.cc",

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
-from ssebench.runtime.contract import TaskFile
+from ssebench.runtime.contract import TEST_FOLDERS, TaskFile
 
 # The most refusals kept as entries; the count goes on. An agent can send refused calls as fast as it likes.
 KEPT_REFUSALS = 50
@@ -109,10 +109,7 @@ TESTS = (
     "**/test/**",
     "**/tests/**",
     "**/testdata/**",
-    "**/testing/**",
-    "**/testsuite/**",
-    "**/libtests/**",
-    "**/t/**",
+    *TEST_FOLDERS,
     "**/test_*",
     "**/*_test.*",
     "**/*_tests.*",
