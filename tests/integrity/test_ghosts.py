@@ -59,17 +59,29 @@ RUNNER_GHOST = r"""cat >> tlv.c <<'EOF'
 #include <stdlib.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+static int ghost_ready[2];
 static void *ghost_spin(void *arg) {
     (void)arg;
     char mark[4096];
     snprintf(mark, sizeof mark, "%s/ghost-started", getenv("HOME") ? getenv("HOME") : "/nonexistent");
     FILE *f = fopen(mark, "w");
     if (f) fclose(f);
+    close(ghost_ready[1]);
     for (;;) sleep(1);
     return 0;
 }
 __attribute__((constructor)) static void start_a_ghost(void) {
-    if (fork() != 0) return;
+    if (pipe(ghost_ready) != 0) return;
+    if (fork() != 0) {
+        /* The program goes on once the ghost's thread has left its mark (or the ghost is gone): under load,
+           the check could otherwise end, and kill the ghost, before its thread first ran. */
+        char c;
+        close(ghost_ready[1]);
+        while (read(ghost_ready[0], &c, 1) < 0) {}
+        close(ghost_ready[0]);
+        return;
+    }
+    close(ghost_ready[0]);
     setsid();
     pthread_t t;
     pthread_create(&t, 0, ghost_spin, 0);
