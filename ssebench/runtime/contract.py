@@ -20,9 +20,10 @@ import json
 import math
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
+from functools import cache
 from typing import Any, Literal, get_args
 
 # --- Paths and users in a container ---------------------------------------------------------------------------
@@ -236,39 +237,46 @@ PROTECTED: dict[str, tuple[str, ...]] = {
 }
 
 
-def _pattern_regex(pattern: str) -> re.Pattern[str]:
-    """git's `glob` pathspec magic as a regular expression (for paths that are not in a git tree yet)."""
-    out = []
-    i = 0
-    while i < len(pattern):
-        if pattern.startswith("**/", i):
+@cache
+def glob_regex(glob: str) -> re.Pattern[str]:
+    """A git `glob` pathspec as a regular expression of a whole path (for paths that are not in a git tree
+    yet): `**/` any directories (none too), a trailing `/**` everything inside, `*` and `?` within one name,
+    `[...]` a class (a leading `!` or `^` negates it)."""
+    out, i = [], 0
+    while i < len(glob):
+        if glob.startswith("**/", i):
             out.append("(?:.*/)?")
             i += 3
-        elif pattern.startswith("/**", i) and i + 3 == len(pattern):
+        elif glob.startswith("/**", i) and i + 3 == len(glob):
             out.append("/.*")
             i += 3
-        elif pattern[i] == "*":
+        elif glob[i] == "*":
             out.append("[^/]*")
             i += 1
-        elif pattern[i] == "?":
+        elif glob[i] == "?":
             out.append("[^/]")
             i += 1
+        elif glob[i] == "[" and (end := glob.find("]", i + 2)) > 0:
+            members = glob[i + 1 : end]
+            negated = members[0] in "!^"
+            out.append("[" + "^/" * negated + members[negated:].replace("\\", "\\\\") + "]")
+            i = end + 1
         else:
-            out.append(re.escape(pattern[i]))
+            out.append(re.escape(glob[i]))
             i += 1
-    return re.compile("".join(out) + r"\Z")
+    return re.compile("".join(out))
 
 
-def matches(pattern: str, path: str) -> bool:
-    """Whether `path` (relative to the tree's root, '/'-separated) matches the glob pathspec `pattern`
-    as git would select it."""
-    return _pattern_regex(pattern).match(path) is not None
+def matches(path: str, globs: Iterable[str]) -> bool:
+    """Whether `path` (relative to the tree's root, '/'-separated) matches one of the glob pathspecs, as
+    git would select it."""
+    return any(glob_regex(glob).fullmatch(path) for glob in globs)
 
 
 def is_protected(language: str, path: str) -> bool:
     """Whether `path` is one of the language's tests, test data, harnesses or build logic (`PROTECTED`):
     what task authoring puts in a task's hidden tests rather than in its fix."""
-    return any(matches(p, path) for p in PROTECTED.get(language, ()))
+    return matches(path, PROTECTED.get(language, ()))
 
 
 # --- The environment a run's containers start with ---------------------------------------------------------------

@@ -23,10 +23,9 @@ import threading
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from functools import cache
 from typing import Any
 
-from ssebench.runtime.contract import TEST_FOLDERS, TaskFile
+from ssebench.runtime.contract import TEST_FOLDERS, TaskFile, matches
 
 # The most refusals kept as entries; the count goes on. An agent can send refused calls as fast as it likes.
 KEPT_REFUSALS = 50
@@ -117,38 +116,6 @@ TESTS = (
     "**/tests.rs",
     "**/benches/**",
 )
-
-
-@cache
-def _pattern(glob: str) -> re.Pattern[str]:
-    """A git `glob` pathspec as a regular expression of a whole path: `**/` any directories (none too), a
-    trailing `/**` everything inside, `*` and `?` within one name, `[...]` a class."""
-    out, i = [], 0
-    while i < len(glob):
-        if glob.startswith("**/", i):
-            out.append("(?:.*/)?")
-            i += 3
-        elif glob.startswith("/**", i) and i + 3 == len(glob):
-            out.append("/.*")
-            i += 3
-        elif glob[i] == "*":
-            out.append("[^/]*")
-            i += 1
-        elif glob[i] == "?":
-            out.append("[^/]")
-            i += 1
-        elif glob[i] == "[" and (end := glob.find("]", i + 2)) > 0:
-            out.append("[" + glob[i + 1 : end].replace("\\", "\\\\").replace("!", "^", 1) + "]")
-            i = end + 1
-        else:
-            out.append(re.escape(glob[i]))
-            i += 1
-    return re.compile("".join(out))
-
-
-def matches(path: str, globs: Iterable[str]) -> bool:
-    """Whether `path` (relative to the tree's root) matches one of the pathspec globs."""
-    return any(_pattern(glob).fullmatch(path) for glob in globs)
 
 
 @dataclass(frozen=True)

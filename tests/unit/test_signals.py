@@ -101,6 +101,10 @@ def test_a_change_of_code_alone_or_of_what_the_task_allows_is_in_no_group() -> N
         ("src/tlvdump.c", "tlvdump.c", False),
         ("a/.hidden/x", "**/.*/**", True),
         ("test_tlv.c", "**/test_[a-z]*.c", True),
+        ("test_9.c", "**/test_[!a-z]*.c", True),  # a leading `!` negates the class
+        ("test_a.c", "**/test_[!a-z]*.c", False),
+        ("!x.c", "[a!]x.c", True),  # elsewhere it is itself
+        ("a/b.c", "a[!x]b.c", False),  # nor does a negated class match `/`
     ],
 )
 def test_globs_mean_what_protections_pathspecs_mean(path: str, glob: str, expected: bool) -> None:
