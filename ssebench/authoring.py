@@ -85,6 +85,15 @@ def fetch_url(url: str) -> bytes:
         raise AuthoringError(f"cannot fetch {url}: {exc}") from None
 
 
+def url_served(url: str) -> bool:
+    """Whether the mirror serves `url` (https or file), asked without downloading it: a HEAD request."""
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=60):
+            return True
+    except OSError:  # urllib's errors, a 404 among them, are OSErrors
+        return False
+
+
 @dataclass(frozen=True)
 class SourcePackage:
     """One version of a Debian source package as the mirror's Sources index describes it."""
@@ -159,10 +168,10 @@ def _index_entries(text: str, name: str, suite: str, archive: str) -> list[Sourc
     return [e for e in entries if e is not None]
 
 
-def _served(entry: SourcePackage, fetch: Fetch) -> bool:
+def _served(entry: SourcePackage) -> bool:
     """Whether the mirror serves the entry's packaging (the .debian tarball, or the .dsc of a native package)."""
     packaging = [f for f in entry.files if ".debian.tar." in f] or [f for f in entry.files if f.endswith(".dsc")]
-    return all(_reachable(entry, f, fetch) for f in packaging)
+    return all(url_served(entry.url(f)) for f in packaging)
 
 
 def find_sources(
@@ -190,14 +199,14 @@ def find_sources(
         raise AuthoringError(
             f"--debian {name}={version}: no such source package version in"
             f" {', '.join(tried) or 'any suite (is the mirror reachable?)'}; give a version the mirror's Sources index lists"
-            + _instead(others, fetch)
+            + _instead(others)
         )
     return found, others
 
 
-def _instead(others: list[SourcePackage], fetch: Fetch) -> str:
+def _instead(others: list[SourcePackage]) -> str:
     """What the mirror serves of the package's other versions, said at the end of an error."""
-    served = [f"{e.version} ({e.suite})" for e in others if _served(e, fetch)]
+    served = [f"{e.version} ({e.suite})" for e in others if _served(e)]
     if served:
         return f" (it serves {', '.join(served)})"
     return f" (it lists {', '.join(f'{e.version} ({e.suite})' for e in others)} but serves none)" if others else ""
@@ -214,12 +223,12 @@ def find_source(
     native package) the mirror still serves."""
     entries, others = find_sources(name, version, fetch, suites)
     for entry in entries:
-        if _served(entry, fetch):
+        if _served(entry):
             say(f"found {name} {version} in {entry.suite}")
             return entry
     raise AuthoringError(
         f"--debian {name}={version}: the mirror lists it ({', '.join(e.suite for e in entries)}) but serves none"
-        " of its packaging files; pick another version" + _instead(others, fetch)
+        " of its packaging files; pick another version" + _instead(others)
     )
 
 
@@ -325,14 +334,6 @@ def fetch_from_pools(pkg: SourcePackage, filename: str, fetch: Fetch = fetch_url
         # The security archive's pool is pool/updates/main/..., the main archive's pool/main/...
         url = f"{MIRROR}/{re.sub(r'^pool/updates/', 'pool/', pkg.directory)}/{filename}"
         return url, fetch(url)
-
-
-def _reachable(pkg: SourcePackage, filename: str, fetch: Fetch) -> bool:
-    try:
-        fetch(pkg.url(filename))
-    except AuthoringError:
-        return False
-    return True
 
 
 def _binary_candidates(pkg: SourcePackage) -> list[str]:

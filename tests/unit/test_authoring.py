@@ -14,6 +14,9 @@ import lzma
 import re
 import subprocess
 import tarfile
+import threading
+from collections.abc import Iterator
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -246,6 +249,50 @@ def test_a_fix_in_several_entries_is_given_by_each_in_series_order(tmp_path: Pat
     for wrong in (["fix-part2.patch", "fix-part1.patch"], ["01-comment.patch", "fix-part2.patch"]):
         with pytest.raises(authoring.AuthoringError, match="a fix in several parts is consecutive entries"):
             _new(dataset, mirror, patch=wrong, task_id="other")
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[str, list[str]]]:
+    """The fake mirror over HTTP on loopback, and the log of its requests ("GET /path", "HEAD /path")."""
+    _mirror(tmp_path / "mirror", {"01-comment.patch": EARLIER, "fix-range.patch": FIX})
+    log: list[str] = []
+
+    class Handler(SimpleHTTPRequestHandler):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, directory=str(tmp_path / "mirror"), **kwargs)
+
+        def send_head(self) -> Any:
+            log.append(f"{self.command} {self.path}")
+            return super().send_head()
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", log
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_whether_the_mirror_serves_a_file_is_asked_without_downloading_it(
+    served: tuple[str, list[str]], dataset: Path
+) -> None:
+    mirror, log = served
+    packaging = "/pool/main/f/foo/foo_1.0-1+deb12u1.debian.tar.xz"
+    # The versions an error offers instead are probed, not fetched.
+    with pytest.raises(authoring.AuthoringError, match=r"\(it serves 1.0-1\+deb12u1 \(bookworm\)\)$"):
+        authoring.new_from_debian(dataset, "foo", "9", patch="fix-range.patch", suites=[("bookworm", mirror)])
+    assert log.count(f"HEAD {packaging}") == 1
+    assert f"GET {packaging}" not in log
+    # A task is made with one download of each file: the check that its packaging is served downloads none.
+    log.clear()
+    _new(dataset, mirror, patch="fix-range.patch")
+    assert log.count(f"GET {packaging}") == 1
+    assert log.count("GET /pool/main/f/foo/foo_1.0.orig.tar.gz") == 1
+    assert log.count(f"HEAD {packaging}") == 1
 
 
 def test_unknown_version_and_existing_task(tmp_path: Path, dataset: Path) -> None:
