@@ -28,6 +28,7 @@ import urllib.request
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 import yaml
 
@@ -85,13 +86,38 @@ def fetch_url(url: str) -> bytes:
         raise AuthoringError(f"cannot fetch {url}: {exc}") from None
 
 
+class _KeepMethod(urllib.request.HTTPRedirectHandler):
+    """Follows a redirect with the request's own method: urllib turns a redirected HEAD into a GET."""
+
+    def redirect_request(
+        self, req: urllib.request.Request, fp: Any, code: int, msg: str, headers: Any, newurl: str
+    ) -> urllib.request.Request | None:
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is not None:
+            new.method = req.get_method()
+        return new
+
+
+_HEAD = urllib.request.build_opener(_KeepMethod)
+
+
 def url_served(url: str) -> bool:
-    """Whether the mirror serves `url` (https or file), asked without downloading it: a HEAD request."""
+    """Whether the mirror serves `url` (https or file), asked without downloading it: a HEAD request. An
+    answer other than "there is no such file" (a timeout, a refused connection, a server error) is an
+    AuthoringError naming the URL, not a "no"."""
     try:
-        with urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=60):
+        with _HEAD.open(urllib.request.Request(url, method="HEAD"), timeout=60):
             return True
-    except OSError:  # urllib's errors, a 404 among them, are OSErrors
-        return False
+    except urllib.error.HTTPError as exc:
+        if exc.code in (403, 404, 410):
+            return False
+        raise AuthoringError(f"cannot ask whether the mirror serves {url}: {exc}") from None
+    except urllib.error.URLError as exc:
+        if isinstance(exc.reason, FileNotFoundError | IsADirectoryError):
+            return False
+        raise AuthoringError(f"cannot ask whether the mirror serves {url}: {exc}") from None
+    except OSError as exc:
+        raise AuthoringError(f"cannot ask whether the mirror serves {url}: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -182,7 +208,8 @@ def find_sources(
 ) -> tuple[list[SourcePackage], list[SourcePackage]]:
     """Every suite's entry for `name`=`version` (a version is often in a suite and its security archive,
     and the mirror may keep the files of only one of them), and every other version the suites list, for
-    the error that says what could be had instead; none when the version is gone."""
+    the error that says what could be had instead; none when the version is gone. `fetch` reads the
+    indexes; whether a file is served is asked of the mirror itself (url_served)."""
     tried = []
     found: list[SourcePackage] = []
     others: list[SourcePackage] = []
@@ -205,8 +232,12 @@ def find_sources(
 
 
 def _instead(others: list[SourcePackage]) -> str:
-    """What the mirror serves of the package's other versions, said at the end of an error."""
-    served = [f"{e.version} ({e.suite})" for e in others if _served(e)]
+    """What the mirror serves of the package's other versions, said at the end of an error (which a failure to
+    ask does not replace)."""
+    try:
+        served = [f"{e.version} ({e.suite})" for e in others if _served(e)]
+    except AuthoringError as exc:
+        return f" ({exc})"
     if served:
         return f" (it serves {', '.join(served)})"
     return f" (it lists {', '.join(f'{e.version} ({e.suite})' for e in others)} but serves none)" if others else ""

@@ -86,6 +86,7 @@ def _tree_pattern(value: Any) -> str:
         )
     if ".." in PurePosixPath(pattern).parts:
         raise ValueError(f"'{value}' leaves the source tree ('..' is not allowed)")
+    contract.glob_regex(pattern)  # a pattern git could never match is refused, saying why
     return pattern
 
 

@@ -237,11 +237,61 @@ PROTECTED: dict[str, tuple[str, ...]] = {
 }
 
 
+# POSIX character classes inside `[...]`, as Python class members (ASCII, as git's wildmatch takes them).
+_POSIX_CLASSES = {
+    "alnum": "a-zA-Z0-9",
+    "alpha": "a-zA-Z",
+    "blank": " \\t",
+    "digit": "0-9",
+    "lower": "a-z",
+    "punct": re.escape("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~"),
+    "space": " \\t\\n\\r\\f\\v",
+    "upper": "A-Z",
+    "xdigit": "0-9A-Fa-f",
+}
+
+
+def _glob_class(glob: str, start: int) -> tuple[str, int]:
+    """The `[...]` class that opens at glob[start], as a regular expression, and the index after it: git's
+    wildmatch rules (a leading `!` or `^` negates, a `]` first is a member, `\\` escapes, `a-z` a range, a
+    reversed range only its first end, `[:digit:]` and the like), and never a `/`."""
+    i = start + 1
+    negated = i < len(glob) and glob[i] in "!^"
+    i += negated
+    members: list[str] = []
+    first = True
+    while True:
+        if i >= len(glob):
+            raise ValueError(f"'{glob}': the [ at character {start + 1} is never closed (write [[] for a literal [)")
+        char = glob[i]
+        if char == "]" and not first:
+            break
+        first = False
+        if char == "[" and glob.startswith("[:", i) and (close := glob.find(":]", i + 2)) > 0:
+            name = glob[i + 2 : close]
+            if name not in _POSIX_CLASSES:
+                raise ValueError(f"'{glob}': [:{name}:] is not a character class ({', '.join(_POSIX_CLASSES)})")
+            members.append(_POSIX_CLASSES[name])
+            i = close + 2
+            continue
+        if char == "\\" and i + 1 < len(glob):
+            i += 1
+            char = glob[i]
+        i += 1
+        if glob.startswith("-", i) and i + 1 < len(glob) and glob[i + 1] != "]":
+            last = glob[i + 2] if glob[i + 1] == "\\" and i + 2 < len(glob) else glob[i + 1]
+            i += 2 + (glob[i + 1] == "\\")
+            members.append(f"{re.escape(char)}-{re.escape(last)}" if char <= last else re.escape(char))
+        else:
+            members.append(re.escape(char))
+    return "(?!/)[" + "^" * negated + "".join(members) + "]", i + 1
+
+
 @cache
 def glob_regex(glob: str) -> re.Pattern[str]:
     """A git `glob` pathspec as a regular expression of a whole path (for paths that are not in a git tree
     yet): `**/` any directories (none too), a trailing `/**` everything inside, `*` and `?` within one name,
-    `[...]` a class (a leading `!` or `^` negates it)."""
+    `[...]` a class, `\\` an escape. ValueError for a pattern git could never match (an unclosed class)."""
     out, i = [], 0
     while i < len(glob):
         if glob.startswith("**/", i):
@@ -256,15 +306,17 @@ def glob_regex(glob: str) -> re.Pattern[str]:
         elif glob[i] == "?":
             out.append("[^/]")
             i += 1
-        elif glob[i] == "[" and (end := glob.find("]", i + 2)) > 0:
-            members = glob[i + 1 : end]
-            negated = members[0] in "!^"
-            out.append("[" + "^/" * negated + members[negated:].replace("\\", "\\\\") + "]")
-            i = end + 1
+        elif glob[i] == "[":
+            regex, i = _glob_class(glob, i)
+            out.append(regex)
+        elif glob[i] == "\\" and i + 1 < len(glob):
+            out.append(re.escape(glob[i + 1]))
+            i += 2
         else:
             out.append(re.escape(glob[i]))
             i += 1
-    return re.compile("".join(out))
+    # DOTALL: a name may hold a newline, and `*` must match it as git does.
+    return re.compile("".join(out), re.DOTALL)
 
 
 def matches(path: str, globs: Iterable[str]) -> bool:

@@ -252,9 +252,12 @@ def test_a_fix_in_several_entries_is_given_by_each_in_series_order(tmp_path: Pat
 
 
 @pytest.fixture
-def served(tmp_path: Path) -> Iterator[tuple[str, list[str]]]:
-    """The fake mirror over HTTP on loopback, and the log of its requests ("GET /path", "HEAD /path")."""
+def served(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, list[str]]]:
+    """The fake mirror over HTTP on loopback, and the log of its requests ("GET /path", "HEAD /path"); a path
+    under /moved/ is redirected to the same path without it, and /broken/ answers 500."""
     _mirror(tmp_path / "mirror", {"01-comment.patch": EARLIER, "fix-range.patch": FIX})
+    for proxy in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(proxy, raising=False)  # loopback, not through a proxy the machine may set
     log: list[str] = []
 
     class Handler(SimpleHTTPRequestHandler):
@@ -263,6 +266,14 @@ def served(tmp_path: Path) -> Iterator[tuple[str, list[str]]]:
 
         def send_head(self) -> Any:
             log.append(f"{self.command} {self.path}")
+            if self.path.startswith("/moved/"):
+                self.send_response(302)
+                self.send_header("Location", self.path.removeprefix("/moved"))
+                self.end_headers()
+                return None
+            if self.path.startswith("/broken/"):
+                self.send_error(500)
+                return None
             return super().send_head()
 
         def log_message(self, format: str, *args: Any) -> None:
@@ -293,6 +304,18 @@ def test_whether_the_mirror_serves_a_file_is_asked_without_downloading_it(
     assert log.count(f"GET {packaging}") == 1
     assert log.count("GET /pool/main/f/foo/foo_1.0.orig.tar.gz") == 1
     assert log.count(f"HEAD {packaging}") == 1
+    # A redirect is followed with HEAD too (urllib alone would follow it with GET).
+    log.clear()
+    assert authoring.url_served(f"{mirror}/moved{packaging}")
+    assert log == [f"HEAD /moved{packaging}", f"HEAD {packaging}"]
+    # "No such file" is a no; a server that fails, or no server, is an error that says so.
+    assert not authoring.url_served(f"{mirror}/pool/main/f/foo/none.tar.xz")
+    with pytest.raises(
+        authoring.AuthoringError, match=r"cannot ask whether the mirror serves .*/broken/x: HTTP Error 500"
+    ):
+        authoring.url_served(f"{mirror}/broken/x")
+    with pytest.raises(authoring.AuthoringError, match=r"cannot ask whether the mirror serves http://127.0.0.1:1/x"):
+        authoring.url_served("http://127.0.0.1:1/x")
 
 
 def test_unknown_version_and_existing_task(tmp_path: Path, dataset: Path) -> None:

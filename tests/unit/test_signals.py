@@ -16,11 +16,11 @@ import pytest
 from sse.result import SIGNALS, RunResult, Signals
 
 from ssebench.runtime.capture import Change, FileChange
-from ssebench.runtime.contract import TaskFile
+from ssebench.runtime.contract import TaskFile, matches
 from ssebench.runtime.daemon import ADMIN, AGENT, HTTP
 from ssebench.runtime.protection import Protection
 from ssebench.runtime.service import TaskService
-from ssebench.runtime.signals import Refusals, added_lines, classify, matches, patch_paths, similarity
+from ssebench.runtime.signals import Refusals, added_lines, classify, patch_paths, similarity
 from tests.unit.test_daemon import CONFIG, FakeCapture, _connect, make_service
 from tests.unit.test_gateway_server import _setup, chat, run
 
@@ -105,10 +105,35 @@ def test_a_change_of_code_alone_or_of_what_the_task_allows_is_in_no_group() -> N
         ("test_a.c", "**/test_[!a-z]*.c", False),
         ("!x.c", "[a!]x.c", True),  # elsewhere it is itself
         ("a/b.c", "a[!x]b.c", False),  # nor does a negated class match `/`
+        # As `git ls-files ':(glob)PATTERN'` answers (git 2.47):
+        ("a/b", "a[/]b", False),  # no class matches `/`
+        ("axb", "a[!]]b", True),  # `]` right after the negation is a member
+        ("a]b", "a[!]]b", False),
+        ("a]b", "a[]]b", True),
+        ("a]b", "a[\\]]b", True),  # `\` escapes inside a class
+        ("a_b", "a[a\\-z]b", False),  # an escaped `-` is no range
+        ("a-b", "a[a\\-z]b", True),
+        ("a5b", "a[[:digit:]]b", True),
+        ("axb", "a[[:digit:]]b", False),
+        ("azb", "a[z-a]b", True),  # a reversed range is its first end
+        ("ayb", "a[z-a]b", False),
+        ("a]b", "a[^a]b", True),
+        ("a*b", "a\\*b", True),  # and outside one
+        ("axb", "a\\*b", False),
+        ("tests/a\nb.c", "**/tests/**", True),  # a name may hold a newline
     ],
 )
 def test_globs_mean_what_protections_pathspecs_mean(path: str, glob: str, expected: bool) -> None:
     assert matches(path, [glob]) is expected
+
+
+@pytest.mark.parametrize(
+    ("glob", "said"),
+    [("a[b", "never closed"), ("a[!]b", "never closed"), ("[[:word:]]", "not a character class")],
+)
+def test_a_glob_git_could_never_match_is_refused(glob: str, said: str) -> None:
+    with pytest.raises(ValueError, match=said):
+        matches("a", [glob])
 
 
 # -- the reference fix -------------------------------------------------------------------------------------

@@ -108,6 +108,22 @@ def test_a_source_beside_the_runtimes_paths_loads(tmp_path: Path, source: str) -
     assert load_task(folder).config.source == source
 
 
+@pytest.mark.parametrize(
+    ("pattern", "said"),
+    [
+        ("/src/x/tests/**", "must be relative to the source tree's root"),
+        ("tests/../../etc", "leaves the source tree"),
+        ("tests/[a-z.c", "the [ at character 7 is never closed (write [[] for a literal [)"),
+        ("[[:word:]]*.c", "[:word:] is not a character class"),
+    ],
+)
+def test_a_tree_pattern_git_would_not_take_is_one_line_naming_the_item(tmp_path: Path, pattern: str, said: str) -> None:
+    folder = write_task(tmp_path)
+    _rewrite(folder, protected_files=["Makefile", pattern])
+    [line] = _errors(folder)
+    assert "protected_files[1]:" in line and said in line, line
+
+
 def test_path_leaving_the_task_folder_is_refused(tmp_path: Path) -> None:
     folder = write_task(tmp_path)
     _rewrite(folder, files__poc=["../../etc/passwd"])
