@@ -137,8 +137,10 @@ SEARCH_PROC = (
     'setsid sh -c \'grep -rlF -D skip --exclude-dir=proc --exclude-dir=sys -e "$0" -e TLV_VALUE_MAX / > /tmp/found '
     '2>/dev/null; touch /tmp/found.done\' "$k" < /dev/null > /dev/null 2>&1 &'
 )
-# Polls of up to 25 s each: the scan took 20 s on an idle machine, over 100 s on a busy one.
-POLLS = 12
+# Polls of up to 25 s each: the scan took 20 s on an idle machine, over 100 s on a busy one, and once over 300 s
+# (a new machine's `make test` right after `make bench`). A poll answers as soon as the scan is done, so the
+# polls left after it cost a model call each and no waiting.
+POLLS = 24
 POLL = (
     KEY + "for i in $(seq 25); do [ -e /tmp/found.done ] && break; sleep 1; done; "
     "if [ -e /tmp/found.done ]; then "
