@@ -67,25 +67,6 @@ class NotOnMirror(AuthoringError):
 Fetch = Callable[[str], bytes]
 
 
-def fetch_url(url: str) -> bytes:
-    """The bytes at `url` (https or file), or an AuthoringError naming the URL (NotOnMirror when there is
-    no such file)."""
-    try:
-        with urllib.request.urlopen(url, timeout=120) as response:
-            data: bytes = response.read()
-            return data
-    except urllib.error.HTTPError as exc:
-        if exc.code in (403, 404, 410):
-            raise NotOnMirror(f"cannot fetch {url}: {exc}") from None
-        raise AuthoringError(f"cannot fetch {url}: {exc}") from None
-    except urllib.error.URLError as exc:
-        if isinstance(exc.reason, FileNotFoundError):
-            raise NotOnMirror(f"cannot fetch {url}: {exc}") from None
-        raise AuthoringError(f"cannot fetch {url}: {exc}") from None
-    except OSError as exc:
-        raise AuthoringError(f"cannot fetch {url}: {exc}") from None
-
-
 class _KeepMethod(urllib.request.HTTPRedirectHandler):
     """Follows a redirect with the request's own method: urllib turns a redirected HEAD into a GET."""
 
@@ -98,7 +79,29 @@ class _KeepMethod(urllib.request.HTTPRedirectHandler):
         return new
 
 
-_HEAD = urllib.request.build_opener(_KeepMethod)
+_OPENER = urllib.request.build_opener(_KeepMethod)
+
+
+def _ask(url: str, method: str, doing: str, timeout: float) -> bytes:
+    """The answer to a `method` request for `url` (https or file): its body for GET, nothing for HEAD; an
+    AuthoringError naming the URL and what was being done, NotOnMirror when there is no such file."""
+    try:
+        with _OPENER.open(urllib.request.Request(url, method=method), timeout=timeout) as response:
+            return b"" if method == "HEAD" else bytes(response.read())
+    except urllib.error.HTTPError as exc:
+        error: type[AuthoringError] = NotOnMirror if exc.code in (403, 404, 410) else AuthoringError
+        raise error(f"cannot {doing} {url}: {exc}") from None
+    except urllib.error.URLError as exc:
+        error = NotOnMirror if isinstance(exc.reason, FileNotFoundError | IsADirectoryError) else AuthoringError
+        raise error(f"cannot {doing} {url}: {exc}") from None
+    except OSError as exc:
+        raise AuthoringError(f"cannot {doing} {url}: {exc}") from None
+
+
+def fetch_url(url: str) -> bytes:
+    """The bytes at `url` (https or file), or an AuthoringError naming the URL (NotOnMirror when there is
+    no such file)."""
+    return _ask(url, "GET", "fetch", timeout=120)
 
 
 def url_served(url: str) -> bool:
@@ -106,18 +109,10 @@ def url_served(url: str) -> bool:
     answer other than "there is no such file" (a timeout, a refused connection, a server error) is an
     AuthoringError naming the URL, not a "no"."""
     try:
-        with _HEAD.open(urllib.request.Request(url, method="HEAD"), timeout=60):
-            return True
-    except urllib.error.HTTPError as exc:
-        if exc.code in (403, 404, 410):
-            return False
-        raise AuthoringError(f"cannot ask whether the mirror serves {url}: {exc}") from None
-    except urllib.error.URLError as exc:
-        if isinstance(exc.reason, FileNotFoundError | IsADirectoryError):
-            return False
-        raise AuthoringError(f"cannot ask whether the mirror serves {url}: {exc}") from None
-    except OSError as exc:
-        raise AuthoringError(f"cannot ask whether the mirror serves {url}: {exc}") from None
+        _ask(url, "HEAD", "ask whether the mirror serves", timeout=60)
+    except NotOnMirror:
+        return False
+    return True
 
 
 @dataclass(frozen=True)
